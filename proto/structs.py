@@ -1,0 +1,119 @@
+"""Plain values both sides of the wire agree on: partitions, offsets, records, states, limits."""
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+
+from proto.errors import InvalidTopicError
+from proto.records import Header
+
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+INTERNAL_TOPICS = frozenset({TRANSACTION_STATE_TOPIC, CONSUMER_OFFSETS_TOPIC})
+
+MAX_TOPIC_NAME_LENGTH = 249  # Kafka's limit
+MAX_TRANSACTIONAL_ID_LENGTH = 249
+MAX_PARTITIONS_PER_TOPIC = 10_000
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndMetadata:
+    offset: int
+    metadata: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    """Where an acknowledged record landed."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int = -1
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRecord:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadata:
+    """KIP-447: what a transactional offset commit is fenced by."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
+class IsolationLevel(enum.IntEnum):
+    READ_UNCOMMITTED = 0
+    READ_COMMITTED = 1
+
+    @classmethod
+    def parse(cls, text: str | IsolationLevel) -> IsolationLevel:
+        if isinstance(text, IsolationLevel):
+            return text
+        try:
+            return cls[str(text).upper()]
+        except KeyError:
+            raise ValueError(f"isolation_level must be 'read_committed' or 'read_uncommitted', not {text!r}") from None
+
+
+class TransactionState(enum.StrEnum):
+    """The coordinator's state of a transactional id, with Kafka's names and ids (§1)."""
+
+    EMPTY = "Empty"
+    ONGOING = "Ongoing"
+    PREPARE_COMMIT = "PrepareCommit"
+    PREPARE_ABORT = "PrepareAbort"
+    COMPLETE_COMMIT = "CompleteCommit"
+    COMPLETE_ABORT = "CompleteAbort"
+    DEAD = "Dead"
+    PREPARE_EPOCH_FENCE = "PrepareEpochFence"
+
+    @property
+    def id(self) -> int:
+        return _STATE_IDS[self]
+
+    @classmethod
+    def from_id(cls, state_id: int) -> TransactionState:
+        return _STATES_BY_ID[state_id]
+
+
+_STATE_IDS = {state: i for i, state in enumerate(TransactionState)}
+_STATES_BY_ID = {i: state for state, i in _STATE_IDS.items()}
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's topic name rules; InvalidTopicError names what is wrong."""
+    if not name:
+        raise InvalidTopicError("topic name is empty")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicError(f"topic name is {len(name)} characters long; the limit is {MAX_TOPIC_NAME_LENGTH}")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"topic name cannot be {name!r}")
+    if not _LEGAL_TOPIC.match(name):
+        raise InvalidTopicError(f"topic name {name!r} may contain only ASCII letters, digits, '.', '_' and '-'")
