@@ -1,0 +1,324 @@
+"""PartitionLog: the durable, append-only, segmented log of one partition.
+
+Owns offset assignment, segment rolling, the high watermark and the LSO. Invariants: an append
+returns only once its bytes are fsynced; the high watermark is the end of the fsynced log and
+nothing at or above it is ever read; the LSO is min(HW, first offset of the earliest transaction
+whose marker is not yet below the HW). One lock guards the state; fsyncs run outside it.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from bisect import bisect_right
+from collections.abc import Iterator
+from pathlib import Path
+
+from partitions.group_commit import GroupCommitter
+from partitions.model import (AppendOrigin, AppendResult, FetchData, LogConfig, OpenTransaction,
+                              ProducerSnapshot)
+from partitions.producer_state import CompletedTxn, ProducerStateTable
+from partitions.recovery import recover_segments
+from partitions.segment import Segment
+from partitions.txn_index import AbortedTxn, AbortedTxnIndex
+from partitions.validation import parse_batches, validate_batches
+from proto import records as codec
+from proto.errors import (InvalidRequestError, KafkaStorageError, NotLeaderOrFollowerError,
+                          OffsetOutOfRangeError)
+from proto.records import ControlType, RecordBatch
+from proto.structs import IsolationLevel
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class PartitionLog:
+    """One partition's log. Thread-safe; open it with PartitionLog.open()."""
+
+    def __init__(self, directory: Path, topic: str, partition: int, leader_epoch: int, config: LogConfig,
+                 segments: list[Segment], state: ProducerStateTable, aborted: AbortedTxnIndex,
+                 recovery_report: list[str]) -> None:
+        self.directory = directory
+        self.topic = topic
+        self.partition = partition
+        self.leader_epoch = leader_epoch
+        self.config = config
+        self.recovery_report = recovery_report
+        #: fsyncs of segment data (group commit keeps this well below the number of appends)
+        self.fsync_count = 0
+        self._lock = threading.Lock()
+        self._data_ready = threading.Condition(self._lock)
+        self._segments = segments
+        self._segment_bases = [segment.base_offset for segment in segments]
+        self._state = state
+        self._aborted = aborted
+        self._log_end_offset = segments[-1].next_offset
+        self._high_watermark = self._log_end_offset  # everything recovered is durable
+        self._state.on_high_watermark(self._high_watermark)
+        self._closed = False
+        self._files_closed = False
+        self._committer = GroupCommitter(self._flush, self._log_end_offset)
+
+    @classmethod
+    def open(cls, directory: Path, topic: str, partition: int, *, leader_epoch: int,
+             config: LogConfig = LogConfig()) -> PartitionLog:
+        """Open (creating if missing) the log in `directory`, recovering it from its segments."""
+        directory.mkdir(parents=True, exist_ok=True)
+        # A producer-state snapshot would seed these two and the replay would start at its offset.
+        state, aborted = ProducerStateTable(), AbortedTxnIndex()
+
+        def replay(batch: RecordBatch) -> None:
+            if batch.header.is_control:
+                marker = batch.control_record()
+                completed = state.replay(batch.header, committed=marker.type is ControlType.COMMIT,
+                                         coordinator_epoch=marker.coordinator_epoch)
+                _index_abort(aborted, completed)
+            else:
+                state.replay(batch.header)
+
+        recovered = recover_segments(directory, replay)
+        segments = recovered.segments or [Segment.create(directory, 0)]
+        return cls(directory, topic, partition, leader_epoch, config, segments, state, aborted, recovered.report)
+
+    def __repr__(self) -> str:
+        return (f"PartitionLog({self.topic}-{self.partition}, epoch {self.leader_epoch}, "
+                f"start {self.log_start_offset}, hw {self.high_watermark}, end {self.log_end_offset})")
+
+    # ------------------------------------------------------------ offsets
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._segment_bases[0]
+
+    @property
+    def high_watermark(self) -> int:
+        with self._lock:
+            return self._high_watermark
+
+    @property
+    def log_end_offset(self) -> int:
+        with self._lock:
+            return self._log_end_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        with self._lock:
+            return self._last_stable_offset()
+
+    def _last_stable_offset(self) -> int:
+        unstable = self._state.first_unstable_offset()
+        return self._high_watermark if unstable is None else min(unstable, self._high_watermark)
+
+    def _readable_end(self, isolation: IsolationLevel) -> int:
+        if isolation == IsolationLevel.READ_COMMITTED:
+            return self._last_stable_offset()
+        return self._high_watermark
+
+    # ------------------------------------------------------------ appends
+
+    def append(self, records: bytes, *, origin: AppendOrigin = AppendOrigin.CLIENT,
+               verified_producer_ids: frozenset[int] = frozenset(), timestamp_ms: int | None = None) -> AppendResult:
+        """Validate, write and fsync the batches of `records`, all or none; returns where they landed.
+
+        `timestamp_ms` is the node's clock for this append, recorded as the producer's last
+        timestamp (default: each batch's max timestamp, as on replay).
+        """
+        batches = validate_batches(records, self.config, origin)
+        with self._lock:
+            self._check_open()
+            placed, offset = [], self._log_end_offset
+            for batch in batches:
+                placed.append((batch.header, offset))
+                offset += batch.header.last_offset_delta + 1
+            plan = self._state.plan_append(placed, origin=origin, verified_producer_ids=verified_producer_ids,
+                                           timestamp_ms=timestamp_ms)
+            if plan.duplicates:
+                result = AppendResult(plan.duplicates[0].base_offset, plan.duplicates[-1].last_offset,
+                                      duplicate=True, log_start_offset=self.log_start_offset)
+            else:
+                self._write([codec.set_base_offset(batch.raw, base, self.leader_epoch)
+                             for batch, (_header, base) in zip(batches, placed)],
+                            [(base, base + header.last_offset_delta) for header, base in placed])
+                self._state.apply(plan)
+                result = AppendResult(placed[0][1], offset - 1, log_start_offset=self.log_start_offset)
+        self._committer.wait_until_durable(result.last_offset + 1)
+        return result
+
+    def needs_txn_verification(self, records: bytes) -> list[tuple[int, int]]:
+        """(pid, epoch) of transactional batches whose producer has no open transaction here.
+
+        The node asks the coordinator about these and passes the confirmed pids to append().
+        Unparseable bytes raise CorruptMessageError, as append() would.
+        """
+        headers = [batch.header for batch in parse_batches(records)]
+        with self._lock:
+            return self._state.needs_verification(headers)
+
+    def append_marker(self, *, producer_id: int, producer_epoch: int, committed: bool, coordinator_epoch: int,
+                      timestamp_ms: int | None = None) -> AppendResult:
+        """Write a COMMIT or ABORT marker for `producer_id`, closing its open transaction if it has one."""
+        if producer_id < 0 or producer_epoch < 0:
+            raise InvalidRequestError(f"a marker needs a producer id and epoch, not {producer_id}/{producer_epoch}")
+        timestamp = _now_ms() if timestamp_ms is None else timestamp_ms
+        with self._lock:
+            self._check_open()
+            self._state.check_marker(producer_id, producer_epoch, coordinator_epoch)
+            offset = self._log_end_offset
+            marker = codec.encode_control_batch(
+                producer_id=producer_id, producer_epoch=producer_epoch,
+                control_type=ControlType.COMMIT if committed else ControlType.ABORT,
+                coordinator_epoch=coordinator_epoch, timestamp=timestamp, base_offset=offset,
+                partition_leader_epoch=self.leader_epoch)
+            self._write([marker], [(offset, offset)])
+            completed = self._state.apply_marker(producer_id=producer_id, producer_epoch=producer_epoch,
+                                                 committed=committed, coordinator_epoch=coordinator_epoch,
+                                                 offset=offset, timestamp=timestamp)
+            _index_abort(self._aborted, completed)
+        self._committer.wait_until_durable(offset + 1)
+        return AppendResult(offset, offset, log_start_offset=self.log_start_offset)
+
+    def _write(self, chunks: list[bytes], offsets: list[tuple[int, int]]) -> None:
+        """Write whole batches at the log end (lock held), rolling first if they would overflow the segment."""
+        data = b"".join(chunks)
+        active = self._segments[-1]
+        try:
+            if active.size > 0 and active.size + len(data) > self.config.segment_bytes:
+                active = self._roll()
+            active.append(data, [(base, last, len(chunk)) for (base, last), chunk in zip(offsets, chunks)])
+        except OSError as error:
+            raise KafkaStorageError(f"cannot write to {active.path}: {error}") from error
+        self._log_end_offset = offsets[-1][1] + 1
+
+    def _roll(self) -> Segment:
+        """Seal the active segment (fsynced, so only the newest segment is ever unsynced) and start one."""
+        old = self._segments[-1]
+        if self.config.fsync and old.synced_size < old.size:
+            old.sync()
+            self.fsync_count += 1
+        old.mark_synced(old.size)
+        segment = Segment.create(self.directory, self._log_end_offset)
+        self._segments.append(segment)
+        self._segment_bases.append(segment.base_offset)
+        return segment
+
+    def _flush(self) -> int:
+        """One group-commit flush: fsync what is written now, then advance the high watermark to it."""
+        with self._lock:
+            if self._files_closed:
+                raise NotLeaderOrFollowerError(f"log {self.topic}-{self.partition} is closed")
+            end = self._log_end_offset
+            # segments are fsynced when rolled, so only the newest can hold unsynced bytes; -2 is cheap insurance
+            dirty = [(segment, segment.size) for segment in self._segments[-2:] if segment.synced_size < segment.size]
+        try:
+            if self.config.fsync:
+                for segment, _size in dirty:
+                    segment.sync()
+        except OSError as error:
+            raise KafkaStorageError(f"fsync of {self.topic}-{self.partition} failed: {error}") from error
+        with self._lock:
+            for segment, size in dirty:
+                segment.mark_synced(size)
+            if self.config.fsync:
+                self.fsync_count += len(dirty)
+            if end > self._high_watermark:
+                self._high_watermark = end
+                self._state.on_high_watermark(end)
+                self._data_ready.notify_all()
+        return end
+
+    # ------------------------------------------------------------ reads
+
+    def read(self, fetch_offset: int, max_bytes: int, isolation: IsolationLevel) -> FetchData:
+        """Whole batches from the one holding `fetch_offset`, below the HW (or LSO for read_committed).
+
+        At least one batch is returned when any is readable, however large; more while they fit in
+        `max_bytes`. An offset past the readable end but not past the HW reads as empty (Kafka does
+        the same for read_committed consumers positioned beyond the LSO).
+        """
+        with self._lock:
+            self._check_open()
+            high_watermark, lso = self._high_watermark, self._last_stable_offset()
+            if fetch_offset < self.log_start_offset or fetch_offset > high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"offset {fetch_offset} is outside {self.topic}-{self.partition}'s range "
+                    f"[{self.log_start_offset}, {high_watermark}]")
+            committed = isolation == IsolationLevel.READ_COMMITTED
+            spans, end = self._spans(fetch_offset, lso if committed else high_watermark, max_bytes)
+            aborted = self._aborted.collect(fetch_offset, end) if committed and spans else []
+        data = b"".join(segment.read(start, stop) for segment, start, stop in spans)
+        return FetchData(data, high_watermark, lso, self.log_start_offset, aborted)
+
+    def _spans(self, offset: int, upper_bound: int, max_bytes: float) -> tuple[list[tuple[Segment, int, int]], int]:
+        """(segment, start, end) byte ranges of the batches to read (lock held), and the offset after them."""
+        spans: list[tuple[Segment, int, int]] = []
+        if offset >= upper_bound:
+            return spans, offset
+        first = max(0, self._find_segment(offset))
+        for segment in self._segments[first:]:
+            start, end, offset = segment.span(offset, upper_bound, max_bytes, take_one=not spans)
+            if end > start:
+                spans.append((segment, start, end))
+                max_bytes -= end - start
+            if offset < segment.next_offset or offset >= upper_bound:
+                break
+        return spans, offset
+
+    def _find_segment(self, offset: int) -> int:
+        return bisect_right(self._segment_bases, offset) - 1
+
+    def wait_for_data(self, fetch_offset: int, isolation: IsolationLevel, timeout_s: float) -> bool:
+        """Block until something at or after `fetch_offset` is readable, or the timeout passes."""
+        with self._data_ready:
+            self._data_ready.wait_for(lambda: self._closed or self._readable_end(isolation) > fetch_offset,
+                                      timeout=max(0.0, timeout_s))
+            return self._readable_end(isolation) > fetch_offset
+
+    def batches(self, start_offset: int = 0, *, up_to: int | None = None) -> Iterator[RecordBatch]:
+        """Durable batches in offset order, from the one holding `start_offset` to those ending below `up_to`."""
+        with self._lock:
+            self._check_open()
+            bound = self._high_watermark if up_to is None else min(up_to, self._high_watermark)
+            spans, _end = self._spans(max(start_offset, self.log_start_offset), bound, float("inf"))
+        for segment, start, end in spans:
+            yield from segment.iter_batches(start, end)
+
+    # ------------------------------------------------------------ state
+
+    def producer_snapshots(self) -> list[ProducerSnapshot]:
+        with self._lock:
+            return self._state.snapshots()
+
+    def open_transactions(self) -> list[OpenTransaction]:
+        with self._lock:
+            return self._state.open_transactions()
+
+    def aborted_transactions(self) -> tuple[AbortedTxn, ...]:
+        """Every indexed abort (dump-log and tests; fetches use read())."""
+        with self._lock:
+            return self._aborted.entries
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise NotLeaderOrFollowerError(f"log {self.topic}-{self.partition} is closed on this node")
+
+    def close(self) -> None:
+        """Refuse new work, wait until everything written is durable, then close the files."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            end = self._log_end_offset
+            self._data_ready.notify_all()
+        try:
+            self._committer.wait_until_durable(end)
+        finally:
+            with self._lock:
+                self._files_closed = True
+                for segment in self._segments:
+                    segment.close()
+
+
+def _index_abort(index: AbortedTxnIndex, completed: CompletedTxn | None) -> None:
+    if completed is not None and not completed.committed:
+        index.add(AbortedTxn(completed.producer_id, completed.first_offset, completed.marker_offset,
+                             completed.last_stable_offset))

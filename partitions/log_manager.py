@@ -1,0 +1,104 @@
+"""LogManager: opens the partition logs a node leads, under DATA/logs/<topic>-<partition>/.
+
+Owns the leader-epoch file of each log. Invariant: every open_as_leader() durably writes an
+epoch one higher than any before it (temp file, fsync, rename, fsync the directory) before the
+log is opened, so batches written under two leaderships never share an epoch.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from partitions.log import PartitionLog
+from partitions.model import LogConfig
+from partitions.segment import fsync_directory
+from proto.errors import InvalidPartitionsError, KafkaStorageError
+from proto.structs import validate_topic_name
+
+LEADER_EPOCH_FILE = "leader-epoch"
+
+
+def read_leader_epoch(log_dir: Path) -> int:
+    """The last leader epoch written in `log_dir`, -1 if none."""
+    path = log_dir / LEADER_EPOCH_FILE
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return -1
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise KafkaStorageError(f"{path} holds {text!r}, not a leader epoch; fix or remove it") from None
+
+
+def write_leader_epoch(log_dir: Path, epoch: int) -> None:
+    path = log_dir / LEADER_EPOCH_FILE
+    tmp = log_dir / f"{LEADER_EPOCH_FILE}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, f"{epoch}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_directory(log_dir)
+
+
+class LogManager:
+    """The open logs of one node. Thread-safe; a log being recovered does not block other logs."""
+
+    def __init__(self, root: Path, config: LogConfig = LogConfig()) -> None:
+        self.root = root
+        self.config = config
+        self._lock = threading.Lock()
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._opening: dict[tuple[str, int], threading.Lock] = {}
+
+    def log_dir(self, topic: str, partition: int) -> Path:
+        return self.root / f"{topic}-{partition}"
+
+    def open_as_leader(self, topic: str, partition: int) -> PartitionLog:
+        """The log of topic-partition, opened at the next leader epoch (or the one already open here)."""
+        validate_topic_name(topic)
+        if partition < 0:
+            raise InvalidPartitionsError(f"partition {partition} of {topic!r} is negative")
+        key = (topic, partition)
+        with self._lock:
+            if key in self._logs:
+                return self._logs[key]
+            opening = self._opening.setdefault(key, threading.Lock())
+        with opening:
+            with self._lock:
+                if key in self._logs:
+                    return self._logs[key]
+            log_dir = self.log_dir(topic, partition)
+            log_dir.mkdir(parents=True, exist_ok=True)
+            epoch = read_leader_epoch(log_dir) + 1
+            write_leader_epoch(log_dir, epoch)
+            log = PartitionLog.open(log_dir, topic, partition, leader_epoch=epoch, config=self.config)
+            with self._lock:
+                self._logs[key] = log
+                self._opening.pop(key, None)
+            return log
+
+    def get(self, topic: str, partition: int) -> PartitionLog | None:
+        with self._lock:
+            return self._logs.get((topic, partition))
+
+    def open_logs(self) -> list[PartitionLog]:
+        with self._lock:
+            return list(self._logs.values())
+
+    def close(self, topic: str, partition: int) -> None:
+        with self._lock:
+            log = self._logs.pop((topic, partition), None)
+        if log is not None:
+            log.close()
+
+    def close_all(self) -> None:
+        with self._lock:
+            logs = list(self._logs.values())
+            self._logs.clear()
+        for log in logs:
+            log.close()

@@ -1,0 +1,252 @@
+"""One segment file of a partition log: its bytes, an in-memory index of its batches, its scan.
+
+A segment holds v2 batches back to back, each carrying the offset the log assigned; the index
+keeps (base offset, last offset, byte position) per batch, so a read is a bisect and a pread.
+The scan on recovery accepts the longest prefix of well-formed, CRC-valid, contiguous batches
+and says where and why it stopped; the caller decides to cut there.
+"""
+from __future__ import annotations
+
+import os
+from array import array
+from bisect import bisect_left
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from proto import records
+from proto.errors import CorruptMessageError
+from proto.records import HEADER_SIZE, RecordBatch
+
+SUFFIX = ".log"
+_READ_AHEAD = 1 << 20
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}{SUFFIX}"
+
+
+def parse_segment_name(name: str) -> int | None:
+    """The base offset of a segment file name, or None if `name` is not one."""
+    stem = name[:-len(SUFFIX)]
+    if name.endswith(SUFFIX) and len(stem) == 20 and stem.isdigit():
+        return int(stem)
+    return None
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make file creations, renames and deletions in `directory` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def pread_fully(fd: int, length: int, position: int) -> bytes:
+    """Up to `length` bytes at `position`; shorter only at the end of the file."""
+    parts = []
+    while length > 0:
+        chunk = os.pread(fd, length, position)
+        if not chunk:
+            break
+        parts.append(chunk)
+        length -= len(chunk)
+        position += len(chunk)
+    return b"".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class ScanProblem:
+    """Where a segment's good prefix ends and why."""
+
+    position: int
+    cut_bytes: int
+    reason: str
+
+
+class _ReadAhead:
+    """Sequential reads of a file in 1 MiB windows (a scan would otherwise pread twice per batch)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._start = 0
+        self._buffer = b""
+
+    def read(self, position: int, length: int) -> bytes:
+        offset = position - self._start
+        if offset < 0 or offset + length > len(self._buffer):
+            self._buffer = pread_fully(self._fd, max(length, _READ_AHEAD), position)
+            self._start, offset = position, 0
+        return self._buffer[offset:offset + length]
+
+
+class Segment:
+    """One open segment file. Not thread-safe: the owning PartitionLog serialises access."""
+
+    def __init__(self, path: Path, base_offset: int, fd: int) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self._fd = fd
+        self._size = 0
+        self._synced_size = 0
+        self._bases = array("q")
+        self._lasts = array("q")
+        self._positions = array("q")
+
+    @classmethod
+    def create(cls, directory: Path, base_offset: int) -> Segment:
+        """A new empty segment, its directory entry made durable."""
+        path = directory / segment_name(base_offset)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
+        fsync_directory(directory)
+        return cls(path, base_offset, fd)
+
+    @classmethod
+    def open_existing(cls, path: Path, base_offset: int) -> Segment:
+        """An existing segment with an empty index; call scan() to index it."""
+        return cls(path, base_offset, os.open(path, os.O_RDWR | os.O_APPEND))
+
+    # ------------------------------------------------------------ state
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def synced_size(self) -> int:
+        return self._synced_size
+
+    @property
+    def next_offset(self) -> int:
+        """The offset after this segment's last batch (its base offset when empty)."""
+        return self._lasts[-1] + 1 if self._lasts else self.base_offset
+
+    @property
+    def batch_count(self) -> int:
+        return len(self._bases)
+
+    # ------------------------------------------------------------ writing
+
+    def append(self, data: bytes, batches: list[tuple[int, int, int]]) -> None:
+        """Write `data` at the end, all or nothing: whole batches, (base offset, last offset, size) each."""
+        view = memoryview(data)
+        written = 0
+        try:
+            while written < len(data):
+                written += os.write(self._fd, view[written:])
+        except OSError:
+            os.ftruncate(self._fd, self._size)  # a partial batch must not stay behind
+            raise
+        position = self._size
+        for base, last, size in batches:
+            self._index(base, last, position)
+            position += size
+        self._size += len(data)
+
+    def _index(self, base_offset: int, last_offset: int, position: int) -> None:
+        self._bases.append(base_offset)
+        self._lasts.append(last_offset)
+        self._positions.append(position)
+
+    def sync(self) -> None:
+        os.fsync(self._fd)
+
+    def mark_synced(self, size: int) -> None:
+        self._synced_size = max(self._synced_size, size)
+
+    def truncate(self, size: int) -> None:
+        """Cut the file to `size` bytes (a batch boundary) durably, and forget the batches past it."""
+        os.ftruncate(self._fd, size)
+        os.fsync(self._fd)
+        keep = bisect_left(self._positions, size)
+        del self._bases[keep:], self._lasts[keep:], self._positions[keep:]
+        self._size = self._synced_size = size
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    # ------------------------------------------------------------ reading
+
+    def span(self, offset: int, upper_bound: int, max_bytes: float, take_one: bool) -> tuple[int, int, int]:
+        """Byte range (start, end) of whole batches from the one holding `offset`, and the offset after them.
+
+        Batches reaching `upper_bound` are left out; so are batches past `max_bytes`, except that
+        the first batch is taken regardless when `take_one` is set. An empty range has start == end.
+        """
+        i = bisect_left(self._lasts, offset)
+        if i == len(self._lasts):
+            return self._size, self._size, offset
+        start = end = self._positions[i]
+        next_offset = offset
+        while i < len(self._lasts) and self._lasts[i] < upper_bound:
+            batch_end = self._positions[i + 1] if i + 1 < len(self._positions) else self._size
+            if end - start + batch_end - self._positions[i] > max_bytes and not (take_one and end == start):
+                break
+            end, next_offset = batch_end, self._lasts[i] + 1
+            i += 1
+        return start, end, next_offset
+
+    def read(self, start: int, end: int) -> bytes:
+        return pread_fully(self._fd, end - start, start)
+
+    def iter_batches(self, start: int, end: int) -> Iterator[RecordBatch]:
+        """The batches in bytes [start, end), which must be batch boundaries below the durable end."""
+        reader = _ReadAhead(self._fd)
+        position = start
+        while position < end:
+            header = records.read_header(reader.read(position, HEADER_SIZE))
+            yield RecordBatch(header, reader.read(position, header.size))
+            position += header.size
+
+    # ------------------------------------------------------------ recovery
+
+    def scan(self, expected_offset: int, on_batch: Callable[[RecordBatch], None]) -> ScanProblem | None:
+        """Index the good prefix of the file, calling `on_batch` for each good batch in order.
+
+        A batch is good if its header parses with magic 2, it fits in the file, its CRC-32C
+        matches, its base offset is the one expected, and a marker's control record parses.
+        """
+        file_size = os.fstat(self._fd).st_size
+        reader = _ReadAhead(self._fd)
+        position, expected, problem = 0, expected_offset, None
+        while position < file_size and problem is None:
+            remaining = file_size - position
+            if remaining < HEADER_SIZE:
+                problem = f"torn tail: {remaining} of {HEADER_SIZE} header bytes"
+                break
+            try:
+                header = records.read_header(reader.read(position, HEADER_SIZE))
+            except CorruptMessageError as error:
+                problem = f"unreadable batch header: {error}"
+                break
+            if header.size > remaining:
+                problem = f"torn tail: {remaining} of {header.size} bytes"
+                break
+            batch = RecordBatch(header, reader.read(position, header.size))
+            problem = _batch_problem(batch, expected)
+            if problem is None:
+                self._index(header.base_offset, header.last_offset, position)
+                on_batch(batch)
+                position += header.size
+                expected = header.next_offset
+        self._size = self._synced_size = position
+        if problem is None:
+            return None
+        return ScanProblem(position, file_size - position, problem)
+
+
+def _batch_problem(batch: RecordBatch, expected_offset: int) -> str | None:
+    header = batch.header
+    if not batch.crc_ok():
+        return f"CRC mismatch at offset {header.base_offset}"
+    if header.base_offset != expected_offset:
+        return f"offset gap: expected a batch at offset {expected_offset}, found {header.base_offset}"
+    if header.is_control:
+        try:
+            batch.control_record()
+        except CorruptMessageError as error:
+            return f"unreadable transaction marker at offset {header.base_offset}: {error}"
+    return None

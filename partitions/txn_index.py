@@ -1,0 +1,51 @@
+"""The aborted-transaction index of one partition (Kafka's .txnindex, kept in memory).
+
+One entry per ABORT marker that closed an open transaction, in marker-offset order, so a
+read_committed fetch finds the aborts overlapping its data with one bisect. Rebuilt from the
+log on recovery; a marker that closed nothing adds no entry.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    """Kafka's AbortedTxn: version-0 .txnindex entry."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the ABORT marker's offset
+    last_stable_offset: int  # the LSO right after the abort
+
+
+class AbortedTxnIndex:
+    """Aborted transactions ordered by marker offset (markers are appended in offset order)."""
+
+    def __init__(self) -> None:
+        self._entries: list[AbortedTxn] = []
+        self._last_offsets: list[int] = []
+
+    def add(self, entry: AbortedTxn) -> None:
+        if self._last_offsets and entry.last_offset <= self._last_offsets[-1]:
+            raise ValueError(f"abort marker at offset {entry.last_offset} is not after the last indexed "
+                             f"one at {self._last_offsets[-1]}")
+        self._entries.append(entry)
+        self._last_offsets.append(entry.last_offset)
+
+    def collect(self, fetch_offset: int, upper_bound: int) -> list[tuple[int, int]]:
+        """(producer_id, first_offset) of aborts with last_offset >= fetch_offset and first_offset < upper_bound."""
+        found = []
+        for i in range(bisect_left(self._last_offsets, fetch_offset), len(self._entries)):
+            entry = self._entries[i]
+            if entry.first_offset < upper_bound:
+                found.append((entry.producer_id, entry.first_offset))
+            if entry.last_stable_offset >= upper_bound:
+                # every later transaction started at or after this LSO: none can overlap (Kafka stops here too)
+                break
+        return found
+
+    @property
+    def entries(self) -> tuple[AbortedTxn, ...]:
+        return tuple(self._entries)

@@ -1,0 +1,29 @@
+"""Fixtures for the partition log tests: logs in tmp_path, closed at teardown."""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from partitions import LogConfig, PartitionLog
+
+
+@pytest.fixture
+def log_dir(tmp_path: Path) -> Path:
+    return tmp_path / "orders-0"
+
+
+@pytest.fixture
+def open_log(log_dir: Path) -> Iterator[Callable[..., PartitionLog]]:
+    """open_log(leader_epoch=0, **LogConfig fields) opens (or reopens) the log in log_dir."""
+    opened: list[PartitionLog] = []
+
+    def _open(*, leader_epoch: int = 0, **config: object) -> PartitionLog:
+        log = PartitionLog.open(log_dir, "orders", 0, leader_epoch=leader_epoch, config=LogConfig(**config))
+        opened.append(log)
+        return log
+
+    yield _open
+    for log in opened:
+        log.close()
