@@ -3,6 +3,7 @@
 KafkaError
  ├── IllegalStateError, KafkaConfigurationError      (client misuse, never on the wire)
  ├── KafkaTimeoutError, KafkaConnectionError          (client side, retriable)
+ ├── TransactionAbortedError                          (client side: a record discarded by abort)
  └── BrokerResponseError                              (one class per wire code; for_code() maps back)
 
 Nodes and clients share this module, so a code means the same thing on both sides of
@@ -52,6 +53,11 @@ class KafkaConnectionError(KafkaError):
 
     retriable = True
     invalid_metadata = True
+
+
+class TransactionAbortedError(KafkaError):
+    """The transaction was aborted before this record was sent; it was not written (Kafka's
+    TransactionAbortedException: client side, no wire code)."""
 
 
 class BrokerResponseError(KafkaError):
@@ -140,7 +146,11 @@ NONE = 0
 def for_code(code: int, message: str = "") -> BrokerResponseError:
     """The exception for a wire code; unknown codes become UNKNOWN_SERVER_ERROR."""
     cls = ERRORS_BY_CODE.get(code, UnknownServerError)
-    text = f"[{cls.name}] {message}" if message else f"[{cls.name}] {cls.__doc__}"
+    prefix = f"[{cls.name}]"
+    if not message:
+        text = f"{prefix} {cls.__doc__}"
+    else:
+        text = message if message.startswith(prefix) else f"{prefix} {message}"
     return cls(text)
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_before_delay, wait_exponential_jitter
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_before_delay, wait_exponential, wait_random
 
 from proto import txnsim_pb2_grpc as rpc
 from proto.errors import (
@@ -153,7 +153,7 @@ def retrying(deadline_s: float, *, initial_backoff_s: float = 0.05, max_backoff_
 
     return Retrying(
         retry=retry_if_exception(_is_retriable),
-        wait=wait_exponential_jitter(initial=initial_backoff_s, max=max_backoff_s, jitter=initial_backoff_s),
+        wait=wait_exponential(multiplier=initial_backoff_s, max=max_backoff_s) + wait_random(0, initial_backoff_s),
         stop=stop_before_delay(max(deadline_s, 0.0)),
         before_sleep=_before_sleep,
         reraise=True,

@@ -549,7 +549,7 @@ class DescribeTransactionsResponse(_message.Message):
     def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., transactions: _Optional[_Iterable[_Union[TransactionDescription, _Mapping]]] = ...) -> None: ...
 
 class TransactionLogValue(_message.Message):
-    __slots__ = ("producer_id", "previous_producer_id", "next_producer_id", "producer_epoch", "timeout_ms", "state", "partitions", "last_update_time_ms", "start_time_ms")
+    __slots__ = ("producer_id", "previous_producer_id", "next_producer_id", "producer_epoch", "timeout_ms", "state", "partitions", "last_update_time_ms", "start_time_ms", "ended_by_fence")
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     NEXT_PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -559,6 +559,7 @@ class TransactionLogValue(_message.Message):
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     LAST_UPDATE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     START_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    ENDED_BY_FENCE_FIELD_NUMBER: _ClassVar[int]
     producer_id: int
     previous_producer_id: int
     next_producer_id: int
@@ -568,7 +569,8 @@ class TransactionLogValue(_message.Message):
     partitions: _containers.RepeatedCompositeFieldContainer[TopicPartitionRef]
     last_update_time_ms: int
     start_time_ms: int
-    def __init__(self, producer_id: _Optional[int] = ..., previous_producer_id: _Optional[int] = ..., next_producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., state: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[TopicPartitionRef, _Mapping]]] = ..., last_update_time_ms: _Optional[int] = ..., start_time_ms: _Optional[int] = ...) -> None: ...
+    ended_by_fence: bool
+    def __init__(self, producer_id: _Optional[int] = ..., previous_producer_id: _Optional[int] = ..., next_producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., state: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[TopicPartitionRef, _Mapping]]] = ..., last_update_time_ms: _Optional[int] = ..., start_time_ms: _Optional[int] = ..., ended_by_fence: _Optional[bool] = ...) -> None: ...
 
 class JoinGroupRequest(_message.Message):
     __slots__ = ("group_id", "member_id", "session_timeout_ms", "rebalance_timeout_ms", "topics", "group_instance_id")

@@ -1,0 +1,118 @@
+"""The Cluster service: metadata, coordinator discovery, topic creation and status, answered by any node."""
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Callable
+
+from coordinator.layout import ClusterLayout, ClusterSpec
+from coordinator.placement import Placement
+from coordinator.rpc import answers_with
+from coordinator.topics import TopicStore
+from proto import txnsim_pb2 as pb
+from proto import txnsim_pb2_grpc as rpc
+from proto.errors import InvalidRequestError
+from proto.hashing import partition_for
+from proto.structs import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+
+GROUP, TRANSACTION = 0, 1
+
+
+def node_is_alive(layout: ClusterLayout, node_id: int, own_node_id: int | None = None) -> bool:
+    """A live node holds an exclusive flock on its lock file; the kernel drops it when the process dies."""
+    if node_id == own_node_id:
+        return True
+    try:
+        fd = os.open(layout.node_lock(node_id), os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+class ClusterServer:
+    def __init__(self, *, node_id: int, spec: ClusterSpec, layout: ClusterLayout, placement: Placement,
+                 topics: TopicStore, owned_logs: Callable[[], list[tuple[str, int, int]]],
+                 ready: Callable[[], bool]) -> None:
+        self.node_id = node_id
+        self._spec = spec
+        self._layout = layout
+        self._placement = placement
+        self._topics = topics
+        self._owned_logs = owned_logs
+        self._ready = ready
+
+    def _nodes(self) -> list[pb.NodeInfo]:
+        return [pb.NodeInfo(node_id=i, address=self._spec.nodes[i],
+                            alive=node_is_alive(self._layout, i, self.node_id)) for i in self._spec.node_ids]
+
+    def metadata(self, req: pb.MetadataRequest) -> pb.MetadataResponse:
+        topics = self._topics.all()
+        if req.include_internal:
+            topics[TRANSACTION_STATE_TOPIC] = self._spec.config.txn_shards
+            topics[CONSUMER_OFFSETS_TOPIC] = self._spec.config.offsets_shards
+        names = list(req.topics) or sorted(topics)
+        out = []
+        for name in names:
+            count = topics.get(name)
+            if count is None:
+                out.append(pb.TopicMetadata(name=name, error_code=3,
+                                            error_message=f"[UNKNOWN_TOPIC_OR_PARTITION] topic {name!r} does not exist"))
+                continue
+            out.append(pb.TopicMetadata(name=name, internal=name.startswith("__"), partitions=[
+                pb.PartitionMetadata(partition=p, leader=self._placement.owner(name, p)) for p in range(count)]))
+        return pb.MetadataResponse(nodes=self._nodes(), topics=out, txn_shards=self._spec.config.txn_shards,
+                                   offsets_shards=self._spec.config.offsets_shards)
+
+    def find_coordinator(self, req: pb.FindCoordinatorRequest) -> pb.FindCoordinatorResponse:
+        if not req.key:
+            raise InvalidRequestError("[INVALID_REQUEST] FindCoordinator needs a key")
+        if req.key_type == TRANSACTION:
+            topic, shard = TRANSACTION_STATE_TOPIC, partition_for(req.key, self._spec.config.txn_shards)
+        elif req.key_type == GROUP:
+            topic, shard = CONSUMER_OFFSETS_TOPIC, partition_for(req.key, self._spec.config.offsets_shards)
+        else:
+            raise InvalidRequestError(f"[INVALID_REQUEST] key_type must be 0 (group) or 1 (transaction), "
+                                      f"not {req.key_type}")
+        owner = self._placement.owner(topic, shard)
+        return pb.FindCoordinatorResponse(node_id=owner, address=self._spec.nodes[owner], shard=shard)
+
+    def create_topic(self, req: pb.CreateTopicRequest) -> pb.CreateTopicResponse:
+        self._topics.create(req.name, req.partitions)
+        return pb.CreateTopicResponse()
+
+    def status(self, req: pb.ClusterStatusRequest) -> pb.ClusterStatusResponse:
+        if not self._ready():
+            return pb.ClusterStatusResponse(error_code=14, node_id=self.node_id,
+                                            error_message="[COORDINATOR_LOAD_IN_PROGRESS] node is loading its shards")
+        logs = [pb.LogOwnership(topic=t, partition=p, owner=self.node_id, leader_epoch=e)
+                for t, p, e in self._owned_logs()]
+        return pb.ClusterStatusResponse(nodes=self._nodes(), logs=logs, node_id=self.node_id)
+
+
+class ClusterServicer(rpc.ClusterServicer):
+    def __init__(self, server: ClusterServer) -> None:
+        self._server = server
+
+    @answers_with(pb.MetadataResponse)
+    def Metadata(self, request, context):
+        return self._server.metadata(request)
+
+    @answers_with(pb.FindCoordinatorResponse)
+    def FindCoordinator(self, request, context):
+        return self._server.find_coordinator(request)
+
+    @answers_with(pb.CreateTopicResponse)
+    def CreateTopic(self, request, context):
+        return self._server.create_topic(request)
+
+    @answers_with(pb.ClusterStatusResponse)
+    def Status(self, request, context):
+        return self._server.status(request)

@@ -1,0 +1,442 @@
+"""The group coordinator: membership, server-side range assignment and offsets of the groups whose
+__consumer_offsets shards this node owns. No gRPC here; the clock is passed in.
+
+Every change is written to the shard's log before it is applied or answered (prepare, append,
+apply), under the group's lock, so memory always equals what a replay of the log rebuilds.
+Transactional offsets stay pending per producer id until its marker reaches the shard.
+Request-level failures are raised as KafkaError (the servicer turns them into error codes);
+per-partition failures come back in the response.
+"""
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from proto import txnsim_pb2 as pb
+from proto.errors import (
+    CoordinatorLoadInProgressError,
+    FencedInstanceIdError,
+    InvalidRequestError,
+    InvalidSessionTimeoutError,
+    KafkaError,
+    NotCoordinatorError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+    UnstableOffsetCommitError,
+)
+from proto.hashing import partition_for
+from proto.records import ControlType, encode_batch
+from proto.structs import TopicPartition
+
+from coordinator.group import log_format
+from coordinator.group.metadata import GroupMetadata, MemberMetadata, PartitionCount, range_assignment
+from coordinator.group.validation import (
+    check_generation,
+    locked,
+    map_append_error,
+    member_of,
+    validate_commit_member,
+    validate_group_id,
+    validate_offsets,
+)
+from partitions.model import AppendOrigin
+
+logger = logging.getLogger(__name__)
+
+
+def _wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ShardStatus(enum.Enum):
+    LOADING = "loading"
+    ACTIVE = "active"
+
+
+@dataclass(eq=False)
+class _Shard:
+    number: int
+    log: Any  # partitions.PartitionLog: append(records, origin=...) and batches()
+    status: ShardStatus = ShardStatus.LOADING
+    groups: dict[str, GroupMetadata] = field(default_factory=dict)
+    #: producer id -> groups that may hold its pending offsets
+    txn_groups: dict[int, set[str]] = field(default_factory=dict)
+    #: markers that arrived while the shard was loading: (producer_id, committed, marker_offset)
+    deferred: list[tuple[int, bool, int | None]] = field(default_factory=list)
+
+
+class GroupCoordinator:
+    """Serves the group RPCs for the __consumer_offsets shards loaded into it."""
+
+    def __init__(self, offsets_shards: int, *, now_ms: Callable[[], int] = _wall_clock_ms,
+                 min_session_timeout_ms: int = 6000, max_session_timeout_ms: int = 1_800_000,
+                 partitions_for: PartitionCount | None = None) -> None:
+        if offsets_shards < 1:
+            raise ValueError(f"offsets_shards must be at least 1, not {offsets_shards}")
+        self.offsets_shards = offsets_shards
+        self._now_ms = now_ms
+        self.min_session_timeout_ms = min_session_timeout_ms
+        self.max_session_timeout_ms = max_session_timeout_ms
+        self._partitions_for = partitions_for
+        self._lock = threading.Lock()
+        self._shards: dict[int, _Shard] = {}
+
+    # ------------------------------------------------------------ shards
+
+    def shard_of(self, group_id: str) -> int:
+        return partition_for(group_id, self.offsets_shards)
+
+    def owns_group(self, group_id: str) -> bool:
+        """True while this coordinator owns the group's shard (loaded or still loading)."""
+        with self._lock:
+            return self.shard_of(group_id) in self._shards
+
+    def load_shard(self, shard: int, log: Any) -> None:
+        """Replay the shard's log, then serve it; meanwhile its groups get COORDINATOR_LOAD_IN_PROGRESS."""
+        state = _Shard(shard, log)
+        with self._lock:
+            self._shards[shard] = state
+        try:
+            self._replay(state)
+        except Exception:
+            with self._lock:
+                if self._shards.get(shard) is state:
+                    del self._shards[shard]
+            raise
+        while True:  # markers that came in during the replay are applied before anyone is served
+            with self._lock:
+                if self._shards.get(shard) is not state:
+                    return
+                deferred, state.deferred = state.deferred, []
+                if not deferred:
+                    state.status = ShardStatus.ACTIVE
+                    break
+            for producer_id, committed, marker_offset in deferred:
+                self._complete(state, producer_id, committed, marker_offset)
+        logger.info("loaded __consumer_offsets-%d: %d groups", shard, len(state.groups))
+
+    def unload_shard(self, shard: int) -> None:
+        with self._lock:
+            self._shards.pop(shard, None)
+
+    def _replay(self, shard: _Shard) -> None:
+        now = self._now_ms()
+        for batch in shard.log.batches():
+            header = batch.header
+            if header.is_control:
+                marker = batch.control_record()
+                self._complete_unlocked(shard, header.producer_id, marker.type is ControlType.COMMIT,
+                                        header.base_offset)
+                continue
+            for record in batch.records():
+                try:
+                    key = log_format.parse_key(record.key)
+                except KafkaError as exc:  # not ours to interpret; the rest of the shard still loads
+                    logger.warning("__consumer_offsets-%d offset %d skipped: %s", shard.number, record.offset, exc)
+                    continue
+                group = shard.groups.get(key.group_id)
+                if group is None:
+                    group = shard.groups[key.group_id] = GroupMetadata(key.group_id)
+                if isinstance(key, log_format.GroupKey):
+                    if record.value is not None:
+                        value = log_format.decode_group(record.value)
+                        members = {m.member_id: replace(m, last_heartbeat_ms=now, generation=value.generation)
+                                   for m in value.members}
+                        group.generation = value.generation
+                        group.members = members
+                        group.assignment = range_assignment(members, self._partitions_for)
+                        group.rebalance_started_ms = now
+                elif header.is_transactional:
+                    if record.value is not None:
+                        group.add_pending(header.producer_id, key.tp, log_format.decode_offset(record.value, record.offset))
+                        shard.txn_groups.setdefault(header.producer_id, set()).add(key.group_id)
+                elif record.value is None:
+                    group.offsets.pop(key.tp, None)
+                else:
+                    group.apply_commit(key.tp, log_format.decode_offset(record.value, record.offset))
+
+    def _group(self, group_id: str, *, create: bool) -> tuple[_Shard, GroupMetadata | None]:
+        validate_group_id(group_id)
+        number = self.shard_of(group_id)
+        with self._lock:
+            shard = self._shards.get(number)
+            if shard is None:
+                raise NotCoordinatorError(f"[NOT_COORDINATOR] this node does not own __consumer_offsets-{number}, "
+                                          f"the shard of group {group_id!r}; find the coordinator again")
+            if shard.status is ShardStatus.LOADING:
+                raise CoordinatorLoadInProgressError(
+                    f"[COORDINATOR_LOAD_IN_PROGRESS] __consumer_offsets-{number} is still loading; retry")
+            group = shard.groups.get(group_id)
+            if group is None and create:
+                group = shard.groups[group_id] = GroupMetadata(group_id)
+            return shard, group
+
+    def _check_serving(self, shard: _Shard) -> None:
+        with self._lock:
+            if self._shards.get(shard.number) is not shard:
+                raise NotCoordinatorError(f"[NOT_COORDINATOR] __consumer_offsets-{shard.number} moved away; "
+                                          f"find the coordinator again")
+
+    def _append(self, shard: _Shard, batch: bytes, *, offsets: bool = False) -> int | None:
+        """Write `batch` durably; returns its base offset. Failures map to coordinator errors (§2)."""
+        try:
+            result = shard.log.append(batch, origin=AppendOrigin.COORDINATOR)
+        except KafkaError as exc:
+            raise map_append_error(exc, shard.number, offsets=offsets) from None
+        except OSError as exc:
+            raise NotCoordinatorError(f"[NOT_COORDINATOR] __consumer_offsets-{shard.number} cannot be written: "
+                                      f"{exc}") from None
+        self._check_serving(shard)
+        return getattr(result, "base_offset", None)
+
+    # ------------------------------------------------------------ membership
+
+    def join_group(self, req: pb.JoinGroupRequest) -> pb.JoinGroupResponse:
+        validate_group_id(req.group_id)
+        if not self.min_session_timeout_ms <= req.session_timeout_ms <= self.max_session_timeout_ms:
+            raise InvalidSessionTimeoutError(
+                f"[INVALID_SESSION_TIMEOUT] session_timeout_ms {req.session_timeout_ms} is outside "
+                f"[{self.min_session_timeout_ms}, {self.max_session_timeout_ms}]")
+        shard, group = self._group(req.group_id, create=True)
+        assert group is not None
+        now = self._now_ms()
+        rebalance_timeout_ms = req.rebalance_timeout_ms if req.rebalance_timeout_ms > 0 else req.session_timeout_ms
+        instance_id = req.group_instance_id or None
+        topics = tuple(sorted(set(req.topics)))
+        with group.lock:
+            self._check_serving(shard)
+            members = dict(group.members)
+            member_id = req.member_id
+            if not member_id:
+                if instance_id is not None:  # KIP-345: a restarted static member replaces its old incarnation
+                    for old in [m for m in members.values() if m.group_instance_id == instance_id]:
+                        del members[old.member_id]
+                member_id = f"{instance_id or 'consumer'}-{uuid.uuid4()}"
+                members[member_id] = MemberMetadata(member_id, instance_id, req.session_timeout_ms,
+                                                    rebalance_timeout_ms, topics)
+                reason = f"member {member_id} joined"
+            else:
+                current = members.get(member_id)
+                if current is None:
+                    raise UnknownMemberIdError(f"[UNKNOWN_MEMBER_ID] member {member_id!r} is not in group "
+                                               f"{req.group_id!r}; rejoin with an empty member id")
+                if current.group_instance_id != instance_id:
+                    raise FencedInstanceIdError(f"[FENCED_INSTANCE_ID] member {member_id!r} has instance id "
+                                                f"{current.group_instance_id!r}, not {instance_id!r}")
+                members[member_id] = replace(current, session_timeout_ms=req.session_timeout_ms,
+                                             rebalance_timeout_ms=rebalance_timeout_ms, topics=topics)
+                reason = "" if current.topics == topics else f"member {member_id} subscribed to {list(topics)}"
+            assignment = range_assignment(members, self._partitions_for)
+            if reason or assignment != group.assignment:
+                self._write_membership(shard, group, members, assignment, now,
+                                       reason or "partitions of subscribed topics changed")
+            else:
+                group.members = members
+            member = group.members[member_id]
+            member.last_heartbeat_ms = now
+            member.generation = group.generation
+            return pb.JoinGroupResponse(generation_id=group.generation, member_id=member_id,
+                                        leader_id=group.leader_id, members=sorted(group.members))
+
+    def sync_group(self, req: pb.SyncGroupRequest) -> pb.SyncGroupResponse:
+        shard, group = self._group(req.group_id, create=False)
+        now = self._now_ms()
+        with locked(group):
+            self._check_serving(shard)
+            member = member_of(group, req.group_id, req.member_id)
+            member.last_heartbeat_ms = now
+            check_generation(group, req.generation_id)
+            member.generation = group.generation
+            return pb.SyncGroupResponse(assignment=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition)
+                                                    for tp in group.assignment.get(req.member_id, ())])
+
+    def heartbeat(self, req: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
+        shard, group = self._group(req.group_id, create=False)
+        now = self._now_ms()
+        with locked(group):
+            self._check_serving(shard)
+            member = member_of(group, req.group_id, req.member_id)
+            member.last_heartbeat_ms = now
+            check_generation(group, req.generation_id)
+            assignment = range_assignment(group.members, self._partitions_for)
+            if assignment != group.assignment:  # a subscribed topic was created or grew
+                self._write_membership(shard, group, dict(group.members), assignment, now,
+                                       "partitions of subscribed topics changed")
+                raise RebalanceInProgressError(f"[REBALANCE_IN_PROGRESS] group {req.group_id!r} moved to generation "
+                                               f"{group.generation}; rejoin")
+            return pb.HeartbeatResponse()
+
+    def leave_group(self, req: pb.LeaveGroupRequest) -> pb.LeaveGroupResponse:
+        shard, group = self._group(req.group_id, create=False)
+        with locked(group):
+            self._check_serving(shard)
+            member_of(group, req.group_id, req.member_id)
+            members = {k: v for k, v in group.members.items() if k != req.member_id}
+            self._write_membership(shard, group, members, range_assignment(members, self._partitions_for),
+                                   self._now_ms(), f"member {req.member_id} left")
+            return pb.LeaveGroupResponse()
+
+    def expire_members(self) -> None:
+        """Remove members whose session lapsed or who did not rejoin in time (a rebalance follows)."""
+        now = self._now_ms()
+        with self._lock:
+            candidates = [(shard, group) for shard in self._shards.values() if shard.status is ShardStatus.ACTIVE
+                          for group in shard.groups.values() if group.members]
+        for shard, group in candidates:
+            with group.lock:
+                expired = group.expired_members(now)
+                if not expired:
+                    continue
+                members = {k: v for k, v in group.members.items() if k not in expired}
+                try:
+                    self._check_serving(shard)
+                    self._write_membership(shard, group, members, range_assignment(members, self._partitions_for),
+                                           now, f"session of {sorted(expired)} expired")
+                except KafkaError as exc:
+                    logger.warning("group %r: could not expire %s: %s", group.group_id, expired, exc)
+
+    def _write_membership(self, shard: _Shard, group: GroupMetadata, members: dict[str, MemberMetadata],
+                          assignment: dict[str, tuple[TopicPartition, ...]], now: int, reason: str) -> None:
+        """Bump the generation: log the new membership, then apply it. Caller holds group.lock."""
+        generation = group.generation + 1
+        value = log_format.encode_group(generation, list(members.values()))
+        self._append(shard, encode_batch([(now, log_format.group_key(group.group_id), value, ())]))
+        group.generation = generation
+        group.members = members
+        group.assignment = assignment
+        group.rebalance_started_ms = now
+        logger.info("group %r: generation %d (%s); members %s", group.group_id, generation, reason, sorted(members))
+
+    # ------------------------------------------------------------ offsets
+
+    def offset_commit(self, req: pb.OffsetCommitRequest) -> pb.OffsetCommitResponse:
+        shard, group = self._group(req.group_id, create=True)
+        assert group is not None
+        now = self._now_ms()
+        with group.lock:
+            self._check_serving(shard)
+            validate_commit_member(group, req.generation_id, req.member_id, None, transactional=False)
+            results, accepted = validate_offsets(req.offsets, now, self._partition_exists)
+            if accepted:
+                records = [(now, log_format.offset_key(group.group_id, tp), log_format.encode_offset(v), ())
+                           for tp, v in accepted]
+                base = self._append(shard, encode_batch(records), offsets=True)
+                for i, (tp, value) in enumerate(accepted):
+                    group.apply_commit(tp, replace(value, log_offset=None if base is None else base + i))
+            if req.member_id in group.members:
+                group.members[req.member_id].last_heartbeat_ms = now
+            return pb.OffsetCommitResponse(results=results)
+
+    def txn_offset_commit(self, req: pb.TxnOffsetCommitRequest) -> pb.TxnOffsetCommitResponse:
+        if not req.transactional_id:
+            raise InvalidRequestError("[INVALID_REQUEST] TxnOffsetCommit needs a transactional id")
+        if req.producer_id < 0 or req.producer_epoch < 0:
+            raise InvalidRequestError(f"[INVALID_REQUEST] TxnOffsetCommit needs a producer id and epoch, got "
+                                      f"{req.producer_id}/{req.producer_epoch}")
+        shard, group = self._group(req.group_id, create=True)
+        assert group is not None
+        now = self._now_ms()
+        with group.lock:
+            self._check_serving(shard)
+            validate_commit_member(group, req.generation_id, req.member_id, req.group_instance_id or None,
+                                    transactional=True)
+            results, accepted = validate_offsets(req.offsets, now, self._partition_exists)
+            if accepted:
+                with self._lock:  # registered before the write, so a marker racing it finds this group
+                    shard.txn_groups.setdefault(req.producer_id, set()).add(group.group_id)
+                records = [(now, log_format.offset_key(group.group_id, tp), log_format.encode_offset(v), ())
+                           for tp, v in accepted]
+                batch = encode_batch(records, producer_id=req.producer_id, producer_epoch=req.producer_epoch,
+                                     transactional=True)
+                base = self._append(shard, batch, offsets=True)
+                for i, (tp, value) in enumerate(accepted):
+                    group.add_pending(req.producer_id, tp,
+                                      replace(value, log_offset=None if base is None else base + i))
+            return pb.TxnOffsetCommitResponse(results=results)
+
+    def offset_fetch(self, req: pb.OffsetFetchRequest) -> pb.OffsetFetchResponse:
+        shard, group = self._group(req.group_id, create=False)
+        wanted = [TopicPartition(p.topic, p.partition) for p in req.partitions]
+        if group is None:
+            return pb.OffsetFetchResponse(results=[pb.OffsetFetchResult(topic=tp.topic, partition=tp.partition,
+                                                                        offset=-1) for tp in wanted])
+        with group.lock:
+            self._check_serving(shard)
+            pending = group.pending_partitions() if req.require_stable else set()
+            if not wanted:
+                wanted = sorted(set(group.offsets) | pending)
+            results = []
+            for tp in wanted:
+                result = pb.OffsetFetchResult(topic=tp.topic, partition=tp.partition, offset=-1)
+                if tp in pending:
+                    result.error_code = UnstableOffsetCommitError.errno
+                    result.error_message = (f"[UNSTABLE_OFFSET_COMMIT] {tp} of group {req.group_id!r} has a "
+                                            f"transactional commit awaiting its marker")
+                elif tp in group.offsets:
+                    result.offset = group.offsets[tp].offset
+                    result.metadata = group.offsets[tp].metadata
+                results.append(result)
+            return pb.OffsetFetchResponse(results=results)
+
+    def _partition_exists(self, tp: TopicPartition) -> bool:
+        if not tp.topic or tp.partition < 0:
+            return False
+        if self._partitions_for is None:
+            return True
+        try:
+            count = self._partitions_for(tp.topic)
+        except KafkaError:
+            return False
+        return count is not None and tp.partition < count
+
+    # ------------------------------------------------------------ transaction markers
+
+    def complete_transaction(self, shard: int, producer_id: int, committed: bool,
+                             marker_offset: int | None = None) -> None:
+        """The node appended a COMMIT/ABORT marker of `producer_id` to shard `shard`: apply or drop its offsets.
+
+        `marker_offset` (the marker's offset, when known) keeps offsets written after the
+        marker pending, exactly as a replay would.
+        """
+        with self._lock:
+            state = self._shards.get(shard)
+            if state is None:
+                return
+            if state.status is ShardStatus.LOADING:
+                state.deferred.append((producer_id, committed, marker_offset))
+                return
+        self._complete(state, producer_id, committed, marker_offset)
+
+    def _complete(self, shard: _Shard, producer_id: int, committed: bool, marker_offset: int | None) -> None:
+        with self._lock:
+            names = list(shard.txn_groups.get(producer_id, ()))
+        for name in names:
+            group = shard.groups.get(name)
+            if group is None:
+                continue
+            with group.lock:
+                group.complete_pending(producer_id, committed, marker_offset)
+                done = producer_id not in group.pending
+            if done:
+                with self._lock:
+                    remaining = shard.txn_groups.get(producer_id)
+                    if remaining is not None:
+                        remaining.discard(name)
+                        if not remaining:
+                            del shard.txn_groups[producer_id]
+        logger.debug("__consumer_offsets-%d: %s of producer %d applied to %d groups", shard.number,
+                  "COMMIT" if committed else "ABORT", producer_id, len(names))
+
+    def _complete_unlocked(self, shard: _Shard, producer_id: int, committed: bool, marker_offset: int) -> None:
+        """During replay nobody else sees the shard: no locks needed."""
+        for name in shard.txn_groups.pop(producer_id, ()):
+            group = shard.groups[name]
+            group.complete_pending(producer_id, committed, marker_offset)
+            if producer_id in group.pending:
+                shard.txn_groups.setdefault(producer_id, set()).add(name)

@@ -1,0 +1,120 @@
+"""Where a cluster keeps its files, and the cluster file every node and client reads.
+
+DATA/cluster.json names the nodes (id -> host:port) and their settings; the shard counts are
+stored with the data the first time a cluster starts, and a restart with other counts is
+refused (a transactional id would silently move to another shard and lose its state).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from coordinator.config import NodeConfig
+from proto.errors import KafkaConfigurationError
+
+CLUSTER_FILE = "cluster.json"
+
+
+@dataclass(frozen=True)
+class ClusterLayout:
+    """The paths of one data directory."""
+
+    root: Path
+
+    @property
+    def cluster_file(self) -> Path:
+        return self.root / CLUSTER_FILE
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def metadata(self) -> Path:
+        return self.root / "metadata"
+
+    @property
+    def nodes(self) -> Path:
+        return self.root / "nodes"
+
+    @property
+    def producer_ids(self) -> Path:
+        return self.root / "producer-ids"
+
+    def node_lock(self, node_id: int) -> Path:
+        return self.nodes / f"{node_id}.lock"
+
+    def node_log(self, node_id: int) -> Path:
+        return self.nodes / f"{node_id}.log"
+
+    def make_dirs(self) -> None:
+        for path in (self.root, self.logs, self.metadata, self.nodes, self.producer_ids):
+            path.mkdir(parents=True, exist_ok=True)
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """What cluster.json holds."""
+
+    nodes: dict[int, str]                       # node id -> host:port
+    config: NodeConfig = field(default_factory=NodeConfig)
+
+    @property
+    def node_ids(self) -> list[int]:
+        return sorted(self.nodes)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(self.nodes[i] for i in self.node_ids)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"nodes": {str(k): v for k, v in sorted(self.nodes.items())}, "settings": self.config.as_settings()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ClusterSpec:
+        nodes = {int(k): str(v) for k, v in data["nodes"].items()}
+        return cls(nodes, NodeConfig.from_settings(data.get("settings", {})))
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` durably: temp file, fsync, rename, fsync the directory."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def write_cluster_spec(layout: ClusterLayout, spec: ClusterSpec) -> None:
+    layout.make_dirs()
+    write_atomically(layout.cluster_file, json.dumps(spec.to_json(), indent=2).encode())
+
+
+def read_cluster_spec(layout: ClusterLayout) -> ClusterSpec:
+    try:
+        return ClusterSpec.from_json(json.loads(layout.cluster_file.read_text()))
+    except FileNotFoundError:
+        raise KafkaConfigurationError(f"no cluster at {layout.root}: {layout.cluster_file} is missing") from None
+
+
+def check_shard_counts(layout: ClusterLayout, config: NodeConfig) -> None:
+    """Record the shard counts on first start; refuse a later start with different ones."""
+    path = layout.metadata / "shards.json"
+    wanted = {"txn_shards": config.txn_shards, "offsets_shards": config.offsets_shards}
+    if path.exists():
+        stored = json.loads(path.read_text())
+        if stored != wanted:
+            raise KafkaConfigurationError(
+                f"this data directory was created with {stored}; starting with {wanted} would move "
+                "transactional and group ids to other shards and lose their state. Use the stored counts.")
+        return
+    write_atomically(path, json.dumps(wanted).encode())

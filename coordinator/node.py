@@ -1,0 +1,224 @@
+"""One txnsim node process: serves gRPC on its address from cluster.json until told to stop.
+
+Start-up order matters: take the node lock (a second instance of the same id is refused),
+start serving (requests for shards still loading get COORDINATOR_LOAD_IN_PROGRESS), open
+the owned shards with a bumped leader epoch, replay them, then finish transactions left in
+Prepare*. Run: python -m coordinator.node --data-dir DIR --node-id N
+"""
+from __future__ import annotations
+
+import argparse
+import fcntl
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+
+from coordinator.cluster_service import ClusterServer, ClusterServicer
+from coordinator.group import GroupCoordinator, GroupService
+from coordinator.layout import ClusterLayout, check_shard_counts, read_cluster_spec
+from coordinator.partition_service import PartitionServer, PartitionsServicer
+from coordinator.placement import Placement
+from coordinator.producer_ids import ProducerIdAllocator
+from coordinator.topics import TopicStore
+from coordinator.txn.coordinator import TransactionCoordinator
+from coordinator.txn.markers import MarkerWriter
+from coordinator.txn.service import TransactionServicer
+from partitions import LogConfig, LogManager
+from proto import txnsim_pb2 as pb
+from proto import txnsim_pb2_grpc as rpc
+from proto.errors import KafkaConfigurationError, KafkaError, code_of
+from proto.hashing import partition_for
+from proto.structs import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicPartition
+from proto.transport import SERVER_OPTIONS, NodeChannels, call
+
+log = logging.getLogger("txnsim.node")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Node:
+    def __init__(self, layout: ClusterLayout, node_id: int) -> None:
+        self.layout = layout
+        self.node_id = node_id
+        self.spec = read_cluster_spec(layout)
+        if node_id not in self.spec.nodes:
+            raise KafkaConfigurationError(f"node {node_id} is not in {layout.cluster_file} "
+                                          f"(nodes: {self.spec.node_ids})")
+        self.config = self.spec.config
+        self.address = self.spec.nodes[node_id]
+        layout.make_dirs()
+        check_shard_counts(layout, self.config)
+        self._lock_fd = self._take_node_lock()
+        self.placement = Placement(tuple(self.spec.node_ids))
+        self.topics = TopicStore(layout.metadata)
+        self.logs = LogManager(layout.logs, LogConfig(segment_bytes=self.config.log_segment_bytes,
+                                                      message_max_bytes=self.config.message_max_bytes))
+        self.channels = NodeChannels()
+        self.stopped = threading.Event()
+        self._ready = threading.Event()
+        self.partitions = PartitionServer(
+            node_id=node_id, logs=self.logs, placement=self.placement, topics=self.topics,
+            offsets_shards=self.config.offsets_shards, txn_shards=self.config.txn_shards,
+            verify=self._verify_partition_in_txn, on_offsets_marker=self._on_offsets_marker)
+        self.markers = MarkerWriter(
+            local_node_id=node_id, owner_of=lambda tp: self.placement.owner(tp.topic, tp.partition),
+            address_of=lambda n: self.spec.nodes[n], write_locally=self.partitions.write_txn_markers,
+            channels=self.channels)
+        self.txn = TransactionCoordinator(
+            txn_shards=self.config.txn_shards, offsets_shards=self.config.offsets_shards,
+            transaction_max_timeout_ms=self.config.transaction_max_timeout_ms,
+            transactional_id_expiration_ms=self.config.transactional_id_expiration_ms,
+            allocator=ProducerIdAllocator(layout.producer_ids, self.config.producer_id_block_size),
+            markers=self.markers, partitions_for=self.partitions.partition_count, now_ms=now_ms)
+        self.groups = GroupCoordinator(
+            self.config.offsets_shards, now_ms=now_ms,
+            min_session_timeout_ms=self.config.group_min_session_timeout_ms,
+            max_session_timeout_ms=self.config.group_max_session_timeout_ms,
+            partitions_for=self.partitions.partition_count)
+        self._server: grpc.Server | None = None
+
+    # ------------------------------------------------------------ life cycle
+
+    def start(self) -> None:
+        server = grpc.server(ThreadPoolExecutor(max_workers=64, thread_name_prefix="rpc"), options=SERVER_OPTIONS)
+        rpc.add_ClusterServicer_to_server(ClusterServicer(ClusterServer(
+            node_id=self.node_id, spec=self.spec, layout=self.layout, placement=self.placement, topics=self.topics,
+            owned_logs=self._owned_logs, ready=self._ready.is_set)), server)
+        rpc.add_PartitionsServicer_to_server(PartitionsServicer(self.partitions), server)
+        rpc.add_TransactionCoordinatorServicer_to_server(TransactionServicer(self.txn, self.node_id), server)
+        rpc.add_GroupCoordinatorServicer_to_server(GroupService(self.groups), server)
+        if server.add_insecure_port(self.address) == 0:
+            raise KafkaConfigurationError(f"node {self.node_id} cannot listen on {self.address}")
+        server.start()
+        self._server = server
+        self._load_shards()
+        self._ready.set()
+        threading.Thread(target=self._run_timers, name="timers", daemon=True).start()
+        log.info("node %d serving on %s", self.node_id, self.address)
+
+    def _load_shards(self) -> None:
+        txn_shards = self.placement.owned_by(self.node_id, TRANSACTION_STATE_TOPIC, self.config.txn_shards)
+        group_shards = self.placement.owned_by(self.node_id, CONSUMER_OFFSETS_TOPIC, self.config.offsets_shards)
+        txn_logs = {s: self.logs.open_as_leader(TRANSACTION_STATE_TOPIC, s) for s in txn_shards}
+        for shard, shard_log in txn_logs.items():
+            self.txn.begin_loading(shard, shard_log)
+        for shard in group_shards:
+            self.groups.load_shard(shard, self.logs.open_as_leader(CONSUMER_OFFSETS_TOPIC, shard))
+        for shard, shard_log in txn_logs.items():
+            self.txn.load_shard(shard, shard_log)
+        log.info("node %d loaded %d transaction shards and %d group shards",
+                 self.node_id, len(txn_shards), len(group_shards))
+
+    def stop(self) -> None:
+        self.stopped.set()
+        if self._server is not None:
+            self._server.stop(grace=0.5).wait(2)
+        self.markers.close()
+        self.txn.close()
+        self.logs.close_all()
+        self.channels.close()
+        os.close(self._lock_fd)
+
+    def _take_node_lock(self) -> int:
+        fd = os.open(self.layout.node_lock(self.node_id), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise KafkaConfigurationError(f"node {self.node_id} is already running on {self.layout.root}") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        return fd
+
+    def _owned_logs(self) -> list[tuple[str, int, int]]:
+        return [(log_.topic, log_.partition, log_.leader_epoch) for log_ in self.logs.open_logs()]
+
+    # ------------------------------------------------------------ cross-component calls
+
+    def _verify_partition_in_txn(self, tid: str, producer_id: int, producer_epoch: int, tp: TopicPartition) -> int:
+        request = pb.AddPartitionsToTxnRequest(
+            transactional_id=tid, producer_id=producer_id, producer_epoch=producer_epoch, verify_only=True,
+            partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition)])
+        owner = self.placement.owner(TRANSACTION_STATE_TOPIC, partition_for(tid, self.config.txn_shards))
+        try:
+            if owner == self.node_id:
+                response = self.txn.add_partitions(request)
+            else:
+                stubs = self.channels.stubs(self.spec.nodes[owner])
+                response = call(stubs.transactions.AddPartitionsToTxn, request, 5.0, check=False)
+        except KafkaError as exc:
+            return code_of(exc)
+        if response.error_code:
+            return response.error_code
+        return response.results[0].error_code if response.results else 0
+
+    def _on_offsets_marker(self, shard: int, producer_id: int, committed: bool, marker_offset: int) -> None:
+        self.groups.complete_transaction(shard, producer_id, committed, marker_offset=marker_offset)
+
+    def _run_timers(self) -> None:
+        """Periodic work: timed-out transactions, expired ids, expired group members."""
+        tasks = [
+            (self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms, self.txn.abort_timed_out_transactions),
+            (self.config.transaction_remove_expired_transaction_cleanup_interval_ms, self.txn.expire_transactional_ids),
+            (min(1000, self.config.group_min_session_timeout_ms // 2 or 1), self.groups.expire_members),
+        ]
+        due = [time.monotonic() + interval / 1000 for interval, _ in tasks]
+        while not self.stopped.is_set():
+            now = time.monotonic()
+            for i, (interval, task) in enumerate(tasks):
+                if now >= due[i]:
+                    try:
+                        task()
+                    except Exception:
+                        log.exception("periodic task %s failed", getattr(task, "__name__", task))
+                    due[i] = time.monotonic() + interval / 1000
+            self.stopped.wait(max(0.0, min(due) - time.monotonic()))
+
+
+def _watch_stdin(stop: threading.Event) -> None:
+    """The parent holds our stdin open; EOF means it is gone, and so must we be."""
+    try:
+        while sys.stdin.buffer.read(4096):
+            pass
+    except (OSError, ValueError):
+        pass
+    stop.set()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m coordinator.node", description=__doc__)
+    parser.add_argument("--data-dir", required=True, type=Path)
+    parser.add_argument("--node-id", required=True, type=int)
+    parser.add_argument("--exit-on-stdin-eof", action="store_true",
+                        help="stop when standard input closes (used by LocalCluster: nodes die with their parent)")
+    parser.add_argument("--log-level", default=os.environ.get("TXNSIM_LOG_LEVEL", "INFO"))
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(),
+                        format=f"%(asctime)s node{args.node_id} %(levelname)s %(name)s: %(message)s")
+    try:
+        node = Node(ClusterLayout(args.data_dir), args.node_id)
+        node.start()
+    except KafkaError as exc:
+        log.error("%s", exc)
+        return 2
+    signal.signal(signal.SIGTERM, lambda *_: node.stopped.set())
+    signal.signal(signal.SIGINT, lambda *_: node.stopped.set())
+    if args.exit_on_stdin_eof:
+        threading.Thread(target=_watch_stdin, args=(node.stopped,), name="stdin-watch", daemon=True).start()
+    node.stopped.wait()
+    log.info("node %d stopping", args.node_id)
+    node.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,256 @@
+"""The Partitions service: produce, fetch, offsets, markers and producer state of the logs this node owns.
+
+Invariants: a request for a partition this node does not own gets NOT_LEADER_OR_FOLLOWER;
+a transactional batch opening a transaction on a partition is accepted only after the
+transaction coordinator confirms the partition was added (KIP-890 part 1); nothing is
+acknowledged before it is durable (PartitionLog.append returns after fsync).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from coordinator.placement import Placement
+from coordinator.rpc import answers_with
+from coordinator.topics import TopicStore
+from partitions import LogManager, PartitionLog
+from proto import txnsim_pb2 as pb
+from proto import txnsim_pb2_grpc as rpc
+from proto.errors import (
+    InvalidRequestError,
+    InvalidTopicError,
+    KafkaError,
+    NotLeaderOrFollowerError,
+    TransactionAbortableError,
+    UnknownTopicOrPartitionError,
+    code_of,
+)
+from proto.structs import CONSUMER_OFFSETS_TOPIC, INTERNAL_TOPICS, IsolationLevel, TopicPartition
+
+log = logging.getLogger(__name__)
+
+#: (transactional_id, producer_id, producer_epoch, partition) -> error code (0 = the partition is in the txn)
+Verifier = Callable[[str, int, int, TopicPartition], int]
+
+
+class PartitionServer:
+    def __init__(self, *, node_id: int, logs: LogManager, placement: Placement, topics: TopicStore,
+                 offsets_shards: int, txn_shards: int, verify: Verifier,
+                 on_offsets_marker: Callable[[int, int, bool, int], None]) -> None:
+        self.node_id = node_id
+        self._logs = logs
+        self._placement = placement
+        self._topics = topics
+        self._offsets_shards = offsets_shards
+        self._txn_shards = txn_shards
+        self._verify = verify
+        self._on_offsets_marker = on_offsets_marker
+        self._open_lock = threading.Lock()
+        self._data_arrived = threading.Condition()
+        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="append")
+
+    # ------------------------------------------------------------ ownership
+
+    def partition_count(self, topic: str) -> int | None:
+        if topic == CONSUMER_OFFSETS_TOPIC:
+            return self._offsets_shards
+        if topic == "__transaction_state":
+            return self._txn_shards
+        return self._topics.partitions(topic)
+
+    def owned_log(self, topic: str, partition: int) -> PartitionLog:
+        count = self.partition_count(topic)
+        if count is None or not 0 <= partition < count:
+            raise UnknownTopicOrPartitionError(
+                f"[UNKNOWN_TOPIC_OR_PARTITION] {topic}-{partition} does not exist")
+        owner = self._placement.owner(topic, partition)
+        if owner != self.node_id:
+            raise NotLeaderOrFollowerError(
+                f"[NOT_LEADER_OR_FOLLOWER] node {self.node_id} does not own {topic}-{partition}; node {owner} does")
+        existing = self._logs.get(topic, partition)
+        if existing is not None:
+            return existing
+        with self._open_lock:
+            return self._logs.open_as_leader(topic, partition)
+
+    def notify_appended(self) -> None:
+        with self._data_arrived:
+            self._data_arrived.notify_all()
+
+    # ------------------------------------------------------------ produce
+
+    def produce(self, req: pb.ProduceRequest) -> pb.ProduceResponse:
+        if req.acks not in (-1, 0, 1):
+            raise InvalidRequestError(f"[INVALID_REQUEST] acks must be -1, 0 or 1, not {req.acks}")
+        if not req.partitions:
+            raise InvalidRequestError("[INVALID_REQUEST] a produce request must carry at least one partition")
+        tid = req.transactional_id if req.HasField("transactional_id") else None
+        if len(req.partitions) == 1:
+            results = [self._produce_one(tid, req.partitions[0])]
+        else:  # appends to different logs fsync in parallel
+            results = list(self._pool.map(lambda p: self._produce_one(tid, p), req.partitions))
+        self.notify_appended()
+        return pb.ProduceResponse(partitions=results)
+
+    def _produce_one(self, tid: str | None, part: pb.PartitionRecords) -> pb.PartitionProduceResult:
+        result = pb.PartitionProduceResult(topic=part.topic, partition=part.partition, base_offset=-1)
+        try:
+            if part.topic in INTERNAL_TOPICS:
+                raise InvalidTopicError(f"[INVALID_TOPIC_EXCEPTION] clients cannot write to internal topic {part.topic}")
+            partition_log = self.owned_log(part.topic, part.partition)
+            verified = self._verify_new_transactions(tid, partition_log, part)
+            appended = partition_log.append(part.records, verified_producer_ids=verified)
+            result.base_offset = appended.base_offset
+            result.log_start_offset = appended.log_start_offset
+        except KafkaError as exc:
+            result.error_code = code_of(exc)
+            result.error_message = str(exc)
+        return result
+
+    def _verify_new_transactions(self, tid: str | None, partition_log: PartitionLog,
+                                 part: pb.PartitionRecords) -> frozenset[int]:
+        unverified = partition_log.needs_txn_verification(part.records)
+        if not unverified:
+            return frozenset()
+        if not tid:
+            raise TransactionAbortableError(
+                "[TRANSACTION_ABORTABLE] a transactional batch needs the request's transactional_id")
+        tp = TopicPartition(part.topic, part.partition)
+        verified = set()
+        for producer_id, producer_epoch in unverified:
+            code = self._verify(tid, producer_id, producer_epoch, tp)
+            if code != 0:
+                raise TransactionAbortableError(
+                    f"[TRANSACTION_ABORTABLE] {tp} is not part of the open transaction of {tid!r} "
+                    f"(producer {producer_id}, epoch {producer_epoch}); call AddPartitionsToTxn first")
+            verified.add(producer_id)
+        return frozenset(verified)
+
+    # ------------------------------------------------------------ fetch
+
+    def fetch(self, req: pb.FetchRequest) -> pb.FetchResponse:
+        if req.isolation_level not in (0, 1):
+            raise InvalidRequestError(f"[INVALID_REQUEST] isolation_level must be 0 or 1, not {req.isolation_level}")
+        isolation = IsolationLevel(req.isolation_level)
+        deadline = time.monotonic() + max(0, min(req.max_wait_ms, 30_000)) / 1000
+        min_bytes = max(1, req.min_bytes)
+        while True:
+            results, total = self._fetch_once(req, isolation)
+            remaining = deadline - time.monotonic()
+            if total >= min_bytes or remaining <= 0 or any(r.error_code for r in results):
+                return pb.FetchResponse(partitions=results)
+            with self._data_arrived:
+                self._data_arrived.wait(remaining)
+
+    def _fetch_once(self, req: pb.FetchRequest, isolation: IsolationLevel) -> tuple[list, int]:
+        results = []
+        total = 0
+        budget = req.max_bytes if req.max_bytes > 0 else 50 * 1024 * 1024
+        for part in req.partitions:
+            result = pb.FetchPartitionResult(topic=part.topic, partition=part.partition)
+            try:
+                partition_log = self.owned_log(part.topic, part.partition)
+                max_bytes = part.max_bytes if part.max_bytes > 0 else 1024 * 1024
+                data = partition_log.read(part.fetch_offset, min(max_bytes, max(budget, 1)), isolation)
+                result.records = data.records
+                result.high_watermark = data.high_watermark
+                result.last_stable_offset = data.last_stable_offset
+                result.log_start_offset = data.log_start_offset
+                result.aborted_transactions.extend(
+                    pb.AbortedTransaction(producer_id=pid, first_offset=first)
+                    for pid, first in data.aborted_transactions)
+                total += len(data.records)
+                budget -= len(data.records)
+            except KafkaError as exc:
+                result.error_code = code_of(exc)
+                result.error_message = str(exc)
+            results.append(result)
+        return results, total
+
+    # ------------------------------------------------------------ offsets, markers, producers
+
+    def list_offsets(self, req: pb.ListOffsetsRequest) -> pb.ListOffsetsResponse:
+        out = []
+        for part in req.partitions:
+            result = pb.PartitionOffsets(topic=part.topic, partition=part.partition)
+            try:
+                partition_log = self.owned_log(part.topic, part.partition)
+                result.log_start_offset = partition_log.log_start_offset
+                result.high_watermark = partition_log.high_watermark
+                result.last_stable_offset = partition_log.last_stable_offset
+            except KafkaError as exc:
+                result.error_code = code_of(exc)
+                result.error_message = str(exc)
+            out.append(result)
+        return pb.ListOffsetsResponse(partitions=out)
+
+    def write_txn_markers(self, req: pb.WriteTxnMarkersRequest) -> pb.WriteTxnMarkersResponse:
+        out = []
+        for marker in req.markers:
+            result = pb.TxnMarkerResult(producer_id=marker.producer_id)
+            jobs = [(marker, p) for p in marker.partitions]
+            result.partitions.extend(self._pool.map(lambda job: self._write_marker(*job), jobs))
+            out.append(result)
+        self.notify_appended()
+        return pb.WriteTxnMarkersResponse(markers=out)
+
+    def _write_marker(self, marker: pb.TxnMarker, part: pb.TopicPartitionRef) -> pb.PartitionError:
+        result = pb.PartitionError(topic=part.topic, partition=part.partition)
+        try:
+            partition_log = self.owned_log(part.topic, part.partition)
+            appended = partition_log.append_marker(
+                producer_id=marker.producer_id, producer_epoch=marker.producer_epoch, committed=marker.committed,
+                coordinator_epoch=marker.coordinator_epoch)
+            if part.topic == CONSUMER_OFFSETS_TOPIC:
+                self._on_offsets_marker(part.partition, marker.producer_id, marker.committed, appended.base_offset)
+        except KafkaError as exc:
+            result.error_code = code_of(exc)
+            result.error_message = str(exc)
+        return result
+
+    def describe_producers(self, req: pb.DescribeProducersRequest) -> pb.DescribeProducersResponse:
+        out = []
+        for part in req.partitions:
+            result = pb.PartitionProducers(topic=part.topic, partition=part.partition)
+            try:
+                partition_log = self.owned_log(part.topic, part.partition)
+                for p in partition_log.producer_snapshots():
+                    result.active_producers.append(pb.ProducerStateInfo(
+                        producer_id=p.producer_id, producer_epoch=p.producer_epoch, last_sequence=p.last_sequence,
+                        last_timestamp=p.last_timestamp, coordinator_epoch=p.coordinator_epoch,
+                        current_txn_start_offset=p.current_txn_start_offset))
+            except KafkaError as exc:
+                result.error_code = code_of(exc)
+                result.error_message = str(exc)
+            out.append(result)
+        return pb.DescribeProducersResponse(partitions=out)
+
+
+class PartitionsServicer(rpc.PartitionsServicer):
+    """Thin gRPC adapter over PartitionServer."""
+
+    def __init__(self, server: PartitionServer) -> None:
+        self._server = server
+
+    @answers_with(pb.ProduceResponse)
+    def Produce(self, request, context):
+        return self._server.produce(request)
+
+    @answers_with(pb.FetchResponse)
+    def Fetch(self, request, context):
+        return self._server.fetch(request)
+
+    @answers_with(pb.ListOffsetsResponse)
+    def ListOffsets(self, request, context):
+        return self._server.list_offsets(request)
+
+    @answers_with(pb.WriteTxnMarkersResponse)
+    def WriteTxnMarkers(self, request, context):
+        return self._server.write_txn_markers(request)
+
+    @answers_with(pb.DescribeProducersResponse)
+    def DescribeProducers(self, request, context):
+        return self._server.describe_producers(request)

@@ -1,0 +1,93 @@
+"""Phase two of a commit: COMMIT/ABORT markers to every partition of a transaction, in parallel.
+
+Partitions are grouped by owning node, one WriteTxnMarkers request per node, all nodes at
+once; a partition that fails retriably is retried (after re-resolving its owner) until it
+acknowledges or this coordinator stops owning the shard. Markers are idempotent at the
+partition, so a resend after failover is harmless.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from proto import txnsim_pb2 as pb
+from proto.errors import ERRORS_BY_CODE, InvalidProducerEpochError, KafkaError, TransactionCoordinatorFencedError
+from proto.structs import TopicPartition
+from proto.transport import NodeChannels, call
+
+log = logging.getLogger(__name__)
+
+#: a partition answering one of these already has a newer marker: nothing more to send (§4.8)
+_DONE_CODES = {0, InvalidProducerEpochError.errno, TransactionCoordinatorFencedError.errno}
+
+
+class MarkerWriter:
+    def __init__(self, *, local_node_id: int, owner_of: Callable[[TopicPartition], int],
+                 address_of: Callable[[int], str],
+                 write_locally: Callable[[pb.WriteTxnMarkersRequest], pb.WriteTxnMarkersResponse],
+                 channels: NodeChannels, request_timeout_s: float = 5.0) -> None:
+        self._local = local_node_id
+        self._owner_of = owner_of
+        self._address_of = address_of
+        self._write_locally = write_locally
+        self._channels = channels
+        self._timeout_s = request_timeout_s
+        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="markers")
+        self._stopped = threading.Event()
+
+    def write(self, *, producer_id: int, producer_epoch: int, committed: bool, coordinator_epoch: int,
+              partitions: list[TopicPartition], still_valid: Callable[[], bool]) -> bool:
+        """Block until every partition acknowledged; False if ownership was lost first."""
+        remaining = set(partitions)
+        backoff = 0.02
+        while remaining:
+            if self._stopped.is_set() or not still_valid():
+                return False
+            by_node: dict[int, list[TopicPartition]] = defaultdict(list)
+            for tp in remaining:
+                by_node[self._owner_of(tp)].append(tp)
+            futures = {node: self._pool.submit(self._send, node, producer_id, producer_epoch, committed,
+                                               coordinator_epoch, tps)
+                       for node, tps in by_node.items()}
+            for node, future in futures.items():
+                acked = future.result()
+                remaining -= acked
+            if remaining:
+                self._stopped.wait(backoff)
+                backoff = min(backoff * 2, 0.5)
+        return True
+
+    def close(self) -> None:
+        self._stopped.set()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _send(self, node: int, producer_id: int, producer_epoch: int, committed: bool, coordinator_epoch: int,
+              tps: list[TopicPartition]) -> set[TopicPartition]:
+        request = pb.WriteTxnMarkersRequest(markers=[pb.TxnMarker(
+            producer_id=producer_id, producer_epoch=producer_epoch, committed=committed,
+            coordinator_epoch=coordinator_epoch,
+            partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition) for tp in tps])])
+        try:
+            if node == self._local:
+                response = self._write_locally(request)
+            else:
+                stubs = self._channels.stubs(self._address_of(node))
+                response = call(stubs.partitions.WriteTxnMarkers, request, self._timeout_s, check=False)
+        except KafkaError as exc:
+            log.info("markers for producer %d to node %d failed, will retry: %s", producer_id, node, exc)
+            return set()
+        acked: set[TopicPartition] = set()
+        for result in response.markers:
+            for p in result.partitions:
+                tp = TopicPartition(p.topic, p.partition)
+                if p.error_code in _DONE_CODES:
+                    if p.error_code:
+                        log.info("marker for %s of producer %d superseded: %s", tp, producer_id, p.error_message)
+                    acked.add(tp)
+                elif not ERRORS_BY_CODE.get(p.error_code, KafkaError).retriable:
+                    log.error("marker for %s of producer %d failed (%s); retrying", tp, producer_id,
+                              p.error_message)
+        return acked

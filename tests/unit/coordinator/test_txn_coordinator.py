@@ -1,0 +1,153 @@
+"""TransactionCoordinator logic over a real shard log; phase two recorded by a marker writer we control."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from coordinator.producer_ids import ProducerIdAllocator
+from coordinator.txn.coordinator import TransactionCoordinator
+from partitions import LogManager
+from proto import txnsim_pb2 as pb
+from proto.errors import ConcurrentTransactionsError, InvalidTxnStateError, ProducerFencedError
+from proto.hashing import partition_for
+from tests.helpers import wait_until
+
+SHARDS = 4
+
+
+class RecordingMarkers:
+    """Acknowledges markers at once (or refuses, to simulate a lost shard) and records them."""
+
+    def __init__(self, succeed: bool = True) -> None:
+        self.succeed = succeed
+        self.written: list[tuple[int, int, bool, int, list]] = []
+        self.lock = threading.Lock()
+
+    def write(self, *, producer_id, producer_epoch, committed, coordinator_epoch, partitions, still_valid):
+        with self.lock:
+            self.written.append((producer_id, producer_epoch, committed, coordinator_epoch, partitions))
+        return self.succeed
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def make(tmp_path, markers, clock=None, logs=None):
+    logs = logs or LogManager(tmp_path / "logs")
+    tc = TransactionCoordinator(txn_shards=SHARDS, offsets_shards=2, transaction_max_timeout_ms=900_000,
+                                transactional_id_expiration_ms=10_000,
+                                allocator=ProducerIdAllocator(tmp_path / "pids"), markers=markers,
+                                partitions_for=lambda topic: 3 if topic == "t" else None,
+                                now_ms=clock or Clock())
+    for shard in range(SHARDS):
+        tc.load_shard(shard, logs.open_as_leader("__transaction_state", shard))
+    return tc, logs
+
+
+def init(tc, tid, timeout_ms=60_000):
+    return tc.init_producer_id(pb.InitProducerIdRequest(transactional_id=tid, transaction_timeout_ms=timeout_ms,
+                                                        producer_id=-1, producer_epoch=-1))
+
+
+def add(tc, tid, pid, epoch, *partitions):
+    return tc.add_partitions(pb.AddPartitionsToTxnRequest(
+        transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+        partitions=[pb.TopicPartitionRef(topic="t", partition=p) for p in partitions]))
+
+
+def state(tc, tid):
+    return tc.describe_transactions(pb.DescribeTransactionsRequest(transactional_ids=[tid]), 0).transactions[0]
+
+
+def test_commit_is_prepared_then_completed_after_markers_with_a_bumped_epoch(tmp_path):
+    markers = RecordingMarkers()
+    tc, _ = make(tmp_path, markers)
+    ids = init(tc, "tx")
+    assert add(tc, "tx", ids.producer_id, ids.producer_epoch, 0, 2).results[0].error_code == 0
+    end = tc.end_txn(pb.EndTxnRequest(transactional_id="tx", producer_id=ids.producer_id,
+                                      producer_epoch=ids.producer_epoch, committed=True))
+    assert end.producer_epoch == ids.producer_epoch + 1
+    wait_until(lambda: state(tc, "tx").state == "CompleteCommit")
+    (pid, epoch, committed, _coordinator_epoch, partitions), = markers.written
+    assert (pid, epoch, committed) == (ids.producer_id, ids.producer_epoch + 1, True)
+    assert [tp.partition for tp in partitions] == [0, 2]
+    retry = tc.end_txn(pb.EndTxnRequest(transactional_id="tx", producer_id=ids.producer_id,
+                                        producer_epoch=ids.producer_epoch, committed=True))
+    assert retry.producer_epoch == end.producer_epoch  # a retry, not a fence
+    with pytest.raises(InvalidTxnStateError):
+        tc.end_txn(pb.EndTxnRequest(transactional_id="tx", producer_id=ids.producer_id,
+                                    producer_epoch=ids.producer_epoch, committed=False))
+
+
+def test_a_reloaded_shard_finishes_a_prepared_commit(tmp_path):
+    lost = RecordingMarkers(succeed=False)  # the first coordinator dies before any marker is acknowledged
+    tc, logs = make(tmp_path, lost)
+    ids = init(tc, "tx")
+    add(tc, "tx", ids.producer_id, ids.producer_epoch, 1)
+    tc.end_txn(pb.EndTxnRequest(transactional_id="tx", producer_id=ids.producer_id,
+                                producer_epoch=ids.producer_epoch, committed=True))
+    wait_until(lambda: lost.written)
+    assert state(tc, "tx").state == "PrepareCommit"
+    tc.close()
+    logs.close_all()
+    markers = RecordingMarkers()
+    tc2, _ = make(tmp_path, markers)
+    wait_until(lambda: state(tc2, "tx").state == "CompleteCommit")
+    assert markers.written[0][2] is True
+    assert markers.written[0][3] > lost.written[0][3]  # sent with the new coordinator epoch
+
+
+def test_a_new_instance_fences_the_open_transaction_of_the_old_one(tmp_path):
+    markers = RecordingMarkers()
+    tc, _ = make(tmp_path, markers)
+    old = init(tc, "tx")
+    add(tc, "tx", old.producer_id, old.producer_epoch, 0)
+    with pytest.raises(ConcurrentTransactionsError):
+        init(tc, "tx")
+    wait_until(lambda: state(tc, "tx").state == "CompleteAbort")
+    assert markers.written[0][2] is False
+    new = init(tc, "tx")
+    assert new.producer_id == old.producer_id and new.producer_epoch > old.producer_epoch + 1
+    with pytest.raises(ProducerFencedError):
+        add(tc, "tx", old.producer_id, old.producer_epoch, 1)
+
+
+def test_a_transaction_past_its_timeout_is_aborted_at_a_fenced_epoch(tmp_path):
+    markers, clock = RecordingMarkers(), Clock()
+    tc, _ = make(tmp_path, markers, clock)
+    ids = init(tc, "tx", timeout_ms=1000)
+    add(tc, "tx", ids.producer_id, ids.producer_epoch, 0)
+    assert tc.abort_timed_out_transactions() == 0
+    clock.now += 1001
+    assert tc.abort_timed_out_transactions() == 1
+    wait_until(lambda: state(tc, "tx").state == "CompleteAbort")
+    assert markers.written[0][1] == ids.producer_epoch + 1
+    with pytest.raises(ProducerFencedError):
+        tc.end_txn(pb.EndTxnRequest(transactional_id="tx", producer_id=ids.producer_id,
+                                    producer_epoch=ids.producer_epoch, committed=True))
+
+
+def test_idle_ids_expire_and_their_shard_forgets_them(tmp_path):
+    clock = Clock()
+    tc, _ = make(tmp_path, RecordingMarkers(), clock)
+    init(tc, "idle")
+    clock.now += 10_001
+    assert tc.expire_transactional_ids() == 1
+    assert state(tc, "idle").error_code == 105  # TRANSACTIONAL_ID_NOT_FOUND
+
+
+def test_producer_ids_are_never_reused_across_allocators(tmp_path):
+    first = ProducerIdAllocator(tmp_path, block_size=10)
+    second = ProducerIdAllocator(tmp_path, block_size=10)
+    ids = [first.allocate() for _ in range(15)] + [second.allocate() for _ in range(15)]
+    assert len(set(ids)) == 30
+
+
+def test_the_shard_of_an_id_is_kafkas():
+    assert partition_for("my-txn", 50) == 45

@@ -1,0 +1,458 @@
+"""GroupCoordinator without gRPC: membership, range assignment, durable and transactional offsets.
+
+Every test runs twice: over a real partitions.PartitionLog in tmp_path (reloads reopen it
+from disk) and over an in-memory log with the same methods. The clock is a plain counter,
+so nothing here sleeps.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from coordinator.group import GroupCoordinator, GroupService
+from partitions import PartitionLog
+from partitions.model import AppendOrigin, AppendResult
+from proto import txnsim_pb2 as pb
+from proto.errors import (
+    CoordinatorLoadInProgressError,
+    IllegalGenerationError,
+    InvalidRequestError,
+    InvalidSessionTimeoutError,
+    NotCoordinatorError,
+    NotLeaderOrFollowerError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+    UnstableOffsetCommitError,
+)
+from proto.hashing import partition_for
+from proto.records import ControlType, encode_control_batch, iter_batches, set_base_offset
+from proto.structs import TopicPartition
+
+SHARDS = 4
+GROUP = "orders-app"
+SHARD = partition_for(GROUP, SHARDS)
+PID, EPOCH = 4000, 0
+
+
+class MemoryLog:
+    """The two methods the coordinator uses, plus marker appends as the node performs them."""
+
+    def __init__(self) -> None:
+        self.raw: list[bytes] = []
+        self.next_offset = 0
+        self.fail_with: Exception | None = None
+
+    def append(self, records: bytes, *, origin: object = None) -> AppendResult:
+        if self.fail_with is not None:
+            raise self.fail_with
+        base = self.next_offset
+        for batch in iter_batches(records):
+            self.raw.append(set_base_offset(batch.raw, self.next_offset, 0))
+            self.next_offset += batch.header.last_offset_delta + 1
+        return AppendResult(base, self.next_offset - 1)
+
+    def append_marker(self, producer_id: int, committed: bool) -> int:
+        offset = self.next_offset
+        self.raw.append(encode_control_batch(
+            producer_id=producer_id, producer_epoch=EPOCH, coordinator_epoch=0, timestamp=0, base_offset=offset,
+            control_type=ControlType.COMMIT if committed else ControlType.ABORT))
+        self.next_offset += 1
+        return offset
+
+    def batches(self):
+        for raw in list(self.raw):
+            yield from iter_batches(raw)
+
+    def reopened(self) -> MemoryLog:
+        return self
+
+
+class DiskLog:
+    """A real PartitionLog with the test's conveniences; `reopened()` recovers it from its files."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.log = PartitionLog.open(directory, "__consumer_offsets", SHARD, leader_epoch=0)
+        self.fail_with: Exception | None = None
+
+    @property
+    def next_offset(self) -> int:
+        return self.log.log_end_offset
+
+    def append(self, records: bytes, *, origin: AppendOrigin = AppendOrigin.COORDINATOR) -> AppendResult:
+        if self.fail_with is not None:
+            raise self.fail_with
+        return self.log.append(records, origin=origin)
+
+    def append_marker(self, producer_id: int, committed: bool) -> int:
+        return self.log.append_marker(producer_id=producer_id, producer_epoch=EPOCH, committed=committed,
+                                      coordinator_epoch=0).base_offset
+
+    def batches(self):
+        return self.log.batches()
+
+    def reopened(self) -> DiskLog:
+        self.log.close()
+        self.log = PartitionLog.open(self.directory, "__consumer_offsets", SHARD, leader_epoch=0)
+        return self
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.ms = 1_000_000
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+TOPICS = {"orders": 5, "payments": 2}
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture(params=["disk", "memory"])
+def shard_log(request: pytest.FixtureRequest, tmp_path: Path):
+    if request.param == "memory":
+        yield MemoryLog()
+        return
+    disk = DiskLog(tmp_path / "offsets")
+    yield disk
+    disk.log.close()
+
+
+def make_coordinator(clock: Clock, shard_log: MemoryLog, topics: dict[str, int] = TOPICS) -> GroupCoordinator:
+    coordinator = GroupCoordinator(SHARDS, now_ms=clock, min_session_timeout_ms=100, partitions_for=topics.get)
+    coordinator.load_shard(SHARD, shard_log)
+    return coordinator
+
+
+@pytest.fixture
+def gc(clock: Clock, shard_log: MemoryLog) -> GroupCoordinator:
+    return make_coordinator(clock, shard_log)
+
+
+def join(gc: GroupCoordinator, topics: list[str], member_id: str = "", session_ms: int = 1000,
+         rebalance_ms: int = 5000) -> pb.JoinGroupResponse:
+    return gc.join_group(pb.JoinGroupRequest(group_id=GROUP, member_id=member_id, session_timeout_ms=session_ms,
+                                             rebalance_timeout_ms=rebalance_ms, topics=topics))
+
+
+def sync(gc: GroupCoordinator, joined: pb.JoinGroupResponse) -> list[TopicPartition]:
+    response = gc.sync_group(pb.SyncGroupRequest(group_id=GROUP, generation_id=joined.generation_id,
+                                                 member_id=joined.member_id))
+    return [TopicPartition(p.topic, p.partition) for p in response.assignment]
+
+
+def heartbeat(gc: GroupCoordinator, member_id: str, generation_id: int) -> None:
+    gc.heartbeat(pb.HeartbeatRequest(group_id=GROUP, member_id=member_id, generation_id=generation_id))
+
+
+def commit(gc: GroupCoordinator, offsets: dict[TopicPartition, int], generation_id: int = -1,
+           member_id: str = "") -> pb.OffsetCommitResponse:
+    return gc.offset_commit(pb.OffsetCommitRequest(
+        group_id=GROUP, generation_id=generation_id, member_id=member_id,
+        offsets=[pb.OffsetEntry(topic=tp.topic, partition=tp.partition, offset=o) for tp, o in offsets.items()]))
+
+
+def txn_commit(gc: GroupCoordinator, offsets: dict[TopicPartition, int], generation_id: int = -1,
+               member_id: str = "", producer_id: int = PID) -> pb.TxnOffsetCommitResponse:
+    return gc.txn_offset_commit(pb.TxnOffsetCommitRequest(
+        transactional_id="tx-1", group_id=GROUP, producer_id=producer_id, producer_epoch=EPOCH,
+        generation_id=generation_id, member_id=member_id,
+        offsets=[pb.OffsetEntry(topic=tp.topic, partition=tp.partition, offset=o) for tp, o in offsets.items()]))
+
+
+def fetch(gc: GroupCoordinator, tps: list[TopicPartition], require_stable: bool = True
+          ) -> dict[TopicPartition, int | str]:
+    """offset per partition, or the error name when the partition has one."""
+    response = gc.offset_fetch(pb.OffsetFetchRequest(
+        group_id=GROUP, require_stable=require_stable,
+        partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition) for tp in tps]))
+    out: dict[TopicPartition, int | str] = {}
+    for r in response.results:
+        tp = TopicPartition(r.topic, r.partition)
+        out[tp] = "UNSTABLE_OFFSET_COMMIT" if r.error_code == UnstableOffsetCommitError.errno else r.offset
+    return out
+
+
+def complete(gc: GroupCoordinator, shard_log: MemoryLog, committed: bool, producer_id: int = PID) -> None:
+    """What the node does: append the marker durably, then tell the coordinator."""
+    offset = shard_log.append_marker(producer_id, committed)
+    gc.complete_transaction(SHARD, producer_id, committed, marker_offset=offset)
+
+
+T0, T1 = TopicPartition("orders", 0), TopicPartition("orders", 1)
+
+
+# ---------------------------------------------------------------- membership
+
+def test_two_members_get_contiguous_ranges_after_rebalance(gc: GroupCoordinator) -> None:
+    a = join(gc, ["orders"])
+    assert a.generation_id == 1
+    assert sync(gc, a) == [TopicPartition("orders", p) for p in range(5)]
+
+    b = join(gc, ["orders", "payments"])
+    assert b.generation_id == 2
+    with pytest.raises(RebalanceInProgressError):
+        heartbeat(gc, a.member_id, a.generation_id)
+    a2 = join(gc, ["orders"], member_id=a.member_id)
+    assert a2.generation_id == 2  # a rejoin without changes does not bump again
+    assert sorted(a2.members) == sorted([a.member_id, b.member_id])
+
+    first, second = sorted([a.member_id, b.member_id])
+    expected = {first: [TopicPartition("orders", p) for p in range(3)],
+                second: [TopicPartition("orders", p) for p in (3, 4)]}
+    expected[b.member_id] = expected[b.member_id] + [TopicPartition("payments", 0), TopicPartition("payments", 1)]
+    assert sync(gc, a2) == expected[a.member_id]
+    assert sync(gc, b) == expected[b.member_id]
+    heartbeat(gc, a.member_id, 2)
+    heartbeat(gc, b.member_id, 2)
+
+
+def test_sync_with_old_generation_asks_for_rejoin(gc: GroupCoordinator) -> None:
+    a = join(gc, ["orders"])
+    join(gc, ["orders"])
+    with pytest.raises(RebalanceInProgressError):
+        sync(gc, a)
+
+
+def test_unknown_member_is_told_so(gc: GroupCoordinator) -> None:
+    join(gc, ["orders"])
+    with pytest.raises(UnknownMemberIdError):
+        heartbeat(gc, "ghost", 1)
+    with pytest.raises(UnknownMemberIdError):
+        join(gc, ["orders"], member_id="ghost")
+
+
+def test_leave_group_rebalances_the_rest(gc: GroupCoordinator) -> None:
+    a, b = join(gc, ["orders"]), join(gc, ["orders"])
+    gc.leave_group(pb.LeaveGroupRequest(group_id=GROUP, member_id=a.member_id))
+    b2 = join(gc, ["orders"], member_id=b.member_id)
+    assert b2.generation_id == 3
+    assert len(sync(gc, b2)) == 5
+
+
+def test_expired_session_removes_member(gc: GroupCoordinator, clock: Clock) -> None:
+    a = join(gc, ["orders"], session_ms=1000)
+    b = join(gc, ["orders"], session_ms=1000)
+    a = join(gc, ["orders"], member_id=a.member_id)
+    clock.ms += 800
+    heartbeat(gc, b.member_id, 2)
+    clock.ms += 800  # a has been silent 1600 ms, b 800 ms
+    gc.expire_members()
+    with pytest.raises(UnknownMemberIdError):
+        heartbeat(gc, a.member_id, 2)
+    with pytest.raises(RebalanceInProgressError):
+        heartbeat(gc, b.member_id, 2)
+    assert len(sync(gc, join(gc, ["orders"], member_id=b.member_id))) == 5
+
+
+def test_member_that_never_rejoins_is_removed_after_rebalance_timeout(gc: GroupCoordinator, clock: Clock) -> None:
+    a = join(gc, ["orders"], session_ms=10_000, rebalance_ms=2000)
+    b = join(gc, ["orders"], session_ms=10_000, rebalance_ms=2000)
+    clock.ms += 1500
+    with pytest.raises(RebalanceInProgressError):
+        heartbeat(gc, a.member_id, 1)  # alive, but not rejoining
+    clock.ms += 1000
+    gc.expire_members()
+    with pytest.raises(UnknownMemberIdError):
+        heartbeat(gc, a.member_id, 1)
+    assert len(sync(gc, join(gc, ["orders"], member_id=b.member_id))) == 5
+
+
+def test_new_partitions_of_a_subscribed_topic_trigger_a_rebalance(clock: Clock, shard_log: MemoryLog) -> None:
+    topics = {"orders": 2}
+    gc = make_coordinator(clock, shard_log, topics)
+    a = join(gc, ["orders"])
+    assert len(sync(gc, a)) == 2
+    topics["orders"] = 4
+    with pytest.raises(RebalanceInProgressError):
+        heartbeat(gc, a.member_id, a.generation_id)
+    a2 = join(gc, ["orders"], member_id=a.member_id)
+    assert len(sync(gc, a2)) == 4
+
+
+def test_session_timeout_outside_bounds_is_rejected(gc: GroupCoordinator) -> None:
+    with pytest.raises(InvalidSessionTimeoutError):
+        join(gc, ["orders"], session_ms=10)
+
+
+# ---------------------------------------------------------------- offsets
+
+def test_offsets_survive_a_reload_into_a_fresh_coordinator(gc: GroupCoordinator, clock: Clock,
+                                                           shard_log: MemoryLog) -> None:
+    commit(gc, {T0: 10, T1: 20})
+    commit(gc, {T0: 11})
+    fresh = make_coordinator(clock, shard_log.reopened())
+    assert fetch(fresh, [T0, T1, TopicPartition("orders", 2)]) == {T0: 11, T1: 20, TopicPartition("orders", 2): -1}
+
+
+def test_generation_survives_reload_so_a_stale_member_is_fenced(gc: GroupCoordinator, clock: Clock,
+                                                                shard_log: MemoryLog) -> None:
+    a = join(gc, ["orders"])
+    b = join(gc, ["orders"])
+    fresh = make_coordinator(clock, shard_log.reopened())
+    with pytest.raises(IllegalGenerationError):
+        commit(fresh, {T0: 5}, generation_id=a.generation_id, member_id=a.member_id)
+    assert fresh.join_group(pb.JoinGroupRequest(group_id=GROUP, member_id=b.member_id, session_timeout_ms=1000,
+                                                topics=["orders"])).generation_id == 2
+    commit(fresh, {T0: 5}, generation_id=2, member_id=b.member_id)
+    assert fetch(fresh, [T0]) == {T0: 5}
+
+
+def test_commit_without_membership_needs_an_empty_group(gc: GroupCoordinator) -> None:
+    commit(gc, {T0: 3})  # assign()-style: generation -1, no member id
+    join(gc, ["orders"])
+    with pytest.raises(UnknownMemberIdError):
+        commit(gc, {T0: 4})
+    assert fetch(gc, [T0]) == {T0: 3}
+
+
+def test_invalid_offsets_are_rejected_per_partition_and_never_stored(gc: GroupCoordinator) -> None:
+    response = commit(gc, {T0: -2, T1: 7, TopicPartition("nope", 0): 1, TopicPartition("orders", 9): 1})
+    codes = {(r.topic, r.partition): r.error_code for r in response.results}
+    assert codes == {("orders", 0): InvalidRequestError.errno, ("orders", 1): 0, ("nope", 0): 3, ("orders", 9): 3}
+    assert fetch(gc, [T0, T1]) == {T0: -1, T1: 7}
+
+
+@pytest.mark.parametrize("group_id", ["", "g" * 250, "a\x00b"])
+def test_bad_group_ids_are_invalid_requests(gc: GroupCoordinator, group_id: str) -> None:
+    with pytest.raises(InvalidRequestError):
+        gc.offset_commit(pb.OffsetCommitRequest(group_id=group_id, generation_id=-1))
+
+
+def test_failed_log_write_changes_nothing(gc: GroupCoordinator, shard_log: MemoryLog) -> None:
+    commit(gc, {T0: 1})
+    shard_log.fail_with = NotLeaderOrFollowerError("[NOT_LEADER_OR_FOLLOWER] gone")
+    with pytest.raises(NotCoordinatorError):
+        commit(gc, {T0: 2})
+    with pytest.raises(NotCoordinatorError):
+        join(gc, ["orders"])
+    shard_log.fail_with = None
+    assert fetch(gc, [T0]) == {T0: 1}
+    assert join(gc, ["orders"]).generation_id == 1
+
+
+# ---------------------------------------------------------------- transactional offsets
+
+def test_txn_offsets_stay_pending_until_commit_marker(gc: GroupCoordinator, shard_log: MemoryLog) -> None:
+    commit(gc, {T0: 5})
+    txn_commit(gc, {T0: 9, T1: 4})
+    assert fetch(gc, [T0, T1]) == {T0: "UNSTABLE_OFFSET_COMMIT", T1: "UNSTABLE_OFFSET_COMMIT"}
+    assert fetch(gc, [T0, T1], require_stable=False) == {T0: 5, T1: -1}
+    complete(gc, shard_log, committed=True)
+    assert fetch(gc, [T0, T1]) == {T0: 9, T1: 4}
+
+
+def test_txn_offsets_vanish_on_abort_marker(gc: GroupCoordinator, shard_log: MemoryLog) -> None:
+    commit(gc, {T0: 5})
+    txn_commit(gc, {T0: 9})
+    complete(gc, shard_log, committed=False)
+    assert fetch(gc, [T0]) == {T0: 5}
+
+
+@pytest.mark.parametrize("committed", [True, False])
+def test_reload_replays_markers_to_the_same_outcome(gc: GroupCoordinator, clock: Clock, shard_log: MemoryLog,
+                                                    committed: bool) -> None:
+    commit(gc, {T0: 5})
+    txn_commit(gc, {T0: 9})
+    complete(gc, shard_log, committed=committed)
+    txn_commit(gc, {T1: 3}, producer_id=PID + 1)  # still open at the reload
+    before = fetch(gc, [T0, T1])
+    assert before == {T0: 9 if committed else 5, T1: "UNSTABLE_OFFSET_COMMIT"}
+
+    fresh = make_coordinator(clock, shard_log.reopened())
+    assert fetch(fresh, [T0, T1]) == before
+    complete(fresh, shard_log, committed=True, producer_id=PID + 1)
+    assert fetch(fresh, [T1]) == {T1: 3}
+
+
+def test_plain_commit_after_the_txn_write_wins_over_the_txn(gc: GroupCoordinator, clock: Clock,
+                                                           shard_log: MemoryLog) -> None:
+    txn_commit(gc, {T0: 9})
+    commit(gc, {T0: 12})  # written after the transactional record
+    complete(gc, shard_log, committed=True)
+    assert fetch(gc, [T0]) == {T0: 12}
+    assert fetch(make_coordinator(clock, shard_log.reopened()), [T0]) == {T0: 12}
+
+
+def test_txn_write_after_a_marker_waits_for_the_next_marker(gc: GroupCoordinator, clock: Clock,
+                                                            shard_log: MemoryLog) -> None:
+    marker = shard_log.append_marker(PID, True)  # the node wrote a marker; the callback is late
+    txn_commit(gc, {T0: 9})
+    gc.complete_transaction(SHARD, PID, True, marker_offset=marker)
+    assert fetch(gc, [T0]) == {T0: "UNSTABLE_OFFSET_COMMIT"}
+    assert fetch(make_coordinator(clock, shard_log.reopened()), [T0]) == {T0: "UNSTABLE_OFFSET_COMMIT"}
+
+
+def test_stale_member_txn_offset_commit_is_fenced(gc: GroupCoordinator, shard_log: MemoryLog) -> None:
+    a = join(gc, ["orders"])
+    b = join(gc, ["orders"])
+    written = shard_log.next_offset
+    with pytest.raises(IllegalGenerationError):
+        txn_commit(gc, {T0: 50}, generation_id=a.generation_id, member_id=a.member_id)
+    with pytest.raises(UnknownMemberIdError):
+        txn_commit(gc, {T0: 50}, generation_id=b.generation_id, member_id="ghost")
+    assert shard_log.next_offset == written
+    assert fetch(gc, [T0]) == {T0: -1}
+    txn_commit(gc, {T0: 50}, generation_id=b.generation_id, member_id=b.member_id)
+    assert fetch(gc, [T0]) == {T0: "UNSTABLE_OFFSET_COMMIT"}
+
+
+def test_txn_commit_with_a_bare_group_id_is_accepted_like_kafka(gc: GroupCoordinator, shard_log: MemoryLog) -> None:
+    join(gc, ["orders"])
+    txn_commit(gc, {T0: 8})
+    complete(gc, shard_log, committed=True)
+    assert fetch(gc, [T0]) == {T0: 8}
+
+
+# ---------------------------------------------------------------- shards
+
+def test_unowned_shard_is_not_coordinator(clock: Clock) -> None:
+    gc = GroupCoordinator(SHARDS, now_ms=clock)
+    assert not gc.owns_group(GROUP)
+    with pytest.raises(NotCoordinatorError):
+        fetch(gc, [T0])
+
+
+def test_requests_during_load_get_load_in_progress_and_markers_are_kept(clock: Clock, shard_log: MemoryLog) -> None:
+    gc = make_coordinator(clock, shard_log)
+    txn_commit(gc, {T0: 9})
+    seen: list[Exception] = []
+    fresh = GroupCoordinator(SHARDS, now_ms=clock, min_session_timeout_ms=100, partitions_for=TOPICS.get)
+
+    class SlowLog:
+        def append(self, records: bytes, *, origin: object = None) -> AppendResult:
+            return shard_log.append(records, origin=origin)
+
+        def batches(self):
+            yield from shard_log.batches()
+            with pytest.raises(CoordinatorLoadInProgressError) as info:  # the replay has not finished
+                fetch(fresh, [T0])
+            seen.append(info.value)
+            offset = shard_log.append_marker(PID, True)  # a marker lands after the replay read the log
+            fresh.complete_transaction(SHARD, PID, True, marker_offset=offset)
+
+    fresh.load_shard(SHARD, SlowLog())
+    assert fresh.owns_group(GROUP) and seen
+    assert fetch(fresh, [T0]) == {T0: 9}
+
+
+def test_unload_makes_the_group_not_coordinator(gc: GroupCoordinator) -> None:
+    gc.unload_shard(SHARD)
+    with pytest.raises(NotCoordinatorError):
+        join(gc, ["orders"])
+
+
+def test_service_answers_errors_in_the_response(gc: GroupCoordinator) -> None:
+    service = GroupService(gc)
+    response = service.JoinGroup(pb.JoinGroupRequest(group_id="", session_timeout_ms=1000), None)
+    assert response.error_code == InvalidRequestError.errno and "empty" in response.error_message
+    response = service.Heartbeat(pb.HeartbeatRequest(group_id=GROUP, member_id="ghost"), None)
+    assert response.error_code == UnknownMemberIdError.errno
+    ok = service.JoinGroup(pb.JoinGroupRequest(group_id=GROUP, session_timeout_ms=1000, topics=["orders"]), None)
+    assert ok.error_code == 0 and ok.generation_id == 1
