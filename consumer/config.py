@@ -1,0 +1,161 @@
+"""The consumer's settings: Kafka's names in snake_case, Kafka's defaults, validated once.
+
+`ConsumerConfig.from_kwargs` is the only way a Consumer reads its keyword arguments, so an
+unknown or ill-typed setting fails at construction with KafkaConfigurationError, never later.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from proto.cluster_client import parse_bootstrap
+from proto.errors import KafkaConfigurationError
+from proto.structs import IsolationLevel
+from proto.transport import Deadline
+
+#: Kafka's max.poll.interval.ms doubles as the rebalance timeout; accept that name too
+_ALIASES = {"max_poll_interval_ms": "rebalance_timeout_ms"}
+_UNSET: Any = object()
+#: the shortest deadline any single RPC gets, so that poll(timeout_ms=0) can still make progress
+MIN_RPC_TIMEOUT_S = 0.25
+
+
+class OffsetResetStrategy(enum.Enum):
+    """What auto_offset_reset does for a partition without a valid position."""
+
+    EARLIEST = "earliest"
+    LATEST = "latest"
+    NONE = "none"
+
+    @classmethod
+    def parse(cls, text: str | OffsetResetStrategy) -> OffsetResetStrategy:
+        if isinstance(text, OffsetResetStrategy):
+            return text
+        try:
+            return cls(str(text).lower())
+        except ValueError:
+            raise KafkaConfigurationError(
+                f"auto_offset_reset must be 'earliest', 'latest' or 'none', not {text!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerConfig:
+    """Every consumer setting, with Kafka's default."""
+
+    #: "host:port[,host:port...]" or a list of them; any node answers metadata
+    bootstrap_servers: tuple[str, ...]
+    client_id: str = "txnsim-consumer"
+    #: None: no group (assign() only, no commits)
+    group_id: str | None = None
+    #: KIP-345 static membership id, sent with JoinGroup and in group_metadata()
+    group_instance_id: str | None = None
+    #: read_uncommitted (Kafka's default) or read_committed
+    isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
+    #: where a partition without a committed offset starts: earliest, latest or none (raise)
+    auto_offset_reset: OffsetResetStrategy = OffsetResetStrategy.LATEST
+    #: defaults to True when group_id is set, else False
+    enable_auto_commit: bool = True
+    auto_commit_interval_ms: int = 5_000
+    #: long-poll: how long a node may hold a fetch while fewer than fetch_min_bytes are available
+    fetch_max_wait_ms: int = 500
+    fetch_min_bytes: int = 1
+    fetch_max_bytes: int = 52_428_800
+    max_partition_fetch_bytes: int = 1_048_576
+    max_poll_records: int = 500
+    session_timeout_ms: int = 10_000
+    heartbeat_interval_ms: int = 3_000
+    #: also max.poll.interval.ms: a member that does not poll for this long leaves the group
+    rebalance_timeout_ms: int = 30_000
+    request_timeout_ms: int = 30_000
+    retry_backoff_ms: int = 100
+
+    @classmethod
+    def from_kwargs(cls, configs: Mapping[str, Any]) -> ConsumerConfig:
+        """Build and validate from Consumer(**configs); KafkaConfigurationError names the bad setting."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        values: dict[str, Any] = {}
+        unknown = []
+        for key, value in configs.items():
+            target = _ALIASES.get(key, key)
+            if target not in names:
+                unknown.append(key)
+                continue
+            if target in values:
+                raise KafkaConfigurationError(f"{key} and {target} set the same thing; pass only one")
+            values[target] = value
+        if unknown:
+            raise KafkaConfigurationError(f"Unrecognized configs: {sorted(unknown)}")
+        if "bootstrap_servers" not in values:
+            raise KafkaConfigurationError("bootstrap_servers is required, e.g. '127.0.0.1:7001'")
+        values["bootstrap_servers"] = _parse_servers(values["bootstrap_servers"])
+        if "isolation_level" in values:
+            try:
+                values["isolation_level"] = IsolationLevel.parse(values["isolation_level"])
+            except ValueError as exc:
+                raise KafkaConfigurationError(str(exc)) from None
+        if "auto_offset_reset" in values:
+            values["auto_offset_reset"] = OffsetResetStrategy.parse(values["auto_offset_reset"])
+        auto_commit = values.pop("enable_auto_commit", _UNSET)
+        group_id = values.get("group_id")
+        if auto_commit is _UNSET:
+            auto_commit = group_id is not None
+        elif auto_commit and group_id is None:
+            raise KafkaConfigurationError("enable_auto_commit=True needs a group_id to commit to; "
+                                          "set group_id or enable_auto_commit=False")
+        values["enable_auto_commit"] = auto_commit
+        config = cls(**values)
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        for name in ("auto_commit_interval_ms", "fetch_max_bytes", "max_partition_fetch_bytes", "max_poll_records",
+                     "session_timeout_ms", "heartbeat_interval_ms", "rebalance_timeout_ms", "request_timeout_ms"):
+            _require_int(name, getattr(self, name), minimum=1)
+        for name in ("fetch_max_wait_ms", "fetch_min_bytes", "retry_backoff_ms"):
+            _require_int(name, getattr(self, name), minimum=0)
+        if not isinstance(self.enable_auto_commit, bool):
+            raise KafkaConfigurationError(f"enable_auto_commit must be a bool, not {self.enable_auto_commit!r}")
+        if self.enable_auto_commit and self.group_id is None:
+            raise KafkaConfigurationError("enable_auto_commit=True needs a group_id to commit to")
+        if self.group_id is not None and (not isinstance(self.group_id, str) or not self.group_id):
+            raise KafkaConfigurationError(f"group_id must be a non-empty string or None, not {self.group_id!r}")
+        if self.group_instance_id is not None and (not isinstance(self.group_instance_id, str)
+                                                   or not self.group_instance_id):
+            raise KafkaConfigurationError("group_instance_id must be a non-empty string or None")
+        if not isinstance(self.client_id, str):
+            raise KafkaConfigurationError(f"client_id must be a string, not {self.client_id!r}")
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise KafkaConfigurationError(
+                f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be lower than "
+                f"session_timeout_ms ({self.session_timeout_ms})")
+        if self.request_timeout_ms <= self.fetch_max_wait_ms:
+            raise KafkaConfigurationError(
+                f"request_timeout_ms ({self.request_timeout_ms}) must be larger than "
+                f"fetch_max_wait_ms ({self.fetch_max_wait_ms}), or every long-poll fetch would time out")
+
+    @property
+    def reads_committed(self) -> bool:
+        return self.isolation_level is IsolationLevel.READ_COMMITTED
+
+    def rpc_timeout(self, deadline: Deadline) -> float:
+        """Seconds one RPC may take: what is left of `deadline`, within [MIN_RPC_TIMEOUT_S, request_timeout_ms]."""
+        return min(self.request_timeout_ms / 1000, max(deadline.remaining(), MIN_RPC_TIMEOUT_S))
+
+
+def _parse_servers(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, (str, Iterable)):
+        raise KafkaConfigurationError(f"bootstrap_servers must be 'host:port,...' or a list, not {value!r}")
+    try:
+        return tuple(parse_bootstrap(value))
+    except ValueError as exc:
+        raise KafkaConfigurationError(str(exc)) from None
+
+
+def _require_int(name: str, value: Any, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise KafkaConfigurationError(f"{name} must be an int, not {value!r}")
+    if value < minimum:
+        raise KafkaConfigurationError(f"{name} must be at least {minimum}, not {value}")

@@ -1,0 +1,415 @@
+"""Fetch RPCs and the read_committed filter: turns fetched batches into the records poll() returns.
+
+One Fetch per leader node covers all of that node's fetchable partitions and long-polls for
+fetch_max_wait_ms. Each partition keeps at most one fetched response (`PartitionRecords`) and
+is not fetched again until the application has drained it, so memory stays bounded however
+long a transaction stays open. Invariant: a partition's position only moves past batches the
+filter has consumed (returned, skipped as aborted, or control markers), in offset order.
+"""
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from proto import txnsim_pb2 as pb
+from proto.cluster_client import ClusterClient
+from proto.errors import (
+    CorruptMessageError,
+    KafkaError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    for_code,
+)
+from proto.records import HEADER_SIZE, ControlType, Record, RecordBatch, read_header
+from proto.structs import ConsumerRecord, IsolationLevel, TopicPartition
+from proto.transport import Deadline, call_future, result_of, retrying
+
+from consumer.config import ConsumerConfig, OffsetResetStrategy
+from consumer.subscription import SubscriptionState
+
+log = logging.getLogger(__name__)
+
+# ---------------------------------------------------------------- the read_committed filter
+
+def iter_whole_batches(buf: bytes) -> Iterator[RecordBatch]:
+    """The complete batches of a fetched buffer, CRC-checked; a trailing partial batch is ignored."""
+    pos = 0
+    end = len(buf)
+    while pos < end:
+        if end - pos < HEADER_SIZE:
+            break
+        header = read_header(buf, pos)
+        stop = pos + header.size
+        if stop > end:
+            if pos == 0:
+                raise RecordTooLargeError(
+                    f"[MESSAGE_TOO_LARGE] the batch at offset {header.base_offset} ({header.size} bytes) does not "
+                    f"fit in one fetch; raise max_partition_fetch_bytes / fetch_max_bytes")
+            break
+        batch = RecordBatch(header, bytes(buf[pos:stop]))
+        if not batch.crc_ok():
+            raise CorruptMessageError(f"[CORRUPT_MESSAGE] fetched batch at offset {header.base_offset} fails its CRC-32C")
+        yield batch
+        pos = stop
+
+
+class PartitionRecords:
+    """One partition's fetch response, drained lazily by `take` (KAFKA-REFERENCE §6).
+
+    read_committed: aborted transactions sit in a min-heap by first offset; before each
+    batch, entries starting at or before its last offset move into the aborted-producer set;
+    an ABORT marker takes its producer out again; a transactional data batch of an aborted
+    producer is skipped. Control batches never reach the application. `next_fetch_offset`
+    moves past every batch consumed, whether its records were returned or not.
+    """
+
+    def __init__(self, tp: TopicPartition, fetch_offset: int, records: bytes, *,
+                 isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+                 aborted_transactions: Iterable[tuple[int, int]] = ()) -> None:
+        self.tp = tp
+        self.fetch_offset = fetch_offset
+        self.next_fetch_offset = fetch_offset
+        self.exhausted = False
+        self._read_committed = isolation_level is IsolationLevel.READ_COMMITTED
+        self._aborted: list[tuple[int, int]] = [(first_offset, pid) for pid, first_offset in aborted_transactions]
+        heapq.heapify(self._aborted)
+        self._aborted_producers: set[int] = set()
+        self._records = self._unpack(records)
+        self._error: KafkaError | None = None
+
+    def _advance_to(self, offset: int) -> None:
+        self.next_fetch_offset = max(self.next_fetch_offset, offset)
+
+    def _consume_aborted_up_to(self, offset: int) -> None:
+        while self._aborted and self._aborted[0][0] <= offset:
+            _first, pid = heapq.heappop(self._aborted)
+            self._aborted_producers.add(pid)
+
+    def _unpack(self, buf: bytes) -> Iterator[Record]:
+        for batch in iter_whole_batches(buf):
+            header = batch.header
+            if self._read_committed:
+                self._consume_aborted_up_to(header.last_offset)
+            if header.is_control:
+                if self._read_committed and batch.control_record().type is ControlType.ABORT:
+                    self._aborted_producers.discard(header.producer_id)
+                self._advance_to(header.next_offset)
+                continue
+            if self._read_committed and header.is_transactional and header.producer_id in self._aborted_producers:
+                self._advance_to(header.next_offset)
+                continue
+            for record in batch.records():
+                # the node answers from the batch holding fetch_offset; its earlier records were consumed
+                if record.offset >= self.next_fetch_offset:
+                    yield record
+            self._advance_to(header.next_offset)
+
+    def take(self, max_records: int) -> list[ConsumerRecord]:
+        """Up to `max_records` records in offset order; position moves only past what is returned or skipped.
+
+        A decoding error after some records were taken is kept for the next call, so no taken
+        record is ever lost with the exception.
+        """
+        if self._error is not None:
+            error, self._error = self._error, None
+            self.exhausted = True
+            raise error
+        out: list[ConsumerRecord] = []
+        while len(out) < max_records:
+            try:
+                record = next(self._records)
+            except StopIteration:
+                self.exhausted = True
+                break
+            except KafkaError as exc:
+                if not out:
+                    self.exhausted = True
+                    raise
+                self._error = exc
+                break
+            out.append(ConsumerRecord(self.tp.topic, self.tp.partition, record.offset, record.timestamp,
+                                      record.key, record.value, record.headers))
+            self.next_fetch_offset = record.offset + 1
+        return out
+
+
+# ---------------------------------------------------------------- RPCs
+
+@dataclass(frozen=True, slots=True)
+class LogBounds:
+    """ListOffsets' answer for one partition."""
+
+    log_start_offset: int
+    high_watermark: int
+    last_stable_offset: int
+
+    def end_offset(self, isolation_level: IsolationLevel) -> int:
+        """Kafka's end offset: the LSO for read_committed, the high watermark otherwise."""
+        if isolation_level is IsolationLevel.READ_COMMITTED:
+            return self.last_stable_offset
+        return self.high_watermark
+
+
+@dataclass(slots=True)
+class _InFlightFetch:
+    future: grpc.Future
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)
+
+
+class Fetcher:
+    """Sends fetches, turns responses into PartitionRecords, and drains them into poll() results."""
+
+    def __init__(self, cluster: ClusterClient, subscription: SubscriptionState, config: ConsumerConfig,
+                 wakeup: threading.Event) -> None:
+        self._cluster = cluster
+        self._subscription = subscription
+        self._config = config
+        self._wakeup = wakeup
+        self._request_timeout_s = config.request_timeout_ms / 1000
+        self._backoff_s = config.retry_backoff_ms / 1000
+        self._completed: dict[TopicPartition, PartitionRecords] = {}
+        self._in_flight: dict[str, _InFlightFetch] = {}
+        self._backoff_until: dict[TopicPartition, float] = {}
+        self._failing_nodes: set[str] = set()
+        self._error: KafkaError | None = None
+
+    # ------------------------------------------------------------ fetch
+
+    def send_fetches(self, deadline: Deadline) -> None:
+        """One Fetch per leader for partitions with a position, nothing buffered and nothing in flight."""
+        now = time.monotonic()
+        busy = {tp for fetch in self._in_flight.values() for tp in fetch.offsets}
+        by_node: dict[str, dict[TopicPartition, int]] = {}
+        for tp in self._subscription.fetchable_partitions():
+            if tp in self._completed or tp in busy or self._backoff_until.get(tp, 0.0) > now:
+                continue
+            try:
+                address = self._cluster.leader_address(tp, deadline)
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                log.debug("no leader for %s yet (%s); retrying after backoff", tp, exc)
+                self._back_off(tp)
+                continue
+            if address in self._in_flight:
+                continue  # one fetch per node at a time; this partition rides the next one
+            position = self._subscription.position(tp)
+            assert position is not None  # fetchable_partitions() only lists partitions with a position
+            by_node.setdefault(address, {})[tp] = position
+        for address, offsets in by_node.items():
+            request = pb.FetchRequest(
+                isolation_level=int(self._config.isolation_level), max_wait_ms=self._config.fetch_max_wait_ms,
+                min_bytes=self._config.fetch_min_bytes, max_bytes=self._config.fetch_max_bytes,
+                partitions=[pb.FetchPartition(topic=tp.topic, partition=tp.partition, fetch_offset=offset,
+                                              max_bytes=self._config.max_partition_fetch_bytes)
+                            for tp, offset in offsets.items()])
+            try:
+                future = call_future(self._cluster.stubs(address).partitions.Fetch, request, self._request_timeout_s)
+            except grpc.RpcError as exc:  # a channel that cannot even start the call
+                log.warning("fetch from %s could not start: %s", address, exc)
+                self._invalidate(offsets)
+                continue
+            self._in_flight[address] = _InFlightFetch(future, offsets)
+            future.add_done_callback(lambda _f: self._wakeup.set())
+
+    def has_in_flight(self) -> bool:
+        return bool(self._in_flight)
+
+    def handle_responses(self) -> None:
+        """Turn every finished fetch into PartitionRecords (or a reset, a backoff, or an error for poll)."""
+        for address, fetch in list(self._in_flight.items()):
+            if not fetch.future.done():
+                continue
+            del self._in_flight[address]
+            try:
+                response = result_of(fetch.future, check=False)
+            except KafkaError as exc:
+                # once per outage at WARNING; the retries every retry_backoff_ms at DEBUG
+                level = logging.DEBUG if address in self._failing_nodes else logging.WARNING
+                log.log(level, "fetch from %s failed: %s; refreshing metadata and retrying", address, exc)
+                self._failing_nodes.add(address)
+                self._invalidate(fetch.offsets)
+                continue
+            if address in self._failing_nodes:
+                self._failing_nodes.discard(address)
+                log.info("fetch from %s works again", address)
+            if response.error_code:  # the whole request failed: every partition in it did
+                for tp, offset in fetch.offsets.items():
+                    self._handle_partition(tp, offset, response.error_code, response.error_message,
+                                           pb.FetchPartitionResult())
+                continue
+            for part in response.partitions:
+                tp = TopicPartition(part.topic, part.partition)
+                if tp in fetch.offsets:
+                    self._handle_partition(tp, fetch.offsets[tp], part.error_code, part.error_message, part)
+
+    def _handle_partition(self, tp: TopicPartition, fetch_offset: int, code: int, message: str,
+                          part: pb.FetchPartitionResult) -> None:
+        if not self._subscription.is_assigned(tp) or self._subscription.position(tp) != fetch_offset:
+            return  # unassigned or sought elsewhere while the fetch was in flight: the data is stale
+        if code == 0:
+            self._subscription.update_bounds(tp, high_watermark=part.high_watermark,
+                                             last_stable_offset=part.last_stable_offset,
+                                             log_start_offset=part.log_start_offset)
+            if part.records:
+                self._completed[tp] = PartitionRecords(
+                    tp, fetch_offset, part.records, isolation_level=self._config.isolation_level,
+                    aborted_transactions=[(a.producer_id, a.first_offset) for a in part.aborted_transactions])
+            return
+        error = for_code(code, message)
+        if isinstance(error, OffsetOutOfRangeError):
+            if self._config.auto_offset_reset is OffsetResetStrategy.NONE:
+                self._error = OffsetOutOfRangeError(
+                    f"[OFFSET_OUT_OF_RANGE] offset {fetch_offset} of {tp} is out of range and auto_offset_reset "
+                    f"is 'none'; seek() to a valid offset")
+            else:
+                log.info("offset %d of %s is out of range; resetting to %s", fetch_offset, tp,
+                         self._config.auto_offset_reset.value)
+                self._subscription.request_reset(tp)
+        elif error.retriable or error.invalid_metadata:
+            log.debug("fetch of %s failed with %s; retrying", tp, error)
+            self._invalidate({tp: fetch_offset})
+        else:
+            self._error = error
+
+    def drain(self, max_records: int) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Take up to `max_records` buffered records, moving positions as they are handed out."""
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        remaining = max_records
+        for tp in list(self._completed):
+            if remaining <= 0:
+                break
+            records = self._completed[tp]
+            if not self._subscription.is_assigned(tp) or self._subscription.position(tp) != records.next_fetch_offset:
+                del self._completed[tp]
+                continue
+            if not self._subscription.is_fetchable(tp):
+                continue  # paused: keep the data for resume()
+            try:
+                taken = records.take(remaining)
+            except CorruptMessageError as exc:
+                log.warning("dropping the rest of a fetch of %s: %s; fetching it again", tp, exc)
+                taken = []
+            except KafkaError:
+                del self._completed[tp]
+                raise
+            self._subscription.seek(tp, records.next_fetch_offset)
+            del self._completed[tp]
+            if not records.exhausted:
+                self._completed[tp] = records  # to the back of the line: partitions take turns
+            if taken:
+                out[tp] = taken
+                remaining -= len(taken)
+        return out
+
+    def discard(self, partitions: Iterable[TopicPartition]) -> None:
+        for tp in partitions:
+            self._completed.pop(tp, None)
+            self._backoff_until.pop(tp, None)
+
+    def buffered_partitions(self) -> set[TopicPartition]:
+        return set(self._completed)
+
+    def close(self) -> None:
+        for fetch in self._in_flight.values():
+            fetch.future.cancel()
+        self._in_flight.clear()
+        self._completed.clear()
+
+    def _back_off(self, tp: TopicPartition) -> None:
+        self._backoff_until[tp] = time.monotonic() + self._backoff_s
+
+    def _invalidate(self, offsets: dict[TopicPartition, int]) -> None:
+        for tp in offsets:
+            self._cluster.invalidate(tp)
+            self._back_off(tp)
+
+    # ------------------------------------------------------------ offsets of the log
+
+    def list_offsets(self, partitions: Iterable[TopicPartition], deadline: Deadline, *,
+                     retry: bool = True) -> dict[TopicPartition, LogBounds]:
+        """Log start, high watermark and LSO of each partition (ListOffsets to each leader)."""
+        wanted = set(partitions)
+        found: dict[TopicPartition, LogBounds] = {}
+        if not retry:
+            try:
+                self._list_offsets_once(wanted, found, deadline)
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                log.debug("ListOffsets of %s incomplete: %s", sorted(map(str, wanted - set(found))), exc)
+            return found
+        for attempt in retrying(deadline.remaining(), initial_backoff_s=max(self._backoff_s, 0.01)):
+            with attempt:
+                self._list_offsets_once(wanted - set(found), found, deadline)
+        return found
+
+    def _list_offsets_once(self, wanted: set[TopicPartition], found: dict[TopicPartition, LogBounds],
+                           deadline: Deadline) -> None:
+        first_error: KafkaError | None = None
+        by_node: dict[str, list[TopicPartition]] = {}
+        for tp in sorted(wanted):
+            try:
+                by_node.setdefault(self._cluster.leader_address(tp, deadline), []).append(tp)
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                first_error = first_error or exc
+        futures: list[tuple[Any, list[TopicPartition]]] = []
+        for address, tps in by_node.items():
+            request = pb.ListOffsetsRequest(partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition)
+                                                        for tp in tps])
+            stub = self._cluster.stubs(address).partitions.ListOffsets
+            futures.append((call_future(stub, request, self._config.rpc_timeout(deadline)), tps))
+        for future, tps in futures:
+            try:
+                response = result_of(future)
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                for tp in tps:
+                    self._cluster.invalidate(tp)
+                first_error = first_error or exc
+                continue
+            for part in response.partitions:
+                tp = TopicPartition(part.topic, part.partition)
+                if part.error_code:
+                    error = for_code(part.error_code, part.error_message)
+                    if not error.retriable:
+                        raise error
+                    self._cluster.invalidate(tp)
+                    first_error = first_error or error
+                    continue
+                found[tp] = LogBounds(part.log_start_offset, part.high_watermark, part.last_stable_offset)
+        if first_error is not None and not wanted <= set(found):
+            raise first_error
+
+    def reset_positions(self, deadline: Deadline, *, retry: bool = False) -> None:
+        """Give every partition awaiting a reset its position from the log's bounds."""
+        awaiting = self._subscription.awaiting_reset()
+        if not awaiting:
+            return
+        for tp, strategy in awaiting.items():
+            if strategy is OffsetResetStrategy.NONE:
+                raise OffsetOutOfRangeError(
+                    f"[OFFSET_OUT_OF_RANGE] {tp} has no committed offset and auto_offset_reset is 'none'; "
+                    f"seek() to an offset or set auto_offset_reset to 'earliest' or 'latest'")
+        bounds = self.list_offsets(awaiting, deadline, retry=retry)
+        for tp, strategy in awaiting.items():
+            if tp not in bounds or self._subscription.position(tp) is not None:
+                continue
+            b = bounds[tp]
+            offset = b.log_start_offset if strategy is OffsetResetStrategy.EARLIEST \
+                else b.end_offset(self._config.isolation_level)
+            log.debug("reset %s to %s offset %d", tp, strategy.value, offset)
+            self._subscription.seek(tp, offset)

@@ -1,0 +1,282 @@
+"""Group membership of a subscribed consumer: JoinGroup, SyncGroup, a heartbeat thread, LeaveGroup.
+
+The coordinator computes the assignment (txnsim's simplified eager protocol); this side only
+joins, asks for its share, and learns from heartbeats when it must rejoin. State lives in one
+`MemberState` machine guarded by one lock; the heartbeat thread never touches positions, it
+only flags a rejoin that the next poll() carries out.
+"""
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from proto import txnsim_pb2 as pb
+from proto.cluster_client import GROUP, ClusterClient
+from proto.errors import (
+    IllegalGenerationError,
+    IllegalStateError,
+    KafkaError,
+    KafkaTimeoutError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+)
+from proto.structs import ConsumerGroupMetadata, TopicPartition
+from proto.transport import Deadline, call, retrying
+
+from consumer.config import ConsumerConfig
+
+log = logging.getLogger(__name__)
+
+
+class GroupCoordinatorClient:
+    """Calls to the node that coordinates one group; it forgets that node when it moves or dies."""
+
+    def __init__(self, cluster: ClusterClient, group_id: str, config: ConsumerConfig) -> None:
+        self.cluster = cluster
+        self.group_id = group_id
+        self._config = config
+        self._backoff_s = max(config.retry_backoff_ms / 1000, 0.01)
+
+    def coordinator_stub(self, deadline: Deadline) -> Any:
+        address = self.cluster.coordinator_address(GROUP, self.group_id, deadline)
+        return self.cluster.stubs(address).groups
+
+    def call(self, rpc_name: str, request: Any, deadline: Deadline) -> Any:
+        """One attempt; the response's error code is raised; a moved coordinator is forgotten."""
+        try:
+            stub = self.coordinator_stub(deadline)
+            return call(getattr(stub, rpc_name), request, self._config.rpc_timeout(deadline))
+        except KafkaError as exc:
+            self.note_error(exc)
+            raise
+
+    def call_with_retries(self, rpc_name: str, request: Any, deadline: Deadline,
+                          check: Callable[[Any], None] | None = None) -> Any:
+        """Retry retriable errors (coordinator moved, loading, ...) with backoff until `deadline`.
+
+        `check` raises for errors inside the response (per-partition codes), so that those are
+        retried by the same policy.
+        """
+        for attempt in retrying(deadline.remaining(), initial_backoff_s=self._backoff_s):
+            with attempt:
+                response = self.call(rpc_name, request, deadline)
+                if check is not None:
+                    check(response)
+                return response
+        raise AssertionError("unreachable")
+
+    def note_error(self, exc: KafkaError) -> None:
+        if exc.invalid_metadata or isinstance(exc, KafkaTimeoutError):
+            self.cluster.invalidate_coordinator(GROUP, self.group_id)
+
+
+class MemberState(enum.Enum):
+    #: no member id or generation: the next poll() joins from scratch
+    UNJOINED = "Unjoined"
+    #: still a member, but the generation moved on: the next poll() rejoins
+    PREPARING_REBALANCE = "PreparingRebalance"
+    #: JoinGroup answered; SyncGroup not yet
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+
+
+#: target state -> the states it may be entered from
+_VALID_PREVIOUS: dict[MemberState, frozenset[MemberState]] = {
+    MemberState.UNJOINED: frozenset(MemberState),
+    MemberState.PREPARING_REBALANCE: frozenset({MemberState.PREPARING_REBALANCE, MemberState.COMPLETING_REBALANCE,
+                                                MemberState.STABLE}),
+    MemberState.COMPLETING_REBALANCE: frozenset({MemberState.UNJOINED, MemberState.PREPARING_REBALANCE}),
+    MemberState.STABLE: frozenset({MemberState.COMPLETING_REBALANCE}),
+}
+
+
+class GroupMembership:
+    """This consumer's membership in its group; thread-safe against its own heartbeat thread."""
+
+    def __init__(self, client: GroupCoordinatorClient, config: ConsumerConfig,
+                 topics: Callable[[], frozenset[str]], wakeup: threading.Event) -> None:
+        self._client = client
+        self._config = config
+        self._topics = topics
+        self._wakeup = wakeup
+        self._lock = threading.Lock()
+        self._state = MemberState.UNJOINED
+        self._member_id = ""
+        self._generation_id = -1
+        self._last_poll = time.monotonic()
+        self._closing = threading.Event()
+        self._heartbeat_thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------ state
+
+    @property
+    def group_id(self) -> str:
+        return self._client.group_id
+
+    @property
+    def state(self) -> MemberState:
+        with self._lock:
+            return self._state
+
+    def _transition_to(self, target: MemberState) -> None:
+        """Caller holds the lock."""
+        if self._state not in _VALID_PREVIOUS[target]:
+            raise IllegalStateError(f"group {self.group_id!r}: member state cannot go from "
+                                    f"{self._state.value} to {target.value}")
+        if self._state is not target:
+            log.debug("group %r member %r: %s -> %s", self.group_id, self._member_id, self._state.value, target.value)
+        self._state = target
+
+    def needs_join(self) -> bool:
+        with self._lock:
+            return self._state in (MemberState.UNJOINED, MemberState.PREPARING_REBALANCE)
+
+    def generation(self) -> tuple[int, str]:
+        """(generation_id, member_id) to send with commits; (-1, "") outside the group."""
+        with self._lock:
+            if self._state is MemberState.UNJOINED:
+                return -1, ""
+            return self._generation_id, self._member_id
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        generation_id, member_id = self.generation()
+        return ConsumerGroupMetadata(self.group_id, generation_id, member_id, self._config.group_instance_id)
+
+    def request_rejoin(self, reason: str, *, if_generation: int | None = None) -> None:
+        """Rejoin on the next poll (only if still at `if_generation`, when given)."""
+        with self._lock:
+            if if_generation is not None and if_generation != self._generation_id:
+                return
+            if self._state is MemberState.UNJOINED:
+                return
+            log.info("group %r: rejoining (%s)", self.group_id, reason)
+            self._transition_to(MemberState.PREPARING_REBALANCE)
+        self._wakeup.set()
+
+    def reset_member(self, reason: str, *, if_member: str | None = None) -> None:
+        """Forget member id and generation; the next join starts over with member id ""."""
+        with self._lock:
+            if if_member is not None and if_member != self._member_id:
+                return
+            log.info("group %r: member %r reset (%s)", self.group_id, self._member_id, reason)
+            self._member_id = ""
+            self._generation_id = -1
+            self._transition_to(MemberState.UNJOINED)
+        self._wakeup.set()
+
+    def handle_group_error(self, exc: KafkaError, generation_id: int, member_id: str) -> None:
+        """What a commit or heartbeat error says about our membership."""
+        if isinstance(exc, UnknownMemberIdError):
+            self.reset_member(str(exc), if_member=member_id)
+        elif isinstance(exc, (RebalanceInProgressError, IllegalGenerationError)):
+            self.request_rejoin(str(exc), if_generation=generation_id)
+
+    def record_poll(self) -> None:
+        with self._lock:
+            self._last_poll = time.monotonic()
+
+    # ------------------------------------------------------------ join and sync
+
+    def join(self, deadline: Deadline) -> None:
+        with self._lock:
+            member_id = self._member_id
+        request = pb.JoinGroupRequest(
+            group_id=self.group_id, member_id=member_id, session_timeout_ms=self._config.session_timeout_ms,
+            rebalance_timeout_ms=self._config.rebalance_timeout_ms, topics=sorted(self._topics()),
+            group_instance_id=self._config.group_instance_id or "")
+        try:
+            response = self._client.call("JoinGroup", request, deadline)
+        except UnknownMemberIdError as exc:
+            self.reset_member(str(exc), if_member=member_id)
+            raise
+        with self._lock:
+            self._member_id = response.member_id
+            self._generation_id = response.generation_id
+            self._transition_to(MemberState.COMPLETING_REBALANCE)
+        log.info("group %r: joined as %r, generation %d", self.group_id, response.member_id, response.generation_id)
+
+    def sync(self, deadline: Deadline) -> list[TopicPartition]:
+        with self._lock:
+            if self._state is not MemberState.COMPLETING_REBALANCE:  # e.g. a commit just learnt of a newer generation
+                raise RebalanceInProgressError(f"[REBALANCE_IN_PROGRESS] group {self.group_id!r} changed before "
+                                               f"SyncGroup (member state {self._state.value}); rejoining")
+            generation_id, member_id = self._generation_id, self._member_id
+        request = pb.SyncGroupRequest(group_id=self.group_id, generation_id=generation_id, member_id=member_id)
+        try:
+            response = self._client.call("SyncGroup", request, deadline)
+        except UnknownMemberIdError as exc:
+            self.reset_member(str(exc), if_member=member_id)
+            raise
+        except KafkaError:
+            self.request_rejoin("SyncGroup failed", if_generation=generation_id)
+            raise
+        with self._lock:
+            if self._generation_id != generation_id or self._state is not MemberState.COMPLETING_REBALANCE:
+                raise RebalanceInProgressError(f"[REBALANCE_IN_PROGRESS] group {self.group_id!r} moved on during SyncGroup")
+            self._transition_to(MemberState.STABLE)
+            self._last_poll = time.monotonic()
+        assignment = [TopicPartition(p.topic, p.partition) for p in response.assignment]
+        log.info("group %r: generation %d assigns %s", self.group_id, generation_id,
+                 sorted(map(str, assignment)) or "nothing")
+        self._start_heartbeat()
+        return assignment
+
+    def leave(self, deadline: Deadline) -> None:
+        """Send LeaveGroup (best effort) and forget the membership."""
+        with self._lock:
+            member_id, joined = self._member_id, self._state is not MemberState.UNJOINED
+        if member_id and joined:
+            try:
+                self._client.call("LeaveGroup", pb.LeaveGroupRequest(group_id=self.group_id, member_id=member_id),
+                                  deadline)
+            except KafkaError as exc:
+                log.info("group %r: LeaveGroup failed (%s); the session will expire instead", self.group_id, exc)
+        self.reset_member("left the group", if_member=member_id)
+
+    # ------------------------------------------------------------ heartbeats
+
+    def _start_heartbeat(self) -> None:
+        if self._heartbeat_thread is None and not self._closing.is_set():
+            self._heartbeat_thread = threading.Thread(
+                target=self._run_heartbeats, name=f"heartbeat-{self.group_id}", daemon=True)
+            self._heartbeat_thread.start()
+
+    def _run_heartbeats(self) -> None:
+        interval = self._config.heartbeat_interval_ms / 1000
+        while not self._closing.wait(interval):
+            try:
+                self.heartbeat_once()
+            except KafkaError as exc:  # never let the thread die; the next beat tries again
+                log.warning("group %r: heartbeat failed: %s", self.group_id, exc)
+
+    def heartbeat_once(self) -> None:
+        with self._lock:
+            if self._state is not MemberState.STABLE:
+                return
+            generation_id, member_id = self._generation_id, self._member_id
+            idle_s = time.monotonic() - self._last_poll
+        if idle_s * 1000 > self._config.rebalance_timeout_ms:
+            log.warning("group %r: poll() not called for %.1f s (rebalance_timeout_ms / max_poll_interval_ms "
+                        "is %d); leaving the group", self.group_id, idle_s, self._config.rebalance_timeout_ms)
+            self.leave(Deadline(self._config.heartbeat_interval_ms / 1000))
+            return
+        request = pb.HeartbeatRequest(group_id=self.group_id, generation_id=generation_id, member_id=member_id)
+        deadline = Deadline(min(self._config.request_timeout_ms, self._config.session_timeout_ms) / 1000)
+        try:
+            self._client.call("Heartbeat", request, deadline)
+        except (UnknownMemberIdError, RebalanceInProgressError, IllegalGenerationError) as exc:
+            self.handle_group_error(exc, generation_id, member_id)
+        except KafkaError as exc:
+            if not exc.retriable:
+                raise
+            log.debug("group %r: heartbeat failed (%s); will rediscover the coordinator", self.group_id, exc)
+
+    def close(self) -> None:
+        self._closing.set()
+        thread = self._heartbeat_thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=1.0)  # a daemon; a heartbeat stuck on a paused node must not hold close()
