@@ -8,6 +8,6 @@ fi
 stamp=.venv/.txnsim-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e '.[test]'
+  .venv/bin/python -m pip install --quiet --config-settings editable_mode=compat -e '.[test]'
   touch "$stamp"
 fi

@@ -1,0 +1,224 @@
+"""Admin: topics, offsets, and kafka-transactions' tools (list, describe, describe-producers,
+find-hanging, abort). A client: it speaks only the wire protocol."""
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from proto import txnsim_pb2 as pb
+from proto.cluster_client import TRANSACTION, ClusterClient
+from proto.errors import (
+    InvalidRequestError,
+    KafkaError,
+    TransactionalIdNotFoundError,
+    raise_for,
+)
+from proto.structs import INTERNAL_TOPICS, TopicPartition, TransactionState, validate_topic_name
+from proto.transport import call, retrying
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionListing:
+    transactional_id: str
+    producer_id: int
+    state: TransactionState
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    transactional_id: str
+    state: TransactionState
+    producer_id: int
+    producer_epoch: int
+    partitions: frozenset[TopicPartition]
+    timeout_ms: int
+    start_time_ms: int
+    last_update_time_ms: int
+    coordinator_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerState:
+    """One producer's state on one partition (DescribeProducers)."""
+
+    topic_partition: TopicPartition
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class HangingTransaction:
+    topic_partition: TopicPartition
+    producer_id: int
+    producer_epoch: int
+    start_offset: int
+    reason: str
+
+
+class Admin:
+    def __init__(self, bootstrap_servers: str, *, request_timeout_ms: int = 30_000) -> None:
+        self._client = ClusterClient(bootstrap_servers, request_timeout_ms=request_timeout_ms)
+        self._timeout_s = request_timeout_ms / 1000
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._client.close()
+
+    # ------------------------------------------------------------ topics
+
+    def create_topic(self, name: str, partitions: int = 1) -> None:
+        validate_topic_name(name)
+        request = pb.CreateTopicRequest(name=name, partitions=partitions)
+        self._client.any_node(lambda s: call(s.cluster.CreateTopic, request, self._timeout_s))
+        self._client.refresh_metadata([name])
+
+    def list_topics(self, include_internal: bool = False) -> dict[str, int]:
+        response = self._client.refresh_metadata()
+        return {t.name: len(t.partitions) for t in response.topics
+                if t.error_code == 0 and (include_internal or t.name not in INTERNAL_TOPICS)}
+
+    def describe_cluster(self) -> pb.MetadataResponse:
+        return self._client.refresh_metadata()
+
+    # ------------------------------------------------------------ offsets
+
+    def _list_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, pb.PartitionOffsets]:
+        out: dict[TopicPartition, pb.PartitionOffsets] = {}
+        for address, group in self._by_leader(tps).items():
+            request = pb.ListOffsetsRequest(partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition)
+                                                        for tp in group])
+            response = call(self._client.stubs(address).partitions.ListOffsets, request, self._timeout_s)
+            for p in response.partitions:
+                raise_for(p.error_code, p.error_message)
+                out[TopicPartition(p.topic, p.partition)] = p
+        return out
+
+    def end_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: p.high_watermark for tp, p in self._list_offsets(tps).items()}
+
+    def beginning_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: p.log_start_offset for tp, p in self._list_offsets(tps).items()}
+
+    def last_stable_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: p.last_stable_offset for tp, p in self._list_offsets(tps).items()}
+
+    # ------------------------------------------------------------ transactions
+
+    def list_transactions(self, states: Iterable[str] | None = None,
+                          producer_ids: Iterable[int] | None = None) -> list[TransactionListing]:
+        """Every node answers for the shards it coordinates; the union is the cluster's list."""
+        request = pb.ListTransactionsRequest(state_filters=[str(s) for s in states or ()],
+                                             producer_id_filters=list(producer_ids or ()))
+        listings: dict[str, TransactionListing] = {}
+        for node in self._client.refresh_metadata().nodes:
+            if not node.alive:
+                continue
+            try:
+                response = call(self._client.stubs(node.address).transactions.ListTransactions, request,
+                                self._timeout_s)
+            except KafkaError:
+                continue
+            for t in response.transactions:
+                listings[t.transactional_id] = TransactionListing(t.transactional_id, t.producer_id,
+                                                                  TransactionState(t.state))
+        return sorted(listings.values(), key=lambda t: t.transactional_id)
+
+    def describe_transaction(self, transactional_id: str) -> TransactionDescription:
+        if not transactional_id:
+            raise InvalidRequestError("[INVALID_REQUEST] transactional id is empty")
+        request = pb.DescribeTransactionsRequest(transactional_ids=[transactional_id])
+        for attempt in self._client_retries():
+            with attempt:
+                address = self._client.coordinator_address(TRANSACTION, transactional_id)
+                try:
+                    response = call(self._client.stubs(address).transactions.DescribeTransactions, request,
+                                    self._timeout_s)
+                    d = response.transactions[0]
+                    if d.error_code == TransactionalIdNotFoundError.errno:
+                        raise TransactionalIdNotFoundError(d.error_message)
+                    raise_for(d.error_code, d.error_message)
+                except KafkaError as exc:
+                    if exc.invalid_metadata:
+                        self._client.invalidate_coordinator(TRANSACTION, transactional_id)
+                    raise
+        return TransactionDescription(
+            d.transactional_id, TransactionState(d.state), d.producer_id, d.producer_epoch,
+            frozenset(TopicPartition(p.topic, p.partition) for p in d.partitions), d.timeout_ms, d.start_time_ms,
+            d.last_update_time_ms, d.coordinator_id)
+
+    def describe_producers(self, tp: TopicPartition) -> list[ProducerState]:
+        address = self._client.leader_address(tp)
+        request = pb.DescribeProducersRequest(partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition)])
+        response = call(self._client.stubs(address).partitions.DescribeProducers, request, self._timeout_s)
+        part = response.partitions[0]
+        raise_for(part.error_code, part.error_message)
+        return [ProducerState(tp, p.producer_id, p.producer_epoch, p.last_sequence, p.last_timestamp,
+                              p.coordinator_epoch, p.current_txn_start_offset) for p in part.active_producers]
+
+    def find_hanging_transactions(self, topic: str | None = None) -> list[HangingTransaction]:
+        """KIP-664: an open transaction on a partition that its coordinator does not know about."""
+        topics = self.list_topics()
+        names = [topic] if topic else sorted(topics)
+        by_pid: dict[int, TransactionListing] = {t.producer_id: t for t in self.list_transactions()}
+        hanging = []
+        for name in names:
+            for partition in range(self._client.partitions_for(name)):
+                tp = TopicPartition(name, partition)
+                for producer in self.describe_producers(tp):
+                    if producer.current_txn_start_offset < 0:
+                        continue
+                    listing = by_pid.get(producer.producer_id)
+                    if listing is None:
+                        reason = "no transactional id at any coordinator owns this producer id"
+                    else:
+                        description = self.describe_transaction(listing.transactional_id)
+                        if description.state == TransactionState.ONGOING and tp in description.partitions:
+                            continue
+                        if description.state in (TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT):
+                            continue  # its markers are on the way
+                        reason = (f"coordinator says {listing.transactional_id!r} is {description.state} without "
+                                  f"this partition")
+                    hanging.append(HangingTransaction(tp, producer.producer_id, producer.producer_epoch,
+                                                      producer.current_txn_start_offset, reason))
+        return hanging
+
+    def abort_transaction(self, topic: str, partition: int, start_offset: int) -> ProducerState:
+        """Write an ABORT marker straight to the partition for the producer whose open transaction
+        starts at `start_offset` (kafka-transactions.sh abort)."""
+        tp = TopicPartition(topic, partition)
+        matches = [p for p in self.describe_producers(tp) if p.current_txn_start_offset == start_offset]
+        if not matches:
+            raise InvalidRequestError(
+                f"[INVALID_REQUEST] no open transaction on {tp} starts at offset {start_offset}; "
+                "see `txnsim transactions find-hanging`")
+        producer = matches[0]
+        marker = pb.TxnMarker(producer_id=producer.producer_id, producer_epoch=producer.producer_epoch,
+                              committed=False, coordinator_epoch=max(producer.coordinator_epoch, 0),
+                              partitions=[pb.TopicPartitionRef(topic=topic, partition=partition)])
+        address = self._client.leader_address(tp)
+        response = call(self._client.stubs(address).partitions.WriteTxnMarkers,
+                        pb.WriteTxnMarkersRequest(markers=[marker]), self._timeout_s)
+        result = response.markers[0].partitions[0]
+        raise_for(result.error_code, result.error_message)
+        return producer
+
+    # ------------------------------------------------------------ helpers
+
+    def _by_leader(self, tps: Iterable[TopicPartition]) -> dict[str, list[TopicPartition]]:
+        groups: dict[str, list[TopicPartition]] = defaultdict(list)
+        for tp in tps:
+            groups[self._client.leader_address(tp)].append(tp)
+        return groups
+
+    def _client_retries(self):
+        return retrying(self._timeout_s)

@@ -1,0 +1,1 @@
+"""The `txnsim` command: one module per command group, `main.py` wires them."""

@@ -1,0 +1,62 @@
+"""`txnsim topics create|list|describe`."""
+from __future__ import annotations
+
+import argparse
+
+from rich.table import Table
+
+from proto.structs import TopicPartition
+from txnsim.admin import Admin
+from txnsim.cli.common import add_cluster_args, bootstrap_servers, console, exits_cleanly
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    topics = sub.add_parser("topics", help="create, list and describe topics")
+    verbs = topics.add_subparsers(dest="verb", required=True)
+    create = verbs.add_parser("create")
+    create.add_argument("name")
+    create.add_argument("--partitions", type=int, default=1)
+    add_cluster_args(create)
+    create.set_defaults(func=create_topic)
+    listing = verbs.add_parser("list")
+    listing.add_argument("--internal", action="store_true", help="include __transaction_state and __consumer_offsets")
+    add_cluster_args(listing)
+    listing.set_defaults(func=list_topics)
+    describe = verbs.add_parser("describe")
+    describe.add_argument("name")
+    add_cluster_args(describe)
+    describe.set_defaults(func=describe_topic)
+
+
+@exits_cleanly
+def create_topic(args: argparse.Namespace) -> int:
+    with Admin(bootstrap_servers(args)) as admin:
+        admin.create_topic(args.name, partitions=args.partitions)
+    console.print(f"created topic {args.name} with {args.partitions} partition(s)")
+    return 0
+
+
+@exits_cleanly
+def list_topics(args: argparse.Namespace) -> int:
+    with Admin(bootstrap_servers(args)) as admin:
+        for name, partitions in sorted(admin.list_topics(include_internal=args.internal).items()):
+            console.print(f"{name}\t{partitions}")
+    return 0
+
+
+@exits_cleanly
+def describe_topic(args: argparse.Namespace) -> int:
+    with Admin(bootstrap_servers(args)) as admin:
+        metadata = admin.describe_cluster()
+        topic = next((t for t in metadata.topics if t.name == args.name), None)
+        if topic is None or topic.error_code:
+            admin.end_offsets([TopicPartition(args.name, 0)])  # raises UnknownTopicOrPartitionError
+        tps = [TopicPartition(args.name, p.partition) for p in topic.partitions]
+        start, end, stable = admin.beginning_offsets(tps), admin.end_offsets(tps), admin.last_stable_offsets(tps)
+        table = Table(title=f"topic {args.name}")
+        for column in ("partition", "leader", "log start", "high watermark", "last stable offset"):
+            table.add_column(column, justify="right")
+        for p, tp in zip(topic.partitions, tps):
+            table.add_row(str(p.partition), str(p.leader), str(start[tp]), str(end[tp]), str(stable[tp]))
+        console.print(table)
+    return 0

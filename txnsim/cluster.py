@@ -1,0 +1,212 @@
+"""LocalCluster: real node processes on loopback, sharing one data directory, that you can break.
+
+Every node is its own OS process (`python -m coordinator.node`), started with exec; it
+watches its stdin, which this object holds, so nodes die with the process that started
+them. kill is SIGKILL, pause SIGSTOP, resume SIGCONT; all four are idempotent.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from coordinator.config import NodeConfig
+from coordinator.layout import ClusterLayout, ClusterSpec, check_shard_counts, read_cluster_spec, write_cluster_spec
+from proto import txnsim_pb2 as pb
+from proto.cluster_client import TRANSACTION, ClusterClient
+from proto.errors import KafkaConfigurationError, KafkaError, KafkaTimeoutError
+from proto.transport import NodeChannels, call
+
+log = logging.getLogger(__name__)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class LocalCluster:
+    """A cluster of `nodes` node processes; use as a context manager."""
+
+    def __init__(self, nodes: int = 3, data_dir: str | os.PathLike | None = None, txn_shards: int = 50,
+                 offsets_shards: int | None = None, host: str = "127.0.0.1", startup_timeout_s: float = 60.0,
+                 **node_settings: Any) -> None:
+        if nodes < 1:
+            raise KafkaConfigurationError("a cluster needs at least one node")
+        self._own_tmp = data_dir is None
+        self.data_dir = Path(tempfile.mkdtemp(prefix="txnsim-")) if data_dir is None else Path(data_dir)
+        self.layout = ClusterLayout(self.data_dir)
+        self.startup_timeout_s = startup_timeout_s
+        settings = {"txn_shards": txn_shards, "offsets_shards": offsets_shards or txn_shards, **node_settings}
+        config = NodeConfig.from_settings(settings)
+        if self.layout.cluster_file.exists():  # a restart of a cluster keeps its nodes and ports
+            previous = read_cluster_spec(self.layout)
+            if len(previous.nodes) != nodes:
+                raise KafkaConfigurationError(
+                    f"{self.data_dir} holds a {len(previous.nodes)}-node cluster; start it with nodes="
+                    f"{len(previous.nodes)}")
+            self.spec = ClusterSpec(previous.nodes, config)
+        else:
+            self.spec = ClusterSpec({i: f"{host}:{free_port(host)}" for i in range(nodes)}, config)
+        self._procs: dict[int, subprocess.Popen] = {}
+        self._paused: set[int] = set()
+        self._channels = NodeChannels()
+        self._client: ClusterClient | None = None
+
+    # ------------------------------------------------------------ the API of API.md
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.spec.bootstrap_servers
+
+    @property
+    def node_ids(self) -> list[int]:
+        return self.spec.node_ids
+
+    def coordinator_for(self, transactional_id: str) -> int:
+        request = pb.FindCoordinatorRequest(key_type=TRANSACTION, key=transactional_id)
+        response = self.client.any_node(lambda s: call(s.cluster.FindCoordinator, request, 5.0))
+        return response.node_id
+
+    def create_topic(self, name: str, partitions: int = 1) -> None:
+        from txnsim.admin import Admin
+        with Admin(bootstrap_servers=self.bootstrap_servers) as admin:
+            admin.create_topic(name, partitions=partitions)
+
+    def kill(self, node_id: int) -> None:
+        proc = self._procs.get(node_id)
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        self._paused.discard(node_id)
+        log.info("killed node %d (pid %d)", node_id, proc.pid)
+
+    def restart(self, node_id: int) -> None:
+        proc = self._procs.get(node_id)
+        if proc is not None and proc.poll() is None:
+            return
+        self._spawn(node_id)
+        self._wait_ready([node_id])
+
+    def pause(self, node_id: int) -> None:
+        proc = self._procs.get(node_id)
+        if proc is not None and proc.poll() is None and node_id not in self._paused:
+            proc.send_signal(signal.SIGSTOP)
+            self._paused.add(node_id)
+
+    def resume(self, node_id: int) -> None:
+        proc = self._procs.get(node_id)
+        if proc is not None and node_id in self._paused:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+            self._paused.discard(node_id)
+
+    def is_alive(self, node_id: int) -> bool:
+        proc = self._procs.get(node_id)
+        return proc is not None and proc.poll() is None
+
+    def pid(self, node_id: int) -> int | None:
+        proc = self._procs.get(node_id)
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    # ------------------------------------------------------------ life cycle
+
+    def start(self) -> LocalCluster:
+        write_cluster_spec(self.layout, self.spec)
+        check_shard_counts(self.layout, self.spec.config)
+        for node_id in self.node_ids:
+            self._spawn(node_id)
+        self._wait_ready(self.node_ids)
+        return self
+
+    def stop(self) -> None:
+        for node_id in list(self._paused):
+            self.resume(node_id)
+        for proc in self._procs.values():
+            if proc.poll() is None and proc.stdin is not None:
+                try:
+                    proc.stdin.close()  # the node's signal to stop gracefully
+                except OSError:
+                    pass
+        deadline = time.monotonic() + 10
+        for node_id, proc in self._procs.items():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("node %d did not stop within 10 s; killing it", node_id)
+                proc.kill()
+                proc.wait()
+        self._procs.clear()
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        self._channels.close()
+
+    def __enter__(self) -> LocalCluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        if self._own_tmp:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    @property
+    def client(self) -> ClusterClient:
+        if self._client is None:
+            self._client = ClusterClient(self.bootstrap_servers, request_timeout_ms=10_000)
+        return self._client
+
+    def node_log(self, node_id: int) -> Path:
+        return self.layout.node_log(node_id)
+
+    # ------------------------------------------------------------ internals
+
+    def _spawn(self, node_id: int) -> None:
+        self.layout.make_dirs()
+        out = open(self.layout.node_log(node_id), "ab")
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self._procs[node_id] = subprocess.Popen(
+            [sys.executable, "-m", "coordinator.node", "--data-dir", str(self.data_dir), "--node-id", str(node_id),
+             "--exit-on-stdin-eof"],
+            stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        out.close()
+
+    def _wait_ready(self, node_ids: list[int]) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        for node_id in node_ids:
+            stubs = self._channels.stubs(self.spec.nodes[node_id])
+            backoff = 0.01
+            while True:
+                proc = self._procs[node_id]
+                if proc.poll() is not None:
+                    raise KafkaConfigurationError(
+                        f"node {node_id} exited with code {proc.returncode} during start-up:\n{self._log_tail(node_id)}")
+                try:
+                    call(stubs.cluster.Status, pb.ClusterStatusRequest(), 1.0)
+                    break
+                except KafkaError:
+                    if time.monotonic() > deadline:
+                        raise KafkaTimeoutError(
+                            f"node {node_id} was not ready within {self.startup_timeout_s} s:\n{self._log_tail(node_id)}")
+                    time.sleep(backoff)  # polling a child process for readiness, bounded by the deadline
+                    backoff = min(backoff * 2, 0.2)
+
+    def _log_tail(self, node_id: int, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.layout.node_log(node_id).read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
