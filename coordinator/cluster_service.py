@@ -1,57 +1,37 @@
 """The Cluster service: metadata, coordinator discovery, topic creation and status, answered by any node."""
 from __future__ import annotations
 
-import fcntl
-import os
 from collections.abc import Callable
 
-from coordinator.layout import ClusterLayout, ClusterSpec
-from coordinator.placement import Placement
+from coordinator.layout import ClusterSpec
+from coordinator.membership import Membership
+from coordinator.ownership_log import OwnershipLog
 from coordinator.rpc import answers_with
 from coordinator.topics import TopicStore
 from proto import txnsim_pb2 as pb
 from proto import txnsim_pb2_grpc as rpc
-from proto.errors import InvalidRequestError
+from proto.errors import CoordinatorNotAvailableError, InvalidRequestError
 from proto.hashing import partition_for
 from proto.structs import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 GROUP, TRANSACTION = 0, 1
 
 
-def node_is_alive(layout: ClusterLayout, node_id: int, own_node_id: int | None = None) -> bool:
-    """A live node holds an exclusive flock on its lock file; the kernel drops it when the process dies."""
-    if node_id == own_node_id:
-        return True
-    try:
-        fd = os.open(layout.node_lock(node_id), os.O_RDWR)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    finally:
-        os.close(fd)
-
-
 class ClusterServer:
-    def __init__(self, *, node_id: int, spec: ClusterSpec, layout: ClusterLayout, placement: Placement,
+    def __init__(self, *, node_id: int, spec: ClusterSpec, membership: Membership, ownership_log: OwnershipLog,
                  topics: TopicStore, owned_logs: Callable[[], list[tuple[str, int, int]]],
                  ready: Callable[[], bool]) -> None:
         self.node_id = node_id
         self._spec = spec
-        self._layout = layout
-        self._placement = placement
+        self._membership = membership
+        self._ownership_log = ownership_log
         self._topics = topics
         self._owned_logs = owned_logs
         self._ready = ready
 
     def _nodes(self) -> list[pb.NodeInfo]:
-        return [pb.NodeInfo(node_id=i, address=self._spec.nodes[i],
-                            alive=node_is_alive(self._layout, i, self.node_id)) for i in self._spec.node_ids]
+        live = self._membership.live
+        return [pb.NodeInfo(node_id=i, address=self._spec.nodes[i], alive=i in live) for i in self._spec.node_ids]
 
     def metadata(self, req: pb.MetadataRequest) -> pb.MetadataResponse:
         topics = self._topics.all()
@@ -67,7 +47,7 @@ class ClusterServer:
                                             error_message=f"[UNKNOWN_TOPIC_OR_PARTITION] topic {name!r} does not exist"))
                 continue
             out.append(pb.TopicMetadata(name=name, internal=name.startswith("__"), partitions=[
-                pb.PartitionMetadata(partition=p, leader=self._placement.owner(name, p)) for p in range(count)]))
+                pb.PartitionMetadata(partition=p, leader=self._membership.owner(name, p)) for p in range(count)]))
         return pb.MetadataResponse(nodes=self._nodes(), topics=out, txn_shards=self._spec.config.txn_shards,
                                    offsets_shards=self._spec.config.offsets_shards)
 
@@ -81,7 +61,9 @@ class ClusterServer:
         else:
             raise InvalidRequestError(f"[INVALID_REQUEST] key_type must be 0 (group) or 1 (transaction), "
                                       f"not {req.key_type}")
-        owner = self._placement.owner(topic, shard)
+        owner = self._membership.owner(topic, shard)
+        if owner < 0:
+            raise CoordinatorNotAvailableError("[COORDINATOR_NOT_AVAILABLE] no live node can coordinate this key")
         return pb.FindCoordinatorResponse(node_id=owner, address=self._spec.nodes[owner], shard=shard)
 
     def create_topic(self, req: pb.CreateTopicRequest) -> pb.CreateTopicResponse:
@@ -94,7 +76,8 @@ class ClusterServer:
                                             error_message="[COORDINATOR_LOAD_IN_PROGRESS] node is loading its shards")
         logs = [pb.LogOwnership(topic=t, partition=p, owner=self.node_id, leader_epoch=e)
                 for t, p, e in self._owned_logs()]
-        return pb.ClusterStatusResponse(nodes=self._nodes(), logs=logs, node_id=self.node_id)
+        return pb.ClusterStatusResponse(nodes=self._nodes(), logs=logs, node_id=self.node_id,
+                                        recent_changes=self._ownership_log.recent())
 
 
 class ClusterServicer(rpc.ClusterServicer):

@@ -1,9 +1,12 @@
 """One txnsim node process: serves gRPC on its address from cluster.json until told to stop.
 
-Start-up order matters: take the node lock (a second instance of the same id is refused),
-start serving (requests for shards still loading get COORDINATOR_LOAD_IN_PROGRESS), open
-the owned shards with a bumped leader epoch, replay them, then finish transactions left in
-Prepare*. Run: python -m coordinator.node --data-dir DIR --node-id N
+Start-up: take the node lock (a second instance of the same id is refused), start serving,
+then reconcile. Reconciling, repeated after every membership probe, makes what this node has
+open match what the placement says it owns: it releases logs and shards that moved away
+(closing a log waits until its writes are durable, then drops its owner lock), and takes the
+ones that moved here once their previous owner released them or died: open with a bumped
+leader epoch, replay, then finish transactions left in Prepare*.
+Run: python -m coordinator.node --data-dir DIR --node-id N
 """
 from __future__ import annotations
 
@@ -24,7 +27,8 @@ from coordinator.cluster_service import ClusterServer, ClusterServicer
 from coordinator.group import GroupCoordinator, GroupService
 from coordinator.layout import ClusterLayout, check_shard_counts, read_cluster_spec
 from coordinator.partition_service import PartitionServer, PartitionsServicer
-from coordinator.placement import Placement
+from coordinator.membership import Membership
+from coordinator.ownership_log import OwnershipLog
 from coordinator.producer_ids import ProducerIdAllocator
 from coordinator.topics import TopicStore
 from coordinator.txn.coordinator import TransactionCoordinator
@@ -33,7 +37,7 @@ from coordinator.txn.service import TransactionServicer
 from partitions import LogConfig, LogManager
 from proto import txnsim_pb2 as pb
 from proto import txnsim_pb2_grpc as rpc
-from proto.errors import KafkaConfigurationError, KafkaError, code_of
+from proto.errors import KafkaConfigurationError, KafkaError, NotLeaderOrFollowerError, code_of
 from proto.hashing import partition_for
 from proto.structs import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicPartition
 from proto.transport import SERVER_OPTIONS, NodeChannels, call
@@ -58,7 +62,9 @@ class Node:
         layout.make_dirs()
         check_shard_counts(layout, self.config)
         self._lock_fd = self._take_node_lock()
-        self.placement = Placement(tuple(self.spec.node_ids))
+        self.membership = Membership(layout, self.spec.node_ids, node_id)
+        self.ownership_log = OwnershipLog(layout.metadata)
+        self._reconcile_lock = threading.Lock()
         self.topics = TopicStore(layout.metadata)
         self.logs = LogManager(layout.logs, LogConfig(segment_bytes=self.config.log_segment_bytes,
                                                       message_max_bytes=self.config.message_max_bytes))
@@ -66,11 +72,11 @@ class Node:
         self.stopped = threading.Event()
         self._ready = threading.Event()
         self.partitions = PartitionServer(
-            node_id=node_id, logs=self.logs, placement=self.placement, topics=self.topics,
+            node_id=node_id, logs=self.logs, membership=self.membership, topics=self.topics,
             offsets_shards=self.config.offsets_shards, txn_shards=self.config.txn_shards,
             verify=self._verify_partition_in_txn, on_offsets_marker=self._on_offsets_marker)
         self.markers = MarkerWriter(
-            local_node_id=node_id, owner_of=lambda tp: self.placement.owner(tp.topic, tp.partition),
+            local_node_id=node_id, owner_of=lambda tp: self.membership.owner(tp.topic, tp.partition),
             address_of=lambda n: self.spec.nodes[n], write_locally=self.partitions.write_txn_markers,
             channels=self.channels)
         self.txn = TransactionCoordinator(
@@ -91,8 +97,8 @@ class Node:
     def start(self) -> None:
         server = grpc.server(ThreadPoolExecutor(max_workers=64, thread_name_prefix="rpc"), options=SERVER_OPTIONS)
         rpc.add_ClusterServicer_to_server(ClusterServicer(ClusterServer(
-            node_id=self.node_id, spec=self.spec, layout=self.layout, placement=self.placement, topics=self.topics,
-            owned_logs=self._owned_logs, ready=self._ready.is_set)), server)
+            node_id=self.node_id, spec=self.spec, membership=self.membership, ownership_log=self.ownership_log,
+            topics=self.topics, owned_logs=self._owned_logs, ready=self._ready.is_set)), server)
         rpc.add_PartitionsServicer_to_server(PartitionsServicer(self.partitions), server)
         rpc.add_TransactionCoordinatorServicer_to_server(TransactionServicer(self.txn, self.node_id), server)
         rpc.add_GroupCoordinatorServicer_to_server(GroupService(self.groups), server)
@@ -100,26 +106,73 @@ class Node:
             raise KafkaConfigurationError(f"node {self.node_id} cannot listen on {self.address}")
         server.start()
         self._server = server
-        self._load_shards()
-        self._ready.set()
+        self.membership.on_change(lambda old, new: self.reconcile(f"live nodes {sorted(old)} -> {sorted(new)}"))
+        self.reconcile("start-up")
+        threading.Thread(target=self.membership.run, args=(self._tick,), name="membership", daemon=True).start()
         threading.Thread(target=self._run_timers, name="timers", daemon=True).start()
         log.info("node %d serving on %s", self.node_id, self.address)
 
-    def _load_shards(self) -> None:
-        txn_shards = self.placement.owned_by(self.node_id, TRANSACTION_STATE_TOPIC, self.config.txn_shards)
-        group_shards = self.placement.owned_by(self.node_id, CONSUMER_OFFSETS_TOPIC, self.config.offsets_shards)
-        txn_logs = {s: self.logs.open_as_leader(TRANSACTION_STATE_TOPIC, s) for s in txn_shards}
-        for shard, shard_log in txn_logs.items():
-            self.txn.begin_loading(shard, shard_log)
-        for shard in group_shards:
-            self.groups.load_shard(shard, self.logs.open_as_leader(CONSUMER_OFFSETS_TOPIC, shard))
-        for shard, shard_log in txn_logs.items():
-            self.txn.load_shard(shard, shard_log)
-        log.info("node %d loaded %d transaction shards and %d group shards",
-                 self.node_id, len(txn_shards), len(group_shards))
+    # ------------------------------------------------------------ ownership
+
+    def _tick(self) -> None:
+        """After every probe: retry taking what we own but could not open yet (its owner was releasing it)."""
+        if not self._ready.is_set():
+            self.reconcile("retry")
+
+    def reconcile(self, reason: str) -> None:
+        """Release what moved away, then take what moved here; ready once everything owned is loaded."""
+        with self._reconcile_lock:
+            if self.stopped.is_set():
+                return
+            txn_wanted = set(self.membership.owned_by(self.node_id, TRANSACTION_STATE_TOPIC, self.config.txn_shards))
+            group_wanted = set(self.membership.owned_by(self.node_id, CONSUMER_OFFSETS_TOPIC,
+                                                        self.config.offsets_shards))
+            self._release_moved_logs(reason)
+            missing = 0
+            for shard in sorted(txn_wanted - {s.shard for s in self.txn.owned_shards()}):
+                shard_log = self._acquire(TRANSACTION_STATE_TOPIC, shard, reason)
+                if shard_log is None:
+                    missing += 1
+                    continue
+                self.txn.begin_loading(shard, shard_log)
+                self.txn.load_shard(shard, shard_log)
+            for shard in sorted(group_wanted - set(self.groups.loaded_shards())):
+                shard_log = self._acquire(CONSUMER_OFFSETS_TOPIC, shard, reason)
+                if shard_log is None:
+                    missing += 1
+                    continue
+                self.groups.load_shard(shard, shard_log)
+            if missing == 0 and not self._ready.is_set():
+                self._ready.set()
+                log.info("node %d owns %d transaction shards and %d group shards", self.node_id,
+                         len(txn_wanted), len(group_wanted))
+            elif missing:
+                self._ready.clear()
+
+    def _release_moved_logs(self, reason: str) -> None:
+        for shard_log in self.logs.open_logs():
+            topic, partition = shard_log.topic, shard_log.partition
+            if self.membership.owner(topic, partition) == self.node_id:
+                continue
+            if topic == TRANSACTION_STATE_TOPIC:
+                self.txn.unload_shard(partition)
+            elif topic == CONSUMER_OFFSETS_TOPIC:
+                self.groups.unload_shard(partition)
+            self.logs.close(topic, partition)
+            self.ownership_log.record(self.node_id, "released", topic, partition, shard_log.leader_epoch, reason)
+            log.info("released %s-%d (%s)", topic, partition, reason)
+
+    def _acquire(self, topic: str, partition: int, reason: str):
+        try:
+            shard_log = self.logs.open_as_leader(topic, partition)
+        except NotLeaderOrFollowerError:
+            return None  # the previous owner is still closing it; the next tick retries
+        self.ownership_log.record(self.node_id, "acquired", topic, partition, shard_log.leader_epoch, reason)
+        return shard_log
 
     def stop(self) -> None:
         self.stopped.set()
+        self.membership.stop()
         if self._server is not None:
             self._server.stop(grace=0.5).wait(2)
         self.markers.close()
@@ -129,12 +182,19 @@ class Node:
         os.close(self._lock_fd)
 
     def _take_node_lock(self) -> int:
+        """Peers probe this lock for an instant to see whether we live, so retry briefly before refusing."""
         fd = os.open(self.layout.node_lock(self.node_id), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise KafkaConfigurationError(f"node {self.node_id} is already running on {self.layout.root}") from None
+        deadline = time.monotonic() + 2.0
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    os.close(fd)
+                    raise KafkaConfigurationError(
+                        f"node {self.node_id} is already running on {self.layout.root}") from None
+                time.sleep(0.01)  # a peer's liveness probe holds it for microseconds
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         return fd
@@ -148,7 +208,7 @@ class Node:
         request = pb.AddPartitionsToTxnRequest(
             transactional_id=tid, producer_id=producer_id, producer_epoch=producer_epoch, verify_only=True,
             partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition)])
-        owner = self.placement.owner(TRANSACTION_STATE_TOPIC, partition_for(tid, self.config.txn_shards))
+        owner = self.membership.owner(TRANSACTION_STATE_TOPIC, partition_for(tid, self.config.txn_shards))
         try:
             if owner == self.node_id:
                 response = self.txn.add_partitions(request)

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from coordinator.placement import Placement
+from coordinator.membership import Membership
 from coordinator.rpc import answers_with
 from coordinator.topics import TopicStore
 from partitions import LogManager, PartitionLog
@@ -37,12 +37,12 @@ Verifier = Callable[[str, int, int, TopicPartition], int]
 
 
 class PartitionServer:
-    def __init__(self, *, node_id: int, logs: LogManager, placement: Placement, topics: TopicStore,
+    def __init__(self, *, node_id: int, logs: LogManager, membership: Membership, topics: TopicStore,
                  offsets_shards: int, txn_shards: int, verify: Verifier,
                  on_offsets_marker: Callable[[int, int, bool, int], None]) -> None:
         self.node_id = node_id
         self._logs = logs
-        self._placement = placement
+        self._membership = membership
         self._topics = topics
         self._offsets_shards = offsets_shards
         self._txn_shards = txn_shards
@@ -66,7 +66,7 @@ class PartitionServer:
         if count is None or not 0 <= partition < count:
             raise UnknownTopicOrPartitionError(
                 f"[UNKNOWN_TOPIC_OR_PARTITION] {topic}-{partition} does not exist")
-        owner = self._placement.owner(topic, partition)
+        owner = self._membership.owner(topic, partition)
         if owner != self.node_id:
             raise NotLeaderOrFollowerError(
                 f"[NOT_LEADER_OR_FOLLOWER] node {self.node_id} does not own {topic}-{partition}; node {owner} does")

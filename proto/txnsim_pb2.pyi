@@ -140,19 +140,39 @@ class LogOwnership(_message.Message):
     leader_epoch: int
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., owner: _Optional[int] = ..., leader_epoch: _Optional[int] = ...) -> None: ...
 
+class OwnershipChange(_message.Message):
+    __slots__ = ("time_ms", "node_id", "action", "topic", "partition", "leader_epoch", "reason")
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    time_ms: int
+    node_id: int
+    action: str
+    topic: str
+    partition: int
+    leader_epoch: int
+    reason: str
+    def __init__(self, time_ms: _Optional[int] = ..., node_id: _Optional[int] = ..., action: _Optional[str] = ..., topic: _Optional[str] = ..., partition: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class ClusterStatusResponse(_message.Message):
-    __slots__ = ("error_code", "error_message", "nodes", "logs", "node_id")
+    __slots__ = ("error_code", "error_message", "nodes", "logs", "node_id", "recent_changes")
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
     LOGS_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    RECENT_CHANGES_FIELD_NUMBER: _ClassVar[int]
     error_code: int
     error_message: str
     nodes: _containers.RepeatedCompositeFieldContainer[NodeInfo]
     logs: _containers.RepeatedCompositeFieldContainer[LogOwnership]
     node_id: int
-    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ..., logs: _Optional[_Iterable[_Union[LogOwnership, _Mapping]]] = ..., node_id: _Optional[int] = ...) -> None: ...
+    recent_changes: _containers.RepeatedCompositeFieldContainer[OwnershipChange]
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ..., logs: _Optional[_Iterable[_Union[LogOwnership, _Mapping]]] = ..., node_id: _Optional[int] = ..., recent_changes: _Optional[_Iterable[_Union[OwnershipChange, _Mapping]]] = ...) -> None: ...
 
 class PartitionRecords(_message.Message):
     __slots__ = ("topic", "partition", "records")

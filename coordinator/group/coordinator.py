@@ -125,6 +125,11 @@ class GroupCoordinator:
         with self._lock:
             self._shards.pop(shard, None)
 
+    def loaded_shards(self) -> list[int]:
+        """Shards this coordinator owns now (loaded or loading)."""
+        with self._lock:
+            return list(self._shards)
+
     def _replay(self, shard: _Shard) -> None:
         now = self._now_ms()
         for batch in shard.log.batches():

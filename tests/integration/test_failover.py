@@ -1,0 +1,198 @@
+"""Crashes with real SIGKILL: another node takes over within a second, and nothing acknowledged is lost."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from proto.structs import TRANSACTION_STATE_TOPIC
+from tests.helpers import wait_until
+from tests.integration.conftest import FAST_SETTINGS
+from txnsim import Admin, Consumer, LocalCluster, Producer, TopicPartition, errors
+
+
+@pytest.fixture
+def fresh_cluster(tmp_path):
+    """A cluster of its own: these tests kill nodes."""
+    with LocalCluster(nodes=3, data_dir=tmp_path / "cluster", **FAST_SETTINGS) as c:
+        with Admin(c.bootstrap_servers) as admin:
+            admin.create_topic("t", partitions=3)
+        yield c
+
+
+def read_committed(bs, topic="t", partitions=3, with_partitions=False):
+    with Consumer(bootstrap_servers=bs, isolation_level="read_committed", auto_offset_reset="earliest",
+                  enable_auto_commit=False) as c:
+        c.assign([TopicPartition(topic, p) for p in range(partitions)])
+        out = []
+        while True:
+            batch = c.poll(timeout_ms=500)
+            if not batch:
+                return out
+            for records in batch.values():
+                out.extend((r.partition, r.value) if with_partitions else r.value for r in records)
+
+
+def test_a_commit_survives_the_coordinator_killed_before_end_txn(fresh_cluster):
+    bs = fresh_cluster.bootstrap_servers
+    with Producer(bootstrap_servers=bs, transactional_id="tx") as p:
+        p.init_transactions()
+        p.begin_transaction()
+        for i in range(20):
+            p.send("t", value=f"r{i}".encode())
+        p.flush()
+        dead = fresh_cluster.coordinator_for("tx")
+        fresh_cluster.kill(dead)
+        p.commit_transaction()  # retried against the node that took the shard over
+        assert fresh_cluster.coordinator_for("tx") != dead
+    assert sorted(read_committed(bs)) == sorted(f"r{i}".encode() for i in range(20))
+
+
+def test_a_prepared_commit_is_finished_by_the_next_owner(fresh_cluster):
+    """Kill the coordinator right after EndTxn answered: the markers may not be written yet."""
+    bs = fresh_cluster.bootstrap_servers
+    with Producer(bootstrap_servers=bs, transactional_id="tx2") as p:
+        p.init_transactions()
+        for round_ in range(3):
+            p.begin_transaction()
+            for partition in range(3):
+                p.send("t", value=f"{round_}-{partition}".encode(), partition=partition)
+            p.commit_transaction()
+            fresh_cluster.kill(fresh_cluster.coordinator_for("tx2"))
+            with Admin(bs) as admin:
+                wait_until(lambda: admin.describe_transaction("tx2").state == "CompleteCommit", timeout_s=10,
+                           what="the new owner to complete the commit")
+            for node in fresh_cluster.node_ids:
+                fresh_cluster.restart(node)
+    assert len(read_committed(bs)) == 9
+
+
+def test_a_zombie_is_fenced_across_a_failover(fresh_cluster):
+    bs = fresh_cluster.bootstrap_servers
+    zombie = Producer(bootstrap_servers=bs, transactional_id="z")
+    zombie.init_transactions()
+    zombie.begin_transaction()
+    zombie.send("t", value=b"zombie", partition=0).get(timeout=10)
+    fresh_cluster.kill(fresh_cluster.coordinator_for("z"))
+    with Producer(bootstrap_servers=bs, transactional_id="z") as successor:
+        successor.init_transactions()  # on the new owner: fences and aborts the zombie's transaction
+        with pytest.raises(errors.KafkaError) as failure:
+            zombie.commit_transaction()
+        assert failure.value.fatal or failure.value.abortable
+        zombie.close(timeout=1)
+        successor.begin_transaction()
+        successor.send("t", value=b"successor", partition=1)
+        successor.commit_transaction()
+    assert read_committed(bs) == [b"successor"]
+
+
+def test_a_read_committed_consumer_waiting_on_a_killed_partition_owner_continues(fresh_cluster):
+    bs = fresh_cluster.bootstrap_servers
+    tp = TopicPartition("t", 0)
+    with Consumer(bootstrap_servers=bs, isolation_level="read_committed", auto_offset_reset="earliest",
+                  enable_auto_commit=False) as c, Producer(bootstrap_servers=bs, transactional_id="w") as p:
+        c.assign([tp])
+        assert c.poll(timeout_ms=200) == {}
+        p.init_transactions()
+        p.begin_transaction()
+        p.send("t", value=b"before", partition=0)
+        p.commit_transaction()
+        got: list[bytes] = []
+        wait_until(lambda: got.extend(r.value for rs in c.poll(timeout_ms=100).values() for r in rs) or got,
+                   what="the first record")
+        with Admin(bs) as admin:
+            owner = admin.describe_cluster().topics
+        leader = next(pt.leader for t in owner if t.name == "t" for pt in t.partitions if pt.partition == 0)
+        fresh_cluster.kill(leader)
+        p.begin_transaction()
+        p.send("t", value=b"after", partition=0)
+        p.commit_transaction()
+        wait_until(lambda: got.extend(r.value for rs in c.poll(timeout_ms=100).values() for r in rs)
+                   or len(got) >= 2, timeout_s=15, what="the record written after the failover")
+        assert got == [b"before", b"after"]
+
+
+def test_every_acknowledged_commit_survives_all_nodes_killed_at_once(tmp_path):
+    data_dir = tmp_path / "cluster"
+    acknowledged: list[bytes] = []
+    with LocalCluster(nodes=3, data_dir=data_dir, **FAST_SETTINGS) as cluster:
+        with Admin(cluster.bootstrap_servers) as admin:
+            admin.create_topic("t", partitions=3)
+        stop = threading.Event()
+
+        def write() -> None:
+            with Producer(bootstrap_servers=cluster.bootstrap_servers, transactional_id="w",
+                          max_block_ms=3000, delivery_timeout_ms=3000, request_timeout_ms=1000) as p:
+                p.init_transactions()
+                i = 0
+                while not stop.is_set():
+                    values = [f"{i}-{k}".encode() for k in range(5)]
+                    try:
+                        p.begin_transaction()
+                        for v in values:
+                            p.send("t", value=v)
+                        p.commit_transaction()
+                    except errors.KafkaError:
+                        return
+                    acknowledged.extend(values)
+                    i += 1
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        wait_until(lambda: len(acknowledged) >= 50, what="some commits")
+        for node in cluster.node_ids:
+            cluster.kill(node)
+        stop.set()
+        writer.join(timeout=30)
+        assert not writer.is_alive()
+    with LocalCluster(nodes=3, data_dir=data_dir, **FAST_SETTINGS) as cluster:
+        seen_in_partitions = read_committed(cluster.bootstrap_servers, with_partitions=True)
+    seen = [value for _partition, value in seen_in_partitions]
+    assert set(acknowledged) <= set(seen)
+    assert len(seen) == len(set(seen))
+    for partition in range(3):  # within a partition, offsets follow the order of the transactions
+        order = [tuple(map(int, v.split(b"-"))) for p, v in seen_in_partitions if p == partition]
+        assert order == sorted(order)
+
+
+def test_a_restarted_node_takes_its_shards_back(fresh_cluster):
+    bs = fresh_cluster.bootstrap_servers
+    home = fresh_cluster.coordinator_for("back")
+    fresh_cluster.kill(home)
+    with Producer(bootstrap_servers=bs, transactional_id="back") as p:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send("t", value=b"while-away")
+        p.commit_transaction()
+        fresh_cluster.restart(home)
+        assert fresh_cluster.coordinator_for("back") == home
+        p.begin_transaction()
+        p.send("t", value=b"back-home")
+        p.commit_transaction()
+    assert sorted(read_committed(bs)) == [b"back-home", b"while-away"]
+    changes = (fresh_cluster.data_dir / "metadata" / "ownership.log").read_text()
+    assert f'"node_id": {home}, "action": "acquired", "topic": "{TRANSACTION_STATE_TOPIC}"' in changes
+
+
+def test_a_torn_tail_is_truncated_and_reported_on_restart(tmp_path):
+    data_dir = tmp_path / "cluster"
+    with LocalCluster(nodes=1, data_dir=data_dir, **FAST_SETTINGS) as cluster:
+        with Admin(cluster.bootstrap_servers) as admin:
+            admin.create_topic("t", partitions=1)
+        with Producer(bootstrap_servers=cluster.bootstrap_servers, transactional_id="torn") as p:
+            p.init_transactions()
+            p.begin_transaction()
+            p.send("t", value=b"kept")
+            p.commit_transaction()
+        tp = TopicPartition("t", 0)
+        with Admin(cluster.bootstrap_servers) as admin:  # the COMMIT marker is written after EndTxn answers
+            wait_until(lambda: admin.last_stable_offsets([tp])[tp] == 2, what="the commit marker")
+        cluster.kill(0)
+        segment = sorted((data_dir / "logs" / "t-0").glob("*.log"))[-1]
+        intact = segment.read_bytes()
+        with open(segment, "ab") as f:  # half a batch: what a crash mid-write leaves
+            f.write(intact[:40])
+        cluster.restart(0)
+        assert read_committed(cluster.bootstrap_servers, partitions=1) == [b"kept"]
+        assert segment.read_bytes() == intact
+        wait_until(lambda: "truncat" in cluster.node_log(0).read_text().lower(), what="the node to report the cut")
