@@ -19,8 +19,12 @@ class NodeConfig:
     transactional_id_expiration_ms: int = 604_800_000
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
     producer_id_block_size: int = 1000
+    #: a __transaction_state shard is snapshotted after this many writes, so loading stays short
+    transaction_state_snapshot_interval_records: int = 1000
     # log
     log_segment_bytes: int = 64 * 1024 * 1024
+    #: internal shards roll small segments, so snapshots can delete the history they cover
+    internal_log_segment_bytes: int = 1024 * 1024
     message_max_bytes: int = 1_048_588
     # group coordinator
     group_min_session_timeout_ms: int = 6_000

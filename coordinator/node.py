@@ -66,8 +66,11 @@ class Node:
         self.ownership_log = OwnershipLog(layout.metadata)
         self._reconcile_lock = threading.Lock()
         self.topics = TopicStore(layout.metadata)
-        self.logs = LogManager(layout.logs, LogConfig(segment_bytes=self.config.log_segment_bytes,
-                                                      message_max_bytes=self.config.message_max_bytes))
+        self.logs = LogManager(
+            layout.logs,
+            LogConfig(segment_bytes=self.config.log_segment_bytes, message_max_bytes=self.config.message_max_bytes),
+            internal_config=LogConfig(segment_bytes=self.config.internal_log_segment_bytes,
+                                      message_max_bytes=self.config.message_max_bytes))
         self.channels = NodeChannels()
         self.stopped = threading.Event()
         self._ready = threading.Event()
@@ -84,7 +87,8 @@ class Node:
             transaction_max_timeout_ms=self.config.transaction_max_timeout_ms,
             transactional_id_expiration_ms=self.config.transactional_id_expiration_ms,
             allocator=ProducerIdAllocator(layout.producer_ids, self.config.producer_id_block_size),
-            markers=self.markers, partitions_for=self.partitions.partition_count, now_ms=now_ms)
+            markers=self.markers, partitions_for=self.partitions.partition_count, now_ms=now_ms,
+            snapshot_interval_records=self.config.transaction_state_snapshot_interval_records)
         self.groups = GroupCoordinator(
             self.config.offsets_shards, now_ms=now_ms,
             min_session_timeout_ms=self.config.group_min_session_timeout_ms,

@@ -18,7 +18,7 @@ from partitions.model import (AppendOrigin, AppendResult, FetchData, LogConfig, 
                               ProducerSnapshot)
 from partitions.producer_state import CompletedTxn, ProducerStateTable
 from partitions.recovery import recover_segments
-from partitions.segment import Segment
+from partitions.segment import Segment, fsync_directory
 from partitions.txn_index import AbortedTxn, AbortedTxnIndex
 from partitions.validation import parse_batches, validate_batches
 from proto import records as codec
@@ -281,6 +281,30 @@ class PartitionLog:
             spans, _end = self._spans(max(start_offset, self.log_start_offset), bound, float("inf"))
         for segment, start, end in spans:
             yield from segment.iter_batches(start, end)
+
+    def delete_segments_before(self, offset: int) -> int:
+        """Delete whole segments that lie entirely below `offset` (never the active one); returns how many.
+
+        For logs whose owner keeps a snapshot of everything below `offset` (the coordinators'
+        state logs), so that disk use and load time stay flat as history grows. The log start
+        offset moves to the first remaining segment.
+        """
+        with self._lock:
+            self._check_open()
+            doomed = []
+            for segment, successor in zip(self._segments, self._segments[1:]):
+                if successor.base_offset > offset or segment.synced_size < segment.size:
+                    break
+                doomed.append(segment)
+            if not doomed:
+                return 0
+            self._segments = self._segments[len(doomed):]
+            self._segment_bases = self._segment_bases[len(doomed):]
+        for segment in doomed:
+            segment.close()
+            segment.path.unlink(missing_ok=True)
+        fsync_directory(self.directory)
+        return len(doomed)
 
     # ------------------------------------------------------------ state
 

@@ -52,9 +52,11 @@ def write_leader_epoch(log_dir: Path, epoch: int) -> None:
 class LogManager:
     """The open logs of one node. Thread-safe; a log being recovered does not block other logs."""
 
-    def __init__(self, root: Path, config: LogConfig = LogConfig()) -> None:
+    def __init__(self, root: Path, config: LogConfig = LogConfig(), internal_config: LogConfig | None = None) -> None:
         self.root = root
         self.config = config
+        #: for internal topics (names starting with "__"), e.g. smaller segments
+        self.internal_config = internal_config or config
         self._lock = threading.Lock()
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._opening: dict[tuple[str, int], threading.Lock] = {}
@@ -83,7 +85,8 @@ class LogManager:
             try:
                 epoch = read_leader_epoch(log_dir) + 1
                 write_leader_epoch(log_dir, epoch)
-                log = PartitionLog.open(log_dir, topic, partition, leader_epoch=epoch, config=self.config)
+                config = self.internal_config if topic.startswith("__") else self.config
+                log = PartitionLog.open(log_dir, topic, partition, leader_epoch=epoch, config=config)
             except BaseException:
                 os.close(lock_fd)
                 raise

@@ -592,6 +592,22 @@ class TransactionLogValue(_message.Message):
     ended_by_fence: bool
     def __init__(self, producer_id: _Optional[int] = ..., previous_producer_id: _Optional[int] = ..., next_producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., state: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[TopicPartitionRef, _Mapping]]] = ..., last_update_time_ms: _Optional[int] = ..., start_time_ms: _Optional[int] = ..., ended_by_fence: _Optional[bool] = ...) -> None: ...
 
+class TransactionSnapshot(_message.Message):
+    __slots__ = ("next_offset", "entries")
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    next_offset: int
+    entries: _containers.RepeatedCompositeFieldContainer[TransactionSnapshotEntry]
+    def __init__(self, next_offset: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[TransactionSnapshotEntry, _Mapping]]] = ...) -> None: ...
+
+class TransactionSnapshotEntry(_message.Message):
+    __slots__ = ("transactional_id", "value")
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    transactional_id: str
+    value: bytes
+    def __init__(self, transactional_id: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+
 class JoinGroupRequest(_message.Message):
     __slots__ = ("group_id", "member_id", "session_timeout_ms", "rebalance_timeout_ms", "topics", "group_instance_id")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]

@@ -58,13 +58,14 @@ class TxnShard:
     loading: bool = True
     entries: dict[str, TxnMetadata] = field(default_factory=dict)
     pending: dict[str, TransactionState] = field(default_factory=dict)
+    writes_since_snapshot: int = 0
 
 
 class TransactionCoordinator:
     def __init__(self, *, txn_shards: int, offsets_shards: int, transaction_max_timeout_ms: int,
                  transactional_id_expiration_ms: int, allocator: ProducerIdAllocator,
                  markers: MarkerWriter, partitions_for: Callable[[str], int | None],
-                 now_ms: Callable[[], int]) -> None:
+                 now_ms: Callable[[], int], snapshot_interval_records: int = 1000) -> None:
         self.txn_shards = txn_shards
         self.offsets_shards = offsets_shards
         self.max_timeout_ms = transaction_max_timeout_ms
@@ -76,6 +77,8 @@ class TransactionCoordinator:
         self._lock = threading.RLock()
         self._shards: dict[int, TxnShard] = {}
         self._completions = ThreadPoolExecutor(max_workers=8, thread_name_prefix="txn-complete")
+        self._snapshot_interval = snapshot_interval_records
+        self._snapshotter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="txn-snapshot")
 
     # ------------------------------------------------------------ shard ownership
 
@@ -90,7 +93,9 @@ class TransactionCoordinator:
         """Replay the shard's log, serve it, then finish every transaction left in Prepare*."""
         if shard not in self._shards or self._shards[shard].log is not shard_log:
             self.begin_loading(shard, shard_log)
-        entries = state_log.replay(shard_log)
+        entries, replayed = state_log.load(shard_log)
+        log.info("shard %d loaded at coordinator epoch %d: %d ids, %d log records replayed",
+                 shard, shard_log.leader_epoch, len(entries), replayed)
         with self._lock:
             state = self._shards[shard]
             state.entries = entries
@@ -110,6 +115,7 @@ class TransactionCoordinator:
 
     def close(self) -> None:
         self._completions.shutdown(wait=False, cancel_futures=True)
+        self._snapshotter.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------ RPCs
 
@@ -450,6 +456,19 @@ class TransactionCoordinator:
             if owner is not shard or shard.coordinator_epoch != coordinator_epoch:
                 raise NotCoordinatorError(f"[NOT_COORDINATOR] the shard of {tid!r} moved during the write")
             shard.entries[tid] = new
+            shard.writes_since_snapshot += 1
+            if shard.writes_since_snapshot >= self._snapshot_interval:
+                shard.writes_since_snapshot = 0
+                self._snapshotter.submit(self._snapshot, shard)
+
+    def _snapshot(self, shard: TxnShard) -> None:
+        """Snapshot the shard from its durable log and drop the segments the snapshot covers."""
+        try:
+            image = state_log.take_snapshot(shard.log)
+            log.info("shard %d: snapshot of %d ids up to offset %d", shard.shard, len(image.values),
+                     image.next_offset)
+        except KafkaError as exc:  # the shard moved away meanwhile: the next owner snapshots
+            log.info("shard %d: snapshot skipped: %s", shard.shard, exc)
 
     def _owned(self, tid: str) -> tuple[TxnShard, int]:
         shard_id = self.shard_of(tid)

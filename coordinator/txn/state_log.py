@@ -1,14 +1,17 @@
 """One shard of __transaction_state: durable writes of metadata values and replay on load.
 
 Records are keyed by transactional id; the last value per key wins and a null value
-(tombstone) deletes the id, as in Kafka's compacted transaction log.
+(tombstone) deletes the id, as in Kafka's compacted transaction log. Loading starts from the
+shard's snapshot (if any) and replays only the records after it.
 """
 from __future__ import annotations
 
 import logging
 import time
 
+from coordinator.txn import snapshots
 from coordinator.txn.metadata import TxnMetadata
+from coordinator.txn.snapshots import ShardImage
 from partitions import AppendOrigin, PartitionLog
 from proto import records
 
@@ -25,18 +28,40 @@ def append_entry(shard_log: PartitionLog, transactional_id: str, metadata: TxnMe
     shard_log.append(encode_entry(transactional_id, metadata), origin=AppendOrigin.COORDINATOR)
 
 
-def replay(shard_log: PartitionLog) -> dict[str, TxnMetadata]:
-    """Every live transactional id of the shard, from the start of its log."""
-    entries: dict[str, TxnMetadata] = {}
-    for batch in shard_log.batches():
-        if batch.header.is_control:
-            continue
-        for record in batch.records():
-            if record.key is None:
-                continue
-            tid = record.key.decode()
-            if record.value is None:
-                entries.pop(tid, None)
-            else:
-                entries[tid] = TxnMetadata.from_log_value(tid, record.value)
-    return entries
+def advance(shard_log: PartitionLog, image: ShardImage) -> int:
+    """Apply the durable records from image.next_offset on to `image`; returns how many records it read."""
+    count = 0
+    for batch in shard_log.batches(image.next_offset):
+        if not batch.header.is_control:
+            for record in batch.records():
+                if record.offset < image.next_offset or record.key is None:
+                    continue
+                count += 1
+                tid = record.key.decode()
+                if record.value is None:
+                    image.values.pop(tid, None)
+                else:
+                    image.values[tid] = record.value
+        image.next_offset = batch.header.next_offset
+    return count
+
+
+def load(shard_log: PartitionLog) -> tuple[dict[str, TxnMetadata], int]:
+    """Every live transactional id of the shard, and how many log records the load replayed."""
+    image = snapshots.read(shard_log.directory) or ShardImage()
+    if image.next_offset < shard_log.log_start_offset:
+        log.warning("%s: snapshot ends at %d but the log starts at %d; ids written in between are lost",
+                    shard_log.directory.name, image.next_offset, shard_log.log_start_offset)
+        image.next_offset = shard_log.log_start_offset
+    replayed = advance(shard_log, image)
+    entries = {tid: TxnMetadata.from_log_value(tid, value) for tid, value in image.values.items()}
+    return entries, replayed
+
+
+def take_snapshot(shard_log: PartitionLog) -> ShardImage:
+    """Write a new snapshot up to the high watermark, then delete the segments it covers."""
+    image = snapshots.read(shard_log.directory) or ShardImage(next_offset=shard_log.log_start_offset)
+    advance(shard_log, image)
+    snapshots.write(shard_log.directory, image)
+    shard_log.delete_segments_before(image.next_offset)
+    return image

@@ -14,6 +14,9 @@ FAST_SETTINGS = dict(
     transaction_abort_timed_out_transaction_cleanup_interval_ms=200,
     group_min_session_timeout_ms=500,
     log_segment_bytes=1024 * 1024,
+    # snapshot and roll the shards often, so failovers load from snapshot + tail
+    transaction_state_snapshot_interval_records=20,
+    internal_log_segment_bytes=8192,
 )
 
 _names = itertools.count()
