@@ -11,6 +11,7 @@ import fcntl
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 
 from coordinator.layout import ClusterLayout
@@ -40,8 +41,11 @@ class Membership:
     """The live set, refreshed by a probe thread; `owner()` answers with the current view."""
 
     def __init__(self, layout: ClusterLayout, node_ids: list[int], own_node_id: int | None,
-                 probe_interval_s: float = 0.05) -> None:
+                 probe_interval_s: float = 0.05, start_up_grace_s: float = 0.5) -> None:
         self.layout = layout
+        # Nodes of a cluster start together: for a moment after start-up every node counts as
+        # alive, so the first node up does not take every shard only to hand them back.
+        self._assume_all_alive_until = time.monotonic() + start_up_grace_s
         self.placement = Placement(tuple(node_ids))
         self.own_node_id = own_node_id
         self._interval = probe_interval_s
@@ -90,5 +94,7 @@ class Membership:
         self._stopped.set()
 
     def _probe(self) -> list[int]:
+        if time.monotonic() < self._assume_all_alive_until:
+            return list(self.placement.node_ids)
         return [n for n in self.placement.node_ids
                 if n == self.own_node_id or node_is_alive(self.layout, n)]

@@ -29,7 +29,7 @@ class OwnershipLog:
         finally:
             os.close(fd)
 
-    def recent(self, limit: int = 50) -> list[pb.OwnershipChange]:
+    def recent(self, limit: int = 500) -> list[pb.OwnershipChange]:
         try:
             with open(self._path, "rb") as f:
                 lines = deque(f, maxlen=limit)

@@ -90,6 +90,10 @@ class Admin:
     def describe_cluster(self) -> pb.MetadataResponse:
         return self._client.refresh_metadata()
 
+    def cluster_status(self) -> pb.ClusterStatusResponse:
+        """Any live node's view: nodes, the logs it owns, and the latest ownership changes."""
+        return self._client.any_node(lambda s: call(s.cluster.Status, pb.ClusterStatusRequest(), self._timeout_s))
+
     # ------------------------------------------------------------ offsets
 
     def _list_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, pb.PartitionOffsets]:
