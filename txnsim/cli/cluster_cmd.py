@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import threading
+import time
 from collections import Counter
 
 from rich.table import Table
@@ -24,7 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     start.add_argument("--offsets-shards", type=int, default=None)
     start.add_argument("--data-dir", default="./txnsim-data")
     start.set_defaults(func=start_cluster)
-    status = verbs.add_parser("status", help="nodes, liveness and the logs each one owns")
+    status = verbs.add_parser("status", help="nodes, liveness, the logs each one owns, and ownership changes")
+    status.add_argument("--changes", type=int, default=20, help="how many recent ownership changes to show")
     add_cluster_args(status)
     status.set_defaults(func=cluster_status)
 
@@ -75,6 +77,31 @@ def cluster_status(args: argparse.Namespace) -> int:
             table.add_row(str(node.node_id), node.address, "yes" if node.alive else "[red]no[/red]",
                           str(counts["txn"]), str(counts["group"]), str(counts["data"]))
         console.print(table)
+        _print_ownership_changes(client, metadata, args.changes)
     finally:
         client.close()
     return 0
+
+
+def _log_name(topic: str, partition: int) -> str:
+    return f"txn shard {partition}" if topic == "__transaction_state" else f"{topic}-{partition}"
+
+
+def _print_ownership_changes(client: ClusterClient, metadata: pb.MetadataResponse, limit: int) -> None:
+    """Who took or gave up which log, and why (DATA/metadata/ownership.log, read through any live node)."""
+    for node in metadata.nodes:
+        if not node.alive:
+            continue
+        try:
+            status = call(client.stubs(node.address).cluster.Status, pb.ClusterStatusRequest(), 5.0)
+        except KafkaError:
+            continue
+        changes = [c for c in status.recent_changes if not c.topic.startswith("__consumer_offsets")][-limit:]
+        table = Table(title=f"last {len(changes)} ownership changes (transaction shards and data partitions)")
+        for column in ("time", "node", "action", "log", "leader epoch", "why"):
+            table.add_column(column)
+        for c in changes:
+            table.add_row(time.strftime("%H:%M:%S", time.localtime(c.time_ms / 1000)) + f".{c.time_ms % 1000:03d}",
+                          str(c.node_id), c.action, _log_name(c.topic, c.partition), str(c.leader_epoch), c.reason)
+        console.print(table)
+        return
