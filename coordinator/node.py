@@ -37,7 +37,14 @@ from coordinator.txn.service import TransactionServicer
 from partitions import LogConfig, LogManager
 from proto import txnsim_pb2 as pb
 from proto import txnsim_pb2_grpc as rpc
-from proto.errors import KafkaConfigurationError, KafkaError, NotLeaderOrFollowerError, code_of
+from proto.errors import (
+    BrokerResponseError,
+    CoordinatorNotAvailableError,
+    KafkaConfigurationError,
+    KafkaError,
+    NotLeaderOrFollowerError,
+    code_of,
+)
 from proto.hashing import partition_for
 from proto.structs import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicPartition
 from proto.transport import SERVER_OPTIONS, NodeChannels, call
@@ -219,8 +226,8 @@ class Node:
             else:
                 stubs = self.channels.stubs(self.spec.nodes[owner])
                 response = call(stubs.transactions.AddPartitionsToTxn, request, 5.0, check=False)
-        except KafkaError as exc:
-            return code_of(exc)
+        except KafkaError as exc:  # unreachable or timed out: the coordinator is moving, not saying no
+            return code_of(exc) if isinstance(exc, BrokerResponseError) else CoordinatorNotAvailableError.errno
         if response.error_code:
             return response.error_code
         return response.results[0].error_code if response.results else 0

@@ -20,7 +20,11 @@ from partitions import LogManager, PartitionLog
 from proto import txnsim_pb2 as pb
 from proto import txnsim_pb2_grpc as rpc
 from proto.errors import (
+    ERRORS_BY_CODE,
     InvalidRequestError,
+    NotEnoughReplicasError,
+    UnknownServerError,
+    name_of,
     InvalidTopicError,
     KafkaError,
     NotLeaderOrFollowerError,
@@ -122,6 +126,12 @@ class PartitionServer:
         verified = set()
         for producer_id, producer_epoch in unverified:
             code = self._verify(tid, producer_id, producer_epoch, tp)
+            if ERRORS_BY_CODE.get(code, UnknownServerError).retriable:
+                # The coordinator moved or is loading: the producer should retry the same batch, as
+                # Kafka's leader answers NOT_ENOUGH_REPLICAS when verification cannot complete.
+                raise NotEnoughReplicasError(
+                    f"[NOT_ENOUGH_REPLICAS] could not verify {tp} with the coordinator of {tid!r} "
+                    f"({name_of(code)}); retry")
             if code != 0:
                 raise TransactionAbortableError(
                     f"[TRANSACTION_ABORTABLE] {tp} is not part of the open transaction of {tid!r} "
