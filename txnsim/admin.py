@@ -15,7 +15,7 @@ from proto.errors import (
     raise_for,
 )
 from proto.structs import INTERNAL_TOPICS, TopicPartition, TransactionState, validate_topic_name
-from proto.transport import call, retrying
+from proto.transport import Deadline, call, retrying
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,12 +141,13 @@ class Admin:
         if not transactional_id:
             raise InvalidRequestError("[INVALID_REQUEST] transactional id is empty")
         request = pb.DescribeTransactionsRequest(transactional_ids=[transactional_id])
-        for attempt in self._client_retries():
+        deadline = Deadline(self._timeout_s)  # one budget for lookups and retries alike, not one each
+        for attempt in retrying(deadline.remaining()):
             with attempt:
-                address = self._client.coordinator_address(TRANSACTION, transactional_id)
+                address = self._client.coordinator_address(TRANSACTION, transactional_id, deadline)
                 try:
                     response = call(self._client.stubs(address).transactions.DescribeTransactions, request,
-                                    self._timeout_s)
+                                    max(deadline.remaining(), 0.05))
                     d = response.transactions[0]
                     if d.error_code == TransactionalIdNotFoundError.errno:
                         raise TransactionalIdNotFoundError(d.error_message)
@@ -223,6 +224,3 @@ class Admin:
         for tp in tps:
             groups[self._client.leader_address(tp)].append(tp)
         return groups
-
-    def _client_retries(self):
-        return retrying(self._timeout_s)

@@ -2,12 +2,17 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
+from rich.markup import escape
 from rich.table import Table
 
+from coordinator.layout import ClusterLayout, read_cluster_spec
+from coordinator.membership import node_is_alive
 from proto import txnsim_pb2 as pb
 from proto.cluster_client import ClusterClient
 from proto.errors import KafkaError
@@ -33,17 +38,27 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 @exits_cleanly
 def start_cluster(args: argparse.Namespace) -> int:
-    with console.status(f"starting {args.nodes} nodes in {args.data_dir} ..."):
-        cluster = LocalCluster(nodes=args.nodes, data_dir=args.data_dir, txn_shards=args.txn_shards,
-                               offsets_shards=args.offsets_shards)
-        cluster.start()
+    layout = ClusterLayout(Path(args.data_dir))
+    if layout.cluster_file.exists():
+        running = [n for n in read_cluster_spec(layout).node_ids if node_is_alive(layout, n)]
+        if running:  # its nodes would refuse to start, and the old ones would answer for them
+            raise SystemExit(f"error: a cluster is already running in {args.data_dir} (nodes {running}); "
+                             "stop it with Ctrl-C where it runs, or pass another --data-dir")
+    # Ctrl-C stops the nodes cleanly even when started from a script (`txnsim cluster start &`), where
+    # the shell hands us SIGINT ignored; SIGTERM (kill, systemd, CI) does the same.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    cluster = LocalCluster(nodes=args.nodes, data_dir=args.data_dir, txn_shards=args.txn_shards,
+                           offsets_shards=args.offsets_shards)
     try:
+        with console.status(f"starting {args.nodes} nodes in {args.data_dir} ..."):
+            cluster.start()
         table = Table(title="txnsim cluster")
         for column in ("node", "address", "pid", "log"):
             table.add_column(column)
         for node_id in cluster.node_ids:
             table.add_row(str(node_id), cluster.spec.nodes[node_id], str(cluster.pid(node_id)),
-                          str(cluster.node_log(node_id)))
+                          escape(str(cluster.node_log(node_id))))
         console.print(table)
         console.print(f"bootstrap servers: [bold]{cluster.bootstrap_servers}[/bold]")
         console.print("other commands find this cluster through --data-dir; Ctrl-C stops it.")
@@ -52,12 +67,13 @@ def start_cluster(args: argparse.Namespace) -> int:
         console.print("stopping ...")
     finally:
         cluster.stop()
+    console.print("stopped")
     return 0
 
 
 @exits_cleanly
 def cluster_status(args: argparse.Namespace) -> int:
-    client = ClusterClient(bootstrap_servers(args), request_timeout_ms=5000)
+    client = ClusterClient(bootstrap_servers(args), request_timeout_ms=args.request_timeout_ms)
     try:
         metadata = client.refresh_metadata()
         table = Table(title="nodes")
@@ -102,6 +118,7 @@ def _print_ownership_changes(client: ClusterClient, metadata: pb.MetadataRespons
             table.add_column(column)
         for c in changes:
             table.add_row(time.strftime("%H:%M:%S", time.localtime(c.time_ms / 1000)) + f".{c.time_ms % 1000:03d}",
-                          str(c.node_id), c.action, _log_name(c.topic, c.partition), str(c.leader_epoch), c.reason)
+                          str(c.node_id), c.action, _log_name(c.topic, c.partition), str(c.leader_epoch),
+                          escape(c.reason))
         console.print(table)
         return

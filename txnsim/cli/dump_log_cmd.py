@@ -8,9 +8,9 @@ import argparse
 from pathlib import Path
 
 from coordinator.layout import ClusterLayout
-from proto.errors import CorruptMessageError
+from proto.errors import CorruptMessageError, UnknownTopicOrPartitionError
 from proto.records import RecordBatch, read_header
-from txnsim.cli.common import console, exits_cleanly
+from txnsim.cli.common import exits_cleanly, print_data
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,15 +24,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 @exits_cleanly
 def dump_log(args: argparse.Namespace) -> int:
-    directory = ClusterLayout(args.data_dir).logs / f"{args.topic}-{args.partition}"
+    layout = ClusterLayout(args.data_dir)
+    if not layout.logs.is_dir():
+        raise SystemExit(f"error: no cluster data at {args.data_dir} (pass the --data-dir of "
+                         "`txnsim cluster start`)")
+    directory = layout.logs / f"{args.topic}-{args.partition}"
     segments = sorted(directory.glob("*.log"))
     if not segments:
-        console.print(f"[red]error:[/red] no log at {directory}")
-        return 1
+        raise UnknownTopicOrPartitionError(f"[UNKNOWN_TOPIC_OR_PARTITION] no log for {args.topic}-{args.partition} "
+                                           f"in {layout.logs}")
     for segment in segments:
-        console.print(f"Dumping {segment}")
+        print_data(f"Dumping {segment}")
         for line in describe_segment(segment.read_bytes(), print_records=args.print_records):
-            console.print(line, markup=False)
+            print_data(line)  # one batch per line, never wrapped; payloads are data, not markup
     return 0
 
 

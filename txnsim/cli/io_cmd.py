@@ -2,12 +2,20 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 from proto.errors import UnknownTopicOrPartitionError
 from proto.structs import TopicPartition
 from txnsim.admin import Admin
-from txnsim.cli.common import add_cluster_args, bootstrap_servers, console, exits_cleanly, read_stdin_lines
+from txnsim.cli.common import (
+    add_cluster_args,
+    bootstrap_servers,
+    console,
+    exits_cleanly,
+    print_data,
+    read_stdin_lines,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,8 +41,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 @exits_cleanly
 def produce_lines(args: argparse.Namespace) -> int:
     from producer import Producer
+    if args.abort and not args.transactional_id:
+        raise SystemExit("error: --abort needs --transactional-id (without one the lines are sent idempotently)")
     lines = read_stdin_lines()
-    with Producer(bootstrap_servers=bootstrap_servers(args), transactional_id=args.transactional_id) as p:
+    timeout_ms = args.request_timeout_ms
+    with Producer(bootstrap_servers=bootstrap_servers(args), transactional_id=args.transactional_id,
+                  request_timeout_ms=timeout_ms, max_block_ms=timeout_ms,
+                  delivery_timeout_ms=timeout_ms + 1_000) as p:
         if args.transactional_id:
             p.init_transactions()
             p.begin_transaction()
@@ -44,13 +57,16 @@ def produce_lines(args: argparse.Namespace) -> int:
             if args.key_separator and args.key_separator.encode() in line:
                 key, line = line.split(args.key_separator.encode(), 1)
             futures.append(p.send(args.topic, value=line, key=key))
+        # Written before the decision, so an aborted transaction's records are on the log
+        # (read_uncommitted shows them); aborting unsent batches would just drop them.
+        p.flush()
+        for future in futures:
+            future.get(timeout=timeout_ms / 1000)  # a failed send raises its KafkaError here
         if args.transactional_id:
             if args.abort:
                 p.abort_transaction()
             else:
                 p.commit_transaction()
-        else:
-            p.flush()
     outcome = "aborted" if args.abort else "committed" if args.transactional_id else "sent"
     console.print(f"{outcome} {len(lines)} record(s) to {args.topic}")
     return 0
@@ -60,21 +76,25 @@ def produce_lines(args: argparse.Namespace) -> int:
 def consume_records(args: argparse.Namespace) -> int:
     from consumer import Consumer
     servers = bootstrap_servers(args)
+    timeout_ms = args.request_timeout_ms
+    # The consumer retries an unreachable node or unknown topic quietly inside poll();
+    # ask once up front so a typo or a dead cluster is an error, not an empty result.
+    with Admin(servers, request_timeout_ms=timeout_ms) as admin:
+        count = admin.list_topics().get(args.topic)
+    if count is None:
+        raise UnknownTopicOrPartitionError(f"[UNKNOWN_TOPIC_OR_PARTITION] topic {args.topic!r} does not exist")
     with Consumer(bootstrap_servers=servers, group_id=args.group, isolation_level=args.isolation_level,
                   auto_offset_reset="earliest" if args.from_beginning else "latest",
-                  enable_auto_commit=False) as c:
+                  enable_auto_commit=False, request_timeout_ms=max(timeout_ms, 1_000)) as c:
         if args.group:
             c.subscribe([args.topic])
         else:
-            with Admin(servers) as admin:
-                count = admin.list_topics().get(args.topic)
-            if count is None:
-                raise UnknownTopicOrPartitionError(f"[UNKNOWN_TOPIC_OR_PARTITION] topic {args.topic!r} does not exist")
             c.assign([TopicPartition(args.topic, p) for p in range(count)])
         seen = 0
         idle_since = time.monotonic()
         while args.max_messages is None or seen < args.max_messages:
-            batch = c.poll(timeout_ms=200)
+            remaining = None if args.max_messages is None else args.max_messages - seen
+            batch = c.poll(timeout_ms=200, max_records=remaining)  # never past what will be printed
             records = [r for rs in batch.values() for r in rs]
             if not records:
                 if (time.monotonic() - idle_since) * 1000 >= args.timeout_ms:
@@ -83,8 +103,9 @@ def consume_records(args: argparse.Namespace) -> int:
             idle_since = time.monotonic()
             for r in sorted(records, key=lambda r: (r.partition, r.offset)):
                 key = "" if r.key is None else r.key.decode(errors="replace") + "\t"
-                console.print(f"{r.partition}:{r.offset}\t{key}{(r.value or b'').decode(errors='replace')}")
+                print_data(f"{r.partition}:{r.offset}\t{key}{(r.value or b'').decode(errors='replace')}")
                 seen += 1
+            sys.stdout.flush()  # a reader of the pipe sees each batch as it arrives
         if args.group:
             c.commit()
     return 0

@@ -5,9 +5,9 @@ import argparse
 
 from rich.table import Table
 
+from proto.errors import UnknownTopicOrPartitionError, raise_for
 from proto.structs import TopicPartition
-from txnsim.admin import Admin
-from txnsim.cli.common import add_cluster_args, bootstrap_servers, console, exits_cleanly
+from txnsim.cli.common import add_cluster_args, admin_client, console, exits_cleanly, print_data
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 @exits_cleanly
 def create_topic(args: argparse.Namespace) -> int:
-    with Admin(bootstrap_servers(args)) as admin:
+    with admin_client(args) as admin:
         admin.create_topic(args.name, partitions=args.partitions)
     console.print(f"created topic {args.name} with {args.partitions} partition(s)")
     return 0
@@ -38,19 +38,20 @@ def create_topic(args: argparse.Namespace) -> int:
 
 @exits_cleanly
 def list_topics(args: argparse.Namespace) -> int:
-    with Admin(bootstrap_servers(args)) as admin:
+    with admin_client(args) as admin:
         for name, partitions in sorted(admin.list_topics(include_internal=args.internal).items()):
-            console.print(f"{name}\t{partitions}")
+            print_data(f"{name}\t{partitions}")
     return 0
 
 
 @exits_cleanly
 def describe_topic(args: argparse.Namespace) -> int:
-    with Admin(bootstrap_servers(args)) as admin:
+    with admin_client(args) as admin:
         metadata = admin.describe_cluster()
         topic = next((t for t in metadata.topics if t.name == args.name), None)
-        if topic is None or topic.error_code:
-            admin.end_offsets([TopicPartition(args.name, 0)])  # raises UnknownTopicOrPartitionError
+        if topic is None:
+            raise UnknownTopicOrPartitionError(f"[UNKNOWN_TOPIC_OR_PARTITION] topic {args.name!r} does not exist")
+        raise_for(topic.error_code, topic.error_message)
         tps = [TopicPartition(args.name, p.partition) for p in topic.partitions]
         start, end, stable = admin.beginning_offsets(tps), admin.end_offsets(tps), admin.last_stable_offsets(tps)
         table = Table(title=f"topic {args.name}")

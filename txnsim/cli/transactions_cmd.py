@@ -4,11 +4,11 @@ from __future__ import annotations
 import argparse
 import time
 
+from rich.markup import escape
 from rich.table import Table
 
 from proto.structs import TopicPartition
-from txnsim.admin import Admin
-from txnsim.cli.common import add_cluster_args, bootstrap_servers, console, exits_cleanly
+from txnsim.cli.common import add_cluster_args, admin_client, console, exits_cleanly
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -47,24 +47,24 @@ def _table(title: str, *columns: str) -> Table:
 
 @exits_cleanly
 def list_transactions(args: argparse.Namespace) -> int:
-    with Admin(bootstrap_servers(args)) as admin:
+    with admin_client(args) as admin:
         table = _table("transactions", "TransactionalId", "ProducerId", "TransactionState")
         for t in admin.list_transactions():
-            table.add_row(t.transactional_id, str(t.producer_id), str(t.state))
+            table.add_row(escape(t.transactional_id), str(t.producer_id), str(t.state))
         console.print(table)
     return 0
 
 
 @exits_cleanly
 def describe_transaction(args: argparse.Namespace) -> int:
-    with Admin(bootstrap_servers(args)) as admin:
+    with admin_client(args) as admin:
         d = admin.describe_transaction(args.transactional_id)
     now = int(time.time() * 1000)
-    table = _table(f"transaction {d.transactional_id}", "CoordinatorId", "TransactionalId", "ProducerId",
+    table = _table(f"transaction {escape(d.transactional_id)}", "CoordinatorId", "TransactionalId", "ProducerId",
                    "ProducerEpoch", "TransactionState", "TransactionTimeoutMs", "CurrentTransactionStartTimeMs",
                    "TransactionDurationMs", "TopicPartitions")
     duration = str(now - d.start_time_ms) if d.start_time_ms >= 0 else "None"
-    table.add_row(str(d.coordinator_id), d.transactional_id, str(d.producer_id), str(d.producer_epoch),
+    table.add_row(str(d.coordinator_id), escape(d.transactional_id), str(d.producer_id), str(d.producer_epoch),
                   str(d.state), str(d.timeout_ms), str(d.start_time_ms) if d.start_time_ms >= 0 else "None",
                   duration, ",".join(str(tp) for tp in sorted(d.partitions)))
     console.print(table)
@@ -73,7 +73,7 @@ def describe_transaction(args: argparse.Namespace) -> int:
 
 @exits_cleanly
 def describe_producers(args: argparse.Namespace) -> int:
-    with Admin(bootstrap_servers(args)) as admin:
+    with admin_client(args) as admin:
         producers = admin.describe_producers(TopicPartition(args.topic, args.partition))
     table = _table(f"producers of {args.topic}-{args.partition}", "ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch",
                    "LastSequence", "LastTimestamp", "CurrentTransactionStartOffset")
@@ -86,19 +86,19 @@ def describe_producers(args: argparse.Namespace) -> int:
 
 @exits_cleanly
 def find_hanging(args: argparse.Namespace) -> int:
-    with Admin(bootstrap_servers(args)) as admin:
+    with admin_client(args) as admin:
         hanging = admin.find_hanging_transactions(topic=args.topic)
     table = _table("hanging transactions", "Topic", "Partition", "ProducerId", "ProducerEpoch", "StartOffset", "Why")
     for h in hanging:
         table.add_row(h.topic_partition.topic, str(h.topic_partition.partition), str(h.producer_id),
-                      str(h.producer_epoch), str(h.start_offset), h.reason)
+                      str(h.producer_epoch), str(h.start_offset), escape(h.reason))
     console.print(table if hanging else "no hanging transactions")
     return 0
 
 
 @exits_cleanly
 def abort_transaction(args: argparse.Namespace) -> int:
-    with Admin(bootstrap_servers(args)) as admin:
+    with admin_client(args) as admin:
         p = admin.abort_transaction(args.topic, args.partition, args.start_offset)
     console.print(f"aborted the transaction of producer {p.producer_id} (epoch {p.producer_epoch}) on "
                   f"{args.topic}-{args.partition} starting at offset {args.start_offset}")

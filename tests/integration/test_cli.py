@@ -1,0 +1,415 @@
+"""The `txnsim` command as a user runs it: real subprocesses against a `txnsim cluster start` cluster.
+
+Every command ends with exit code 0, or 1 and a one-line `error:` naming Kafka's error, never a
+Python traceback, and never hangs: a wrong address fails within the command's request timeout.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import wait_until
+
+_SCRIPT = Path(sys.executable).with_name("txnsim")
+TXNSIM = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "txnsim.cli.main"]
+
+#: wide and plain, so rich neither wraps table rows nor colours the text the tests read
+ENV = dict(os.environ, COLUMNS="200", TERM="dumb", NO_COLOR="1", PYTHONIOENCODING="utf-8")
+
+#: a command that the cluster answers finishes well within this; a hang fails the test instead
+COMMAND_TIMEOUT_S = 60
+
+
+@dataclass
+class Result:
+    args: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def error_lines(self) -> list[str]:
+        return [line for line in self.stderr.splitlines() if line.startswith("error:")]
+
+
+def txnsim(*args: str, stdin: str | None = None, timeout_s: float = COMMAND_TIMEOUT_S) -> Result:
+    """Run `txnsim ARGS`; whatever happens, no Python traceback may reach the user."""
+    started = time.monotonic()
+    proc = subprocess.run([*TXNSIM, *args], input=(stdin or "").encode(), capture_output=True, env=ENV,
+                          timeout=timeout_s)
+    result = Result(args, proc.returncode, proc.stdout.decode(), proc.stderr.decode(),
+                    time.monotonic() - started)
+    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout, result
+    return result
+
+
+def ok(*args: str, stdin: str | None = None) -> str:
+    result = txnsim(*args, stdin=stdin)
+    assert result.returncode == 0, result
+    return result.stdout
+
+
+def fails_cleanly(result: Result, *names: str) -> str:
+    """Exit code 1 and exactly one `error:` line on stderr, naming one of `names`."""
+    assert result.returncode == 1, result
+    assert len(result.error_lines) == 1, result
+    line = result.error_lines[0]
+    assert any(name in line for name in names), result
+    return line
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """The body rows of the rich tables in `text`, as lists of stripped cells."""
+    rows = []
+    for line in text.splitlines():
+        if line.startswith(("│", "|")):
+            rows.append([cell.strip() for cell in re.split(r"[│|]", line)[1:-1]])
+    return rows
+
+
+def process_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+# ------------------------------------------------------------ the cluster, started from the shell
+
+
+@dataclass
+class CliCluster:
+    data_dir: Path
+    process: subprocess.Popen
+    output: Path
+
+    def cluster_args(self) -> tuple[str, ...]:
+        return ("--data-dir", str(self.data_dir))
+
+    def start_output(self) -> str:
+        return self.output.read_text(errors="replace")
+
+    def node_pids(self) -> dict[int, int]:
+        """node id -> pid, from the table that `cluster start` prints."""
+        pids = {}
+        for cells in table_rows(self.start_output()):
+            if len(cells) == 4 and cells[0].isdigit() and cells[2].isdigit():
+                pids[int(cells[0])] = int(cells[2])
+        return pids
+
+
+@pytest.fixture(scope="module")
+def cli_cluster(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    data_dir, output = root / "data", root / "cluster-start.out"
+    with open(output, "wb") as out:
+        process = subprocess.Popen([*TXNSIM, "cluster", "start", "--nodes", "3", "--data-dir", str(data_dir)],
+                                   stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=ENV)
+    cluster = CliCluster(data_dir, process, output)
+    try:
+        def ready() -> bool:
+            if process.poll() is not None:
+                raise AssertionError(f"`txnsim cluster start` exited with {process.returncode}:\n"
+                                     f"{cluster.start_output()}")
+            status = subprocess.run([*TXNSIM, "cluster", "status", "--data-dir", str(data_dir),
+                                     "--request-timeout-ms", "2000"], capture_output=True, env=ENV, timeout=30)
+            return status.returncode == 0 and len(cluster.node_pids()) == 3
+        wait_until(ready, timeout_s=60, what="`txnsim cluster status` to succeed")
+        yield cluster
+    finally:
+        pids = cluster.node_pids()
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)  # Ctrl-C
+        try:
+            returncode = process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise AssertionError(f"`txnsim cluster start` ignored Ctrl-C for 20 s:\n{cluster.start_output()}")
+        text = cluster.start_output()
+        assert returncode == 0, text
+        assert "stopped" in text and "Traceback" not in text, text
+        wait_until(lambda: not any(process_running(pid) for pid in pids.values()), timeout_s=10,
+                   what=f"node processes {sorted(pids.values())} to exit after Ctrl-C")
+
+
+@pytest.fixture(scope="module")
+def orders(cli_cluster):
+    """A 3-partition topic holding a committed transaction (a, b, c) and an aborted one (x, y)."""
+    out = ok("topics", "create", "orders", "--partitions", "3", *cli_cluster.cluster_args())
+    assert "created topic orders with 3 partition(s)" in out
+    assert "committed 3 record(s)" in ok("produce", "orders", "--transactional-id", "tx-orders",
+                                         *cli_cluster.cluster_args(), stdin="a\nb\nc\n")
+    assert "aborted 2 record(s)" in ok("produce", "orders", "--transactional-id", "tx-orders", "--abort",
+                                       *cli_cluster.cluster_args(), stdin="x\ny\n")
+    return "orders"
+
+
+@pytest.fixture(scope="module")
+def ledger(cli_cluster):
+    """One partition, so that one log holds the data batches and both markers of 'tx-ledger'."""
+    ok("topics", "create", "ledger", "--partitions", "1", *cli_cluster.cluster_args())
+    ok("produce", "ledger", "--transactional-id", "tx-ledger", *cli_cluster.cluster_args(), stdin="l1\nl2\n")
+    ok("produce", "ledger", "--transactional-id", "tx-ledger", "--abort", *cli_cluster.cluster_args(),
+       stdin="l3\n")
+    return "ledger"
+
+
+def consumed_values(stdout: str) -> list[str]:
+    """`consume` prints PARTITION:OFFSET<TAB>[KEY<TAB>]VALUE per record."""
+    return [line.split("\t")[-1] for line in stdout.splitlines() if re.match(r"^\d+:\d+\t", line)]
+
+
+# ------------------------------------------------------------ cluster start / status
+
+
+def test_cluster_start_prints_its_nodes_and_bootstrap_servers(cli_cluster):
+    text = cli_cluster.start_output()
+    match = re.search(r"bootstrap servers: (\S+)", text)
+    assert match, text
+    servers = match.group(1).split(",")
+    assert len(servers) == 3 and all(re.fullmatch(r"127\.0\.0\.1:\d+", s) for s in servers)
+    assert sorted(cli_cluster.node_pids()) == [0, 1, 2]
+    assert all(process_running(pid) for pid in cli_cluster.node_pids().values())
+    # the printed servers are a working --bootstrap-servers
+    status = ok("cluster", "status", "--bootstrap-servers", match.group(1))
+    assert all(server in status for server in servers), status
+
+
+def test_cluster_status_lists_three_alive_nodes(cli_cluster):
+    out = ok("cluster", "status", *cli_cluster.cluster_args())
+    nodes = [cells for cells in table_rows(out)
+             if len(cells) >= 3 and re.fullmatch(r"127\.0\.0\.1:\d+", cells[1]) and cells[2] in ("yes", "no")]
+    assert [(cells[0], cells[2]) for cells in nodes] == [("0", "yes"), ("1", "yes"), ("2", "yes")], out
+
+
+def test_cluster_start_refuses_a_data_dir_whose_cluster_runs(cli_cluster):
+    result = txnsim("cluster", "start", "--nodes", "3", *cli_cluster.cluster_args(), timeout_s=30)
+    assert fails_cleanly(result, "already running")
+    assert all(process_running(pid) for pid in cli_cluster.node_pids().values())
+
+
+# ------------------------------------------------------------ topics
+
+
+def test_topics_create_list_describe(cli_cluster, orders):
+    listed = ok("topics", "list", *cli_cluster.cluster_args())
+    assert "orders\t3" in listed.splitlines()
+    assert "__transaction_state" not in listed
+    assert "__transaction_state" in ok("topics", "list", "--internal", *cli_cluster.cluster_args())
+    described = ok("topics", "describe", "orders", *cli_cluster.cluster_args())
+    rows = [cells for cells in table_rows(described) if len(cells) == 5]
+    assert [cells[0] for cells in rows] == ["0", "1", "2"], described
+    # 3 committed + 1 COMMIT marker, 2 aborted + 1 ABORT marker; nothing undecided
+    assert sum(int(cells[3]) for cells in rows) == 7, described
+    assert all(cells[3] == cells[4] for cells in rows), described  # high watermark == last stable offset
+    fails_cleanly(txnsim("topics", "create", "orders", "--partitions", "3", *cli_cluster.cluster_args()),
+                  "TOPIC_ALREADY_EXISTS", "TopicAlreadyExists")
+    fails_cleanly(txnsim("topics", "create", "bad/name", *cli_cluster.cluster_args()), "InvalidTopic")
+
+
+# ------------------------------------------------------------ produce / consume
+
+
+def test_read_committed_sees_committed_lines_only(cli_cluster, orders):
+    out = ok("consume", "orders", "--from-beginning", "--isolation-level", "read_committed",
+             "--timeout-ms", "1500", *cli_cluster.cluster_args())
+    assert sorted(consumed_values(out)) == ["a", "b", "c"], out
+
+
+def test_read_uncommitted_sees_aborted_lines_too(cli_cluster, orders):
+    out = ok("consume", "orders", "--from-beginning", "--isolation-level", "read_uncommitted",
+             "--timeout-ms", "1500", *cli_cluster.cluster_args())
+    assert sorted(consumed_values(out)) == ["a", "b", "c", "x", "y"], out
+
+
+def test_consume_with_a_group_subscribes_and_resumes_from_committed_offsets(cli_cluster):
+    ok("topics", "create", "grouped", "--partitions", "2", *cli_cluster.cluster_args())
+    ok("produce", "grouped", "--transactional-id", "tx-grouped", *cli_cluster.cluster_args(), stdin="g1\ng2\n")
+    first = ok("consume", "grouped", "--group", "cli-group", "--from-beginning", "--max-messages", "2",
+               "--timeout-ms", "10000", *cli_cluster.cluster_args())
+    assert sorted(consumed_values(first)) == ["g1", "g2"], first
+    ok("produce", "grouped", "--transactional-id", "tx-grouped", *cli_cluster.cluster_args(), stdin="g3\n")
+    second = ok("consume", "grouped", "--group", "cli-group", "--from-beginning", "--max-messages", "1",
+                "--timeout-ms", "10000", *cli_cluster.cluster_args())
+    assert consumed_values(second) == ["g3"], second  # the group's offsets, not the beginning
+
+
+def test_produce_without_transactional_id_sends_idempotently(cli_cluster):
+    ok("topics", "create", "plain", "--partitions", "1", *cli_cluster.cluster_args())
+    assert "sent 2 record(s)" in ok("produce", "plain", *cli_cluster.cluster_args(), stdin="p1\np2\n")
+    dump = ok("dump-log", "plain", "0", *cli_cluster.cluster_args())
+    batches = [line for line in dump.splitlines() if line.startswith("baseOffset:")]
+    assert len(batches) == 1, dump
+    assert re.search(r"producerId: \d+ producerEpoch: \d+ baseSequence: 0 ", batches[0]), dump  # a real pid
+    assert "isTransactional: false" in batches[0] and "endTxnMarker" not in dump
+    out = ok("consume", "plain", "--from-beginning", "--timeout-ms", "1500", *cli_cluster.cluster_args())
+    assert consumed_values(out) == ["p1", "p2"]
+    fails_cleanly(txnsim("produce", "plain", "--abort", *cli_cluster.cluster_args(), stdin="p3\n"),
+                  "--transactional-id")
+
+
+def test_record_text_is_printed_literally_not_as_markup(cli_cluster):
+    ok("topics", "create", "literal", *cli_cluster.cluster_args())
+    lines = ["[/x] closing tag", "[bold]not bold[/bold]", ":smile:", "k:v"]
+    ok("produce", "literal", "--transactional-id", "tx-[literal]", *cli_cluster.cluster_args(),
+       stdin="\n".join(lines) + "\n")
+    out = ok("consume", "literal", "--from-beginning", "--timeout-ms", "1500", *cli_cluster.cluster_args())
+    assert consumed_values(out) == lines, out
+    assert "tx-[literal]" in ok("transactions", "list", *cli_cluster.cluster_args())
+    assert "tx-[literal]" in ok("transactions", "describe", "tx-[literal]", *cli_cluster.cluster_args())
+    fails_cleanly(txnsim("transactions", "describe", "[/nope]", *cli_cluster.cluster_args()),
+                  "TRANSACTIONAL_ID_NOT_FOUND")
+
+
+# ------------------------------------------------------------ transactions (kafka-transactions.sh's verbs)
+
+
+def test_transactions_list_and_describe(cli_cluster, orders):
+    rows = table_rows(ok("transactions", "list", *cli_cluster.cluster_args()))
+    listed = {cells[0]: cells for cells in rows if len(cells) == 3}
+    assert "tx-orders" in listed
+    producer_id = listed["tx-orders"][1]
+    described = ok("transactions", "describe", "tx-orders", *cli_cluster.cluster_args())
+    assert "TransactionState" in described and "ProducerEpoch" in described
+    row = next(cells for cells in table_rows(described) if len(cells) == 9)
+    assert row[1] == "tx-orders" and row[2] == producer_id, described
+    assert row[4] in ("Empty", "CompleteCommit", "CompleteAbort"), described  # decided, not Ongoing
+    assert row[5] == "60000"
+    fails_cleanly(txnsim("transactions", "describe", "no-such-id", *cli_cluster.cluster_args()),
+                  "TRANSACTIONAL_ID_NOT_FOUND")
+
+
+def test_transactions_describe_producers(cli_cluster, ledger):
+    listed = {cells[0]: cells for cells in table_rows(ok("transactions", "list", *cli_cluster.cluster_args()))
+              if len(cells) == 3}
+    out = ok("transactions", "describe-producers", "ledger", "0", *cli_cluster.cluster_args())
+    rows = [cells for cells in table_rows(out) if len(cells) == 6]
+    assert listed["tx-ledger"][1] in [cells[0] for cells in rows], out
+    assert all(cells[5] == "None" for cells in rows), out  # no open transaction on the partition
+
+
+def test_find_hanging_finds_none_and_abort_rejects_a_bad_start_offset(cli_cluster, orders, ledger):
+    assert "no hanging transactions" in ok("transactions", "find-hanging", *cli_cluster.cluster_args())
+    assert "no hanging transactions" in ok("transactions", "find-hanging", "--topic", "orders",
+                                           *cli_cluster.cluster_args())
+    result = txnsim("transactions", "abort", "--topic", "ledger", "--partition", "0", "--start-offset", "17",
+                    *cli_cluster.cluster_args())
+    line = fails_cleanly(result, "INVALID_REQUEST")
+    assert "offset 17" in line and "ledger-0" in line
+
+
+# ------------------------------------------------------------ dump-log
+
+
+def test_dump_log_shows_producer_fields_and_both_markers(cli_cluster, ledger):
+    out = ok("dump-log", "ledger", "0", *cli_cluster.cluster_args())
+    data = [line for line in out.splitlines() if line.startswith("baseOffset:") and "isControl: false" in line]
+    assert len(data) == 2, out
+    for line in data:
+        for field in ("producerId:", "producerEpoch:", "baseSequence:", "isTransactional: true"):
+            assert field in line, line
+    markers = re.findall(r"endTxnMarker: (\w+)", out)
+    assert markers == ["COMMIT", "ABORT"], out
+    with_records = ok("dump-log", "ledger", "0", "--print-records", *cli_cluster.cluster_args())
+    assert re.findall(r"payload: (\S+)", with_records) == ["l1", "l2", "l3"]
+
+
+# ------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize("command", [
+    ("produce", "no-such-topic", "--transactional-id", "tx-unknown"),
+    ("produce", "no-such-topic"),
+    ("consume", "no-such-topic", "--from-beginning"),
+    ("consume", "no-such-topic", "--group", "g-unknown"),
+    ("topics", "describe", "no-such-topic"),
+    ("transactions", "describe-producers", "no-such-topic", "0"),
+    ("transactions", "find-hanging", "--topic", "no-such-topic"),
+    ("dump-log", "no-such-topic", "0"),
+], ids=lambda c: "-".join(c[:2]) + ("-" + c[-2].strip("-") if c[-2].startswith("--") else ""))
+def test_unknown_topic_is_one_clean_error_line(cli_cluster, command):
+    result = txnsim(*command, *cli_cluster.cluster_args(), stdin="v\n", timeout_s=30)
+    fails_cleanly(result, "UNKNOWN_TOPIC_OR_PARTITION")
+    assert result.stderr.strip() == result.error_lines[0], result  # nothing else on stderr either
+    assert result.seconds < 10, result  # the cluster says so at once; no metadata wait
+
+
+def test_unknown_partition_is_one_clean_error_line(cli_cluster, orders):
+    fails_cleanly(txnsim("transactions", "describe-producers", "orders", "9", *cli_cluster.cluster_args()),
+                  "UNKNOWN_TOPIC_OR_PARTITION")
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_address_nobody_listens_on_fails_fast_with_a_clear_error():
+    """Every command gives up within its request timeout (10 s unless --request-timeout-ms says less)."""
+    servers = f"127.0.0.1:{_closed_port()}"
+    short = ("--bootstrap-servers", servers, "--request-timeout-ms", "2000")
+    commands = [
+        ("topics", "list", *short), ("topics", "create", "t", *short), ("topics", "describe", "t", *short),
+        ("produce", "t", "--transactional-id", "tx", *short), ("produce", "t", *short),
+        ("consume", "t", "--from-beginning", *short), ("consume", "t", "--group", "g", *short),
+        ("transactions", "list", *short), ("transactions", "describe", "tx", *short),
+        ("transactions", "describe-producers", "t", "0", *short), ("transactions", "find-hanging", *short),
+        ("transactions", "abort", "--topic", "t", "--partition", "0", "--start-offset", "0", *short),
+        ("cluster", "status", *short),
+        # the default timeout, on the command whose retries once doubled it
+        ("transactions", "describe", "tx", "--bootstrap-servers", servers),
+    ]
+    with ThreadPoolExecutor(len(commands)) as pool:  # in parallel: the module stays quick
+        results = list(pool.map(lambda c: txnsim(*c, stdin="v\n", timeout_s=40), commands))
+    for result in results:
+        limit_s = 10 if "--request-timeout-ms" in result.args else 20
+        line = fails_cleanly(result, "KafkaConnectionError", "KafkaTimeoutError")
+        assert "is a cluster running" in line, result
+        assert result.seconds < limit_s, result
+
+
+def test_no_cluster_at_the_data_dir_is_a_clear_message(tmp_path):
+    result = txnsim("topics", "list", "--data-dir", str(tmp_path / "nothing-here"), timeout_s=30)
+    assert result.returncode == 1 and "no cluster at" in result.stderr and "txnsim cluster start" in result.stderr
+    assert result.seconds < 10
+
+
+def test_a_stopped_cluster_at_the_data_dir_is_a_clear_message(cli_cluster, tmp_path):
+    stopped = tmp_path / "stopped"
+    stopped.mkdir()
+    (stopped / "cluster.json").write_text((cli_cluster.data_dir / "cluster.json").read_text())
+    result = txnsim("consume", "orders", "--data-dir", str(stopped), timeout_s=30)
+    assert result.returncode == 1 and "is not running" in result.stderr, result
+    assert result.seconds < 10, result
+
+
+# ------------------------------------------------------------ demo
+
+
+@pytest.mark.slow
+def test_demo_runs_every_scene_to_completion():
+    source = (Path(__file__).parents[2] / "txnsim" / "cli" / "demo_cmd.py").read_text()
+    scenes = re.findall(r'scene\((\d+), "([^"]+)"', source)
+    assert len(scenes) >= 5
+    result = txnsim("demo", timeout_s=180)
+    assert result.returncode == 0, result
+    for number, title in scenes:
+        assert f"Scene {number}: {title}" in result.stdout, title
+    assert "ProducerFencedError" in result.stdout
