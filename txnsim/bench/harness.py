@@ -1,0 +1,46 @@
+"""What every benchmark shares: a fresh 3-node cluster in a temp dir, and a progress sink.
+
+Benchmarks report progress through `Progress` (the command line shows it with rich; tests
+and library callers pass `NullProgress`), so the measuring code never prints.
+"""
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Protocol
+
+from txnsim.admin import Admin
+from txnsim.cluster import LocalCluster
+
+NODES = 3
+TXN_SHARDS = 50
+
+
+class Progress(Protocol):
+    def phase(self, description: str, total: int) -> None:
+        """Start a new phase of `total` steps (the previous one is finished)."""
+
+    def advance(self, steps: int = 1) -> None: ...
+
+
+class NullProgress:
+    def phase(self, description: str, total: int) -> None:
+        pass
+
+    def advance(self, steps: int = 1) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def bench_cluster(topics: dict[str, int] | None = None, **node_settings: object) -> Iterator[LocalCluster]:
+    """A 3-node LocalCluster of its own in a temp dir (deleted afterwards), with `topics` created."""
+    with tempfile.TemporaryDirectory(prefix="txnsim-bench-") as tmp:
+        with LocalCluster(nodes=NODES, data_dir=Path(tmp) / "cluster", txn_shards=TXN_SHARDS,
+                          **node_settings) as cluster:
+            if topics:
+                with Admin(cluster.bootstrap_servers) as admin:
+                    for name, partitions in topics.items():
+                        admin.create_topic(name, partitions=partitions)
+            yield cluster

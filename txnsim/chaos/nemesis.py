@@ -1,0 +1,148 @@
+"""The nemesis: a schedule of faults drawn up front from a seed, and a thread that carries it out.
+
+`plan_faults` depends only on its arguments, so the same seed gives the same schedule.
+The schedule never overlaps faults: the next one starts only after the previous node has
+healed, so at most one node is down (killed or paused) at any time.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from txnsim.chaos.history import History
+
+log = logging.getLogger(__name__)
+
+#: kill: SIGKILL, restart after the heal delay; pause: SIGSTOP, SIGCONT after it;
+#: restart: SIGKILL and start again at once (a node that bounces)
+FAULT_KINDS = ("kill", "pause", "restart")
+
+
+class Breakable(Protocol):
+    """What the nemesis needs of a cluster (LocalCluster has it)."""
+
+    def kill(self, node_id: int) -> None: ...
+    def restart(self, node_id: int) -> None: ...
+    def pause(self, node_id: int) -> None: ...
+    def resume(self, node_id: int) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    #: seconds after the start of the run
+    at_s: float
+    kind: str
+    node: int
+    #: how long the node stays down (0 for restart)
+    heal_after_s: float
+
+    def __str__(self) -> str:
+        down = f", healed after {self.heal_after_s:.2f} s" if self.heal_after_s else ""
+        return f"t+{self.at_s:6.2f} s  {self.kind:<7} node {self.node}{down}"
+
+
+def plan_faults(seed: int, duration_s: float, node_ids: Sequence[int], kinds: Sequence[str],
+                interval_s: float, heal_s: tuple[float, float] = (1.0, 2.0),
+                quiet_tail_s: float = 1.0) -> list[Fault]:
+    """Faults every `interval_s` on average (uniformly 0.5x to 1.5x apart), each healed within
+    the run; none starts within `quiet_tail_s` of the end."""
+    unknown = sorted(set(kinds) - set(FAULT_KINDS))
+    if unknown:
+        raise ValueError(f"unknown fault kind(s) {', '.join(unknown)}; choose from {', '.join(FAULT_KINDS)}")
+    if not kinds or not node_ids or interval_s <= 0:
+        return []
+    rng = random.Random(seed)
+    kinds, nodes = sorted(set(kinds)), sorted(node_ids)
+    faults: list[Fault] = []
+    t = interval_s * rng.uniform(0.5, 1.0)
+    while True:
+        kind = rng.choice(kinds)
+        node = rng.choice(nodes)
+        heal = 0.0 if kind == "restart" else rng.uniform(*heal_s)
+        if t + heal > duration_s - quiet_tail_s:
+            return faults
+        faults.append(Fault(round(t, 3), kind, node, round(heal, 3)))
+        t += heal + interval_s * rng.uniform(0.5, 1.5)
+
+
+class Nemesis(threading.Thread):
+    """Carries out a schedule against a cluster, one fault at a time, recording each step.
+
+    A step that runs late (a restart that takes long) delays the rest; faults never overlap.
+    """
+
+    def __init__(self, cluster: Breakable, schedule: Sequence[Fault], history: History, started_at: float) -> None:
+        super().__init__(name="chaos-nemesis", daemon=True)
+        self._cluster = cluster
+        self._schedule = list(schedule)
+        self._history = history
+        self._started_at = started_at
+        self._stop_event = threading.Event()
+        self._lock = threading.Lock()
+        self._down: dict[int, str] = {}
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+    def run(self) -> None:
+        for fault in self._schedule:
+            if not self._wait_until(fault.at_s):
+                break
+            self._inject(fault)
+            if fault.heal_after_s:
+                self._wait_until(fault.at_s + fault.heal_after_s)  # heals even when stopped meanwhile
+            self._heal(fault.node)
+        self.heal_all()
+
+    def _wait_until(self, offset_s: float) -> bool:
+        """False when stopped first; the schedule is timed, so this waits on the clock."""
+        delay = self._started_at + offset_s - time.monotonic()
+        return not self._stop_event.wait(max(delay, 0.0))
+
+    def _inject(self, fault: Fault) -> None:
+        try:
+            if fault.kind == "pause":
+                self._cluster.pause(fault.node)
+            else:
+                self._cluster.kill(fault.node)
+        except Exception as exc:  # recorded: a nemesis that dies would leave the run unbroken and unhealed
+            log.warning("nemesis: %s of node %d failed: %s", fault.kind, fault.node, exc)
+            self._history.fault(fault.kind, fault.node, "inject", exc)
+            return
+        with self._lock:
+            self._down[fault.node] = fault.kind
+        self._history.fault(fault.kind, fault.node, "inject")
+
+    def _heal(self, node: int) -> None:
+        with self._lock:
+            kind = self._down.pop(node, None)
+        if kind is None:
+            return
+        try:
+            if kind == "pause":
+                self._cluster.resume(node)
+            else:
+                self._cluster.restart(node)
+        except Exception as exc:
+            log.warning("nemesis: healing node %d after %s failed: %s", node, kind, exc)
+            self._history.fault(kind, node, "heal", exc)
+            with self._lock:
+                self._down.setdefault(node, kind)  # heal_all() tries again
+            return
+        self._history.fault(kind, node, "heal")
+
+    def heal_all(self) -> None:
+        with self._lock:
+            nodes = list(self._down)
+        for node in nodes:
+            self._heal(node)
+
+    @property
+    def nodes_down(self) -> dict[int, str]:
+        with self._lock:
+            return dict(self._down)

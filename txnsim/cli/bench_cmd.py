@@ -1,0 +1,134 @@
+"""`txnsim bench [producer|consumer|failover|all]`: the benchmark suite, each benchmark on a
+3-node cluster of its own, with progress, result tables, the issues' targets checked, and
+(with --output) the tables written into a markdown file's generated sections."""
+from __future__ import annotations
+
+import argparse
+import datetime
+import shlex
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from txnsim.bench import consumer_bench, failover_bench, producer_bench
+from txnsim.bench.machine import CpuShare, this_machine
+from txnsim.bench.report import BenchResult, replace_section, section_body, to_rich
+from txnsim.cli.common import console, exits_cleanly
+
+BENCHMARKS = ("producer", "consumer", "failover")
+HEADINGS = {"producer": "Producer throughput and commit cost", "consumer": "Consumer throughput",
+            "failover": "Failover"}
+DEFAULT_SECONDS = 3.0
+DEFAULT_REPEAT = 3
+DEFAULT_FAILOVER_ROUNDS = 20
+DEFAULT_RECORDS = 300_000
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    bench = sub.add_parser("bench", help="the benchmark suite (producer, consumer, failover), on embedded clusters")
+    bench.add_argument("benchmark", nargs="?", choices=(*BENCHMARKS, "all"), default="all")
+    bench.add_argument("--seconds", type=float, default=None,
+                       help=f"length of each producer run (default {DEFAULT_SECONDS:g})")
+    bench.add_argument("--repeat", type=int, default=None,
+                       help=f"interleaved rounds of each comparison (default {DEFAULT_REPEAT}; failover: "
+                            f"{DEFAULT_FAILOVER_ROUNDS} kill/restart rounds)")
+    bench.add_argument("--failover-rounds", type=int, default=None,
+                       help="kill/restart rounds of the failover benchmark (overrides --repeat for it)")
+    bench.add_argument("--records", type=int, default=None,
+                       help=f"records the consumer benchmark writes to each topic (default {DEFAULT_RECORDS:,})")
+    bench.add_argument("--output", type=Path, default=None,
+                       help="markdown file whose generated sections get the tables (e.g. docs/benchmarks.md)")
+    bench.set_defaults(func=run_bench)
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The command as given (options the user left out are left out), for the published tables."""
+    words = ["txnsim", "bench", args.benchmark]
+    for option in ("seconds", "repeat", "failover_rounds", "records", "output"):
+        value = getattr(args, option)
+        if value is not None:
+            words += [f"--{option.replace('_', '-')}", f"{value:g}" if isinstance(value, float) else str(value)]
+    return shlex.join(words)
+
+
+class RichProgress:
+    """The benchmarks' Progress protocol on a rich progress display: one bar per phase."""
+
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self._task = None
+
+    def phase(self, description: str, total: int) -> None:
+        if self._task is not None:
+            self._progress.update(self._task, completed=self._progress.tasks[self._task].total)
+        self._task = self._progress.add_task(description, total=total)
+
+    def advance(self, steps: int = 1) -> None:
+        if self._task is not None:
+            self._progress.advance(self._task, steps)
+
+
+def _runner(name: str, args: argparse.Namespace) -> Callable[[RichProgress], BenchResult]:
+    repeat = args.repeat or DEFAULT_REPEAT
+    if name == "producer":
+        return lambda p: producer_bench.run(seconds=args.seconds or DEFAULT_SECONDS, repeat=repeat, progress=p)
+    if name == "consumer":
+        return lambda p: consumer_bench.run(records=args.records or DEFAULT_RECORDS, repeat=repeat, progress=p)
+    rounds = args.failover_rounds or args.repeat or DEFAULT_FAILOVER_ROUNDS
+    return lambda p: failover_bench.run(rounds=rounds, progress=p)
+
+
+def _validate(args: argparse.Namespace) -> None:
+    for option in ("seconds", "repeat", "failover_rounds", "records"):
+        value = getattr(args, option)
+        if value is not None and value <= 0:
+            raise SystemExit(f"error: --{option.replace('_', '-')} must be positive, not {value}")
+
+
+@exits_cleanly
+def run_bench(args: argparse.Namespace) -> int:
+    _validate(args)
+    selected = BENCHMARKS if args.benchmark == "all" else (args.benchmark,)
+    machine = this_machine()
+    cpus, command = machine.cpus, command_line(args)
+    console.print(f"[bold]{command}[/bold] on {machine.describe()}")
+    for name in selected:
+        date = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+        _warn_if_busy(cpus)
+        cpu_share = CpuShare()
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console, transient=False) as progress:
+            result = _runner(name, args)(RichProgress(progress))
+        cpu = cpu_share.describe(cpus)
+        if cpu:
+            console.print(f"CPU: {cpu}")
+        for table in result.tables:
+            console.print(to_rich(table))
+        for verdict in result.verdicts:
+            colour = "green" if verdict.met else "red"
+            console.print(f"[{colour}]{verdict.line()}[/{colour}]")
+        if args.output is not None:
+            _write_section(args.output, result, command=command, date=date, machine=machine.describe(), cpu=cpu)
+            console.print(f"updated the {name} section of {args.output}")
+    return 0  # a missed target is a finding, reported above, not a failure of the command
+
+
+def _warn_if_busy(cpus: int, window_s: float = 1.0, threshold: float = 0.15) -> None:
+    """Other processes' share of the machine over the last second, said before a benchmark starts."""
+    sample = CpuShare()
+    time.sleep(window_s)  # the sampling window, not a wait for anything
+    share = sample.others_share(cpus)
+    if share is not None and share > threshold:
+        console.print(f"[yellow]other processes are using {share:.0%} of the {cpus} CPUs: expect noisy "
+                      f"figures[/yellow]")
+
+
+def _write_section(path: Path, result: BenchResult, *, command: str, date: str, machine: str,
+                   cpu: str | None) -> None:
+    document = path.read_text() if path.exists() else "# Benchmarks\n"
+    body = section_body(result, command=command, date=date, machine=machine, cpu=cpu)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(replace_section(document, result.name, body, heading=HEADINGS[result.name]))
+
