@@ -196,3 +196,24 @@ def test_a_torn_tail_is_truncated_and_reported_on_restart(tmp_path):
         assert read_committed(cluster.bootstrap_servers, partitions=1) == [b"kept"]
         assert segment.read_bytes() == intact
         wait_until(lambda: "truncat" in cluster.node_log(0).read_text().lower(), what="the node to report the cut")
+
+
+def test_a_flipped_bit_is_detected_and_the_log_cut_back_to_the_last_good_batch(tmp_path):
+    data_dir = tmp_path / "cluster"
+    tp = TopicPartition("t", 0)
+    with LocalCluster(nodes=1, data_dir=data_dir, **FAST_SETTINGS) as cluster:
+        with Admin(cluster.bootstrap_servers) as admin:
+            admin.create_topic("t", partitions=1)
+        with Producer(bootstrap_servers=cluster.bootstrap_servers) as p:
+            first = p.send("t", value=b"first", partition=0).get(timeout=10)
+            p.flush()
+            second = p.send("t", value=b"second-" + b"x" * 200, partition=0).get(timeout=10)
+        cluster.kill(0)
+        segment = sorted((data_dir / "logs" / "t-0").glob("*.log"))[-1]
+        data = bytearray(segment.read_bytes())
+        data[-20] ^= 0x01  # one bit of the second batch's payload: its CRC-32C no longer matches
+        segment.write_bytes(bytes(data))
+        cluster.restart(0)
+        with Admin(cluster.bootstrap_servers) as admin:
+            assert admin.end_offsets([tp])[tp] == second.offset == first.offset + 1
+        wait_until(lambda: "crc" in cluster.node_log(0).read_text().lower(), what="the node to report the CRC cut")
