@@ -10,13 +10,14 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from producer import Producer
 from proto import txnsim_pb2 as pb
 from proto.cluster_client import TRANSACTION
 from proto.errors import KafkaError
-from proto.transport import NodeChannels, call
+from proto.transport import NodeChannels, Stubs, call
 from txnsim.bench.harness import NullProgress, Progress, bench_cluster
 from txnsim.bench.report import BenchResult, ResultTable, Verdict, format_ms
 from txnsim.bench.stats import Summary
@@ -65,7 +66,7 @@ class ShardProbe:
         self._channels.pop(node).close()
         self._channels[node] = NodeChannels()
 
-    def _stubs(self, node: int):
+    def _stubs(self, node: int) -> Stubs:
         return self._channels[node].stubs(self._addresses[node])
 
     def find(self, transactional_id: str, ask: int) -> pb.FindCoordinatorResponse:
@@ -85,7 +86,8 @@ class ShardProbe:
         except KafkaError as exc:
             raise NotServedYet(type(exc).__name__) from None
 
-    def await_owner(self, transactional_id: str, accept, ask: list[int], reasons: Counter) -> float:
+    def await_owner(self, transactional_id: str, accept: Callable[[int], bool], ask: list[int],
+                    reasons: Counter) -> float:
         """Attempt until a node that `accept`s serves the id; the monotonic time of that success."""
         deadline = time.monotonic() + ROUND_TIMEOUT_S
         attempt = 0
@@ -131,6 +133,7 @@ def one_round(cluster: LocalCluster, probe: ShardProbe, number: int, reasons: Co
     probe.served_by(transactional_id, survivors[0])  # the id has state in its shard before the crash
     shard = probe.find(transactional_id, survivors[0]).shard
     committed_at: list[float] = []
+    commit_errors: list[str] = []
     with Producer(bootstrap_servers=cluster.bootstrap_servers, transactional_id=probe.sibling(
             transactional_id, shard, survivors[0]), max_block_ms=int(ROUND_TIMEOUT_S * 1000)) as producer:
         producer.init_transactions()
@@ -144,7 +147,7 @@ def one_round(cluster: LocalCluster, probe: ShardProbe, number: int, reasons: Co
                 producer.commit_transaction()
                 committed_at.append(time.monotonic())
             except KafkaError as exc:
-                reasons[f"in-flight commit failed: {type(exc).__name__}"] += 1
+                commit_errors.append(f"in-flight commit failed: {type(exc).__name__}")
 
         time.sleep(max(0.0, not_before - time.monotonic()))  # pacing: see ROUND_SPACING_S
         killed_at = time.monotonic()
@@ -153,6 +156,7 @@ def one_round(cluster: LocalCluster, probe: ShardProbe, number: int, reasons: Co
         committer.start()
         served_at = probe.await_owner(transactional_id, lambda node: node != victim, survivors, reasons)
         committer.join(ROUND_TIMEOUT_S)
+        reasons.update(commit_errors)
     restart_at = time.monotonic()
     cluster.restart(victim)
     ready_at = time.monotonic()
@@ -183,7 +187,7 @@ def run(rounds: int = 20, progress: Progress | None = None) -> BenchResult:
 
 
 @contextlib.contextmanager
-def _quiet(logger_name: str):
+def _quiet(logger_name: str) -> Iterator[None]:
     """The producer warns at each retry of its commit; here those retries are the point, not news."""
     logger = logging.getLogger(logger_name)
     level = logger.level

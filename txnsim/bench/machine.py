@@ -1,4 +1,5 @@
-"""What machine a benchmark ran on (CPU count, CPU model, Python, OS) and how busy others kept it, for the published tables."""
+"""What machine a benchmark ran on (CPU count, CPU model, Python, OS), and how busy other
+processes kept it meanwhile, for the published tables."""
 from __future__ import annotations
 
 import os

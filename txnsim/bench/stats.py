@@ -2,6 +2,7 @@
 
 Percentiles interpolate linearly between the two nearest ranks (numpy's default), so the
 p50 of an even number of samples is the mean of the middle two, and p100 is the maximum.
+Noisy ratios are judged by their median with a distribution-free confidence interval.
 """
 from __future__ import annotations
 
@@ -37,6 +38,26 @@ def paired_ratios(values: Sequence[float], baselines: Sequence[float]) -> list[f
     if len(values) != len(baselines):
         raise ValueError(f"{len(values)} runs against {len(baselines)} baseline runs")
     return [ratio(v, b) for v, b in zip(values, baselines)]
+
+
+def median_confidence_interval(samples: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """A distribution-free interval that holds the true median with at least `confidence`:
+    the k-th smallest and k-th largest samples, k from the binomial(n, 1/2) tail. With too few
+    samples for that confidence, the whole range (min, max)."""
+    if not samples:
+        raise ValueError("confidence interval of no samples")
+    ordered = sorted(samples)
+    n = len(ordered)
+    alpha = 1 - confidence
+    k, tail = 0, 0.0  # tail = P(Binomial(n, 1/2) <= k - 1)
+    while True:
+        next_tail = tail + math.comb(n, k) / 2 ** n
+        if next_tail > alpha / 2:
+            break
+        tail, k = next_tail, k + 1
+    if k == 0:
+        return ordered[0], ordered[-1]
+    return ordered[k - 1], ordered[n - k]
 
 
 @dataclass(frozen=True, slots=True)

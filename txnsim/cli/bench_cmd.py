@@ -20,9 +20,10 @@ from txnsim.cli.common import console, exits_cleanly
 BENCHMARKS = ("producer", "consumer", "failover")
 HEADINGS = {"producer": "Producer throughput and commit cost", "consumer": "Consumer throughput",
             "failover": "Failover"}
-DEFAULT_SECONDS = 3.0
-DEFAULT_REPEAT = 3
-DEFAULT_FAILOVER_ROUNDS = 20
+DEFAULT_SECONDS = 2.0
+#: rounds each benchmark runs unless --repeat says otherwise: enough for a median worth reading
+#: while `txnsim bench all` stays under about 3 minutes on 2 CPUs
+DEFAULT_REPEAT = {"producer": 6, "consumer": 7, "failover": 20}
 DEFAULT_RECORDS = 300_000
 
 
@@ -32,8 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--seconds", type=float, default=None,
                        help=f"length of each producer run (default {DEFAULT_SECONDS:g})")
     bench.add_argument("--repeat", type=int, default=None,
-                       help=f"interleaved rounds of each comparison (default {DEFAULT_REPEAT}; failover: "
-                            f"{DEFAULT_FAILOVER_ROUNDS} kill/restart rounds)")
+                       help="interleaved rounds of each comparison, or kill/restart rounds of failover (default: "
+                            + ", ".join(f"{n} for {name}" for name, n in DEFAULT_REPEAT.items()) + ")")
     bench.add_argument("--failover-rounds", type=int, default=None,
                        help="kill/restart rounds of the failover benchmark (overrides --repeat for it)")
     bench.add_argument("--records", type=int, default=None,
@@ -71,12 +72,12 @@ class RichProgress:
 
 
 def _runner(name: str, args: argparse.Namespace) -> Callable[[RichProgress], BenchResult]:
-    repeat = args.repeat or DEFAULT_REPEAT
+    repeat = args.repeat or DEFAULT_REPEAT[name]
     if name == "producer":
         return lambda p: producer_bench.run(seconds=args.seconds or DEFAULT_SECONDS, repeat=repeat, progress=p)
     if name == "consumer":
         return lambda p: consumer_bench.run(records=args.records or DEFAULT_RECORDS, repeat=repeat, progress=p)
-    rounds = args.failover_rounds or args.repeat or DEFAULT_FAILOVER_ROUNDS
+    rounds = args.failover_rounds or repeat
     return lambda p: failover_bench.run(rounds=rounds, progress=p)
 
 

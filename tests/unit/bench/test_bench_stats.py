@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from txnsim.bench.stats import Summary, median, paired_ratios, percentile, ratio
+from txnsim.bench.stats import Summary, median, median_confidence_interval, paired_ratios, percentile, ratio
 
 
 def test_percentile_interpolates_between_ranks_like_numpy():
@@ -59,3 +59,21 @@ def test_summary_holds_p50_p99_and_max():
     assert summary.p50 == 50.5
     assert summary.p99 == pytest.approx(99.01)
     assert summary.maximum == 100.0
+
+
+def test_median_interval_uses_binomial_order_statistics():
+    samples = [float(v) for v in range(1, 26)]  # n = 25: the 8th smallest and 8th largest
+    assert median_confidence_interval(samples) == (8.0, 18.0)
+    assert median_confidence_interval([float(v) for v in range(1, 10)]) == (2.0, 8.0)  # n = 9
+
+
+def test_median_interval_of_few_samples_is_the_whole_range():
+    assert median_confidence_interval([3.0, 1.0, 2.0]) == (1.0, 3.0)
+    with pytest.raises(ValueError):
+        median_confidence_interval([])
+
+
+@given(st.lists(st.floats(min_value=-1e6, max_value=1e6), min_size=1, max_size=60))
+def test_median_interval_contains_the_sample_median(samples):
+    low, high = median_confidence_interval(samples)
+    assert low <= median(samples) <= high
