@@ -217,13 +217,7 @@ class TransactionCoordinator:
             retry = self._recognise_end_txn_retry(current, req)
             if retry is not None:
                 return retry
-            if req.producer_id != current.producer_id:
-                raise InvalidProducerIdMappingError(
-                    f"[INVALID_PRODUCER_ID_MAPPING] producer id {req.producer_id} does not belong to {tid!r}")
-            if req.producer_epoch != current.producer_epoch:
-                raise ProducerFencedError(
-                    f"[PRODUCER_FENCED] transactional id {tid!r} was fenced by a newer producer "
-                    f"(epoch {current.producer_epoch} > {req.producer_epoch}); create a new Producer")
+            self._check_producer(shard, tid, req.producer_id, req.producer_epoch)
             self._check_not_pending(shard, tid)
             if current.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
                 raise ConcurrentTransactionsError(f"[CONCURRENT_TRANSACTIONS] {tid!r} is already ending; retry")
