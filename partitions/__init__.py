@@ -6,7 +6,7 @@ Invariant kept throughout: nothing is acknowledged or read before it is fsynced.
 from partitions.log import PartitionLog
 from partitions.log_manager import LogManager
 from partitions.model import (AppendOrigin, AppendResult, FetchData, LogConfig, OpenTransaction,
-                              ProducerSnapshot)
+                              ProducerSnapshot, RecoveryStats)
 
 __all__ = [
     "AppendOrigin",
@@ -17,4 +17,5 @@ __all__ = [
     "OpenTransaction",
     "PartitionLog",
     "ProducerSnapshot",
+    "RecoveryStats",
 ]

@@ -4,9 +4,12 @@ Owns offset assignment, segment rolling, the high watermark and the LSO. Invaria
 returns only once its bytes are fsynced; the high watermark is the end of the fsynced log and
 nothing at or above it is ever read; the LSO is min(HW, first offset of the earliest transaction
 whose marker is not yet below the HW). One lock guards the state; fsyncs run outside it.
+A producer-state snapshot is written when a segment rolls and on a clean close, so that opening
+the log replays only the batches after the newest snapshot.
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from bisect import bisect_right
@@ -15,17 +18,22 @@ from pathlib import Path
 
 from partitions.group_commit import GroupCommitter
 from partitions.model import (AppendOrigin, AppendResult, FetchData, LogConfig, OpenTransaction,
-                              ProducerSnapshot)
-from partitions.producer_state import CompletedTxn, ProducerStateTable
+                              ProducerSnapshot, RecoveryStats)
+from partitions.producer_snapshot import PartitionStateSnapshot, snapshot_name
+from partitions.producer_state import ProducerStateTable
+from partitions.producer_state_recovery import load_producer_state
 from partitions.recovery import recover_segments
 from partitions.segment import Segment, fsync_directory
-from partitions.txn_index import AbortedTxn, AbortedTxnIndex
+from partitions.snapshot_files import delete_snapshots, list_snapshots, write_snapshot
+from partitions.txn_index import AbortedTxn, AbortedTxnIndex, index_abort
 from partitions.validation import parse_batches, validate_batches
 from proto import records as codec
 from proto.errors import (InvalidRequestError, KafkaStorageError, NotLeaderOrFollowerError,
                           OffsetOutOfRangeError)
 from proto.records import ControlType, RecordBatch
 from proto.structs import IsolationLevel
+
+logger = logging.getLogger(__name__)
 
 
 def _now_ms() -> int:
@@ -37,13 +45,15 @@ class PartitionLog:
 
     def __init__(self, directory: Path, topic: str, partition: int, leader_epoch: int, config: LogConfig,
                  segments: list[Segment], state: ProducerStateTable, aborted: AbortedTxnIndex,
-                 recovery_report: list[str]) -> None:
+                 recovery_report: list[str], recovery_stats: RecoveryStats) -> None:
         self.directory = directory
         self.topic = topic
         self.partition = partition
         self.leader_epoch = leader_epoch
         self.config = config
         self.recovery_report = recovery_report
+        #: how the producer state was rebuilt on open (which snapshot, how many batches replayed)
+        self.recovery_stats = recovery_stats
         #: fsyncs of segment data (group commit keeps this well below the number of appends)
         self.fsync_count = 0
         self._lock = threading.Lock()
@@ -62,23 +72,17 @@ class PartitionLog:
     @classmethod
     def open(cls, directory: Path, topic: str, partition: int, *, leader_epoch: int,
              config: LogConfig = LogConfig()) -> PartitionLog:
-        """Open (creating if missing) the log in `directory`, recovering it from its segments."""
+        """Open (creating if missing) the log in `directory`: cut a damaged tail, then load its state.
+
+        The producer state and aborted index come from the newest usable snapshot plus a replay of
+        the batches after it (producer_state_recovery.py); recovery_stats says which and how many.
+        """
         directory.mkdir(parents=True, exist_ok=True)
-        # A producer-state snapshot would seed these two and the replay would start at its offset.
-        state, aborted = ProducerStateTable(), AbortedTxnIndex()
-
-        def replay(batch: RecordBatch) -> None:
-            if batch.header.is_control:
-                marker = batch.control_record()
-                completed = state.replay(batch.header, committed=marker.type is ControlType.COMMIT,
-                                         coordinator_epoch=marker.coordinator_epoch)
-                _index_abort(aborted, completed)
-            else:
-                state.replay(batch.header)
-
-        recovered = recover_segments(directory, replay)
+        recovered = recover_segments(directory)
         segments = recovered.segments or [Segment.create(directory, 0)]
-        return cls(directory, topic, partition, leader_epoch, config, segments, state, aborted, recovered.report)
+        loaded = load_producer_state(directory, segments, f"{topic}-{partition}")
+        return cls(directory, topic, partition, leader_epoch, config, segments, loaded.state, loaded.aborted,
+                   recovered.report, loaded.stats)
 
     def __repr__(self) -> str:
         return (f"PartitionLog({self.topic}-{self.partition}, epoch {self.leader_epoch}, "
@@ -173,7 +177,7 @@ class PartitionLog:
             completed = self._state.apply_marker(producer_id=producer_id, producer_epoch=producer_epoch,
                                                  committed=committed, coordinator_epoch=coordinator_epoch,
                                                  offset=offset, timestamp=timestamp)
-            _index_abort(self._aborted, completed)
+            index_abort(self._aborted, completed)
         self._committer.wait_until_durable(offset + 1)
         return AppendResult(offset, offset, log_start_offset=self.log_start_offset)
 
@@ -190,16 +194,37 @@ class PartitionLog:
         self._log_end_offset = offsets[-1][1] + 1
 
     def _roll(self) -> Segment:
-        """Seal the active segment (fsynced, so only the newest segment is ever unsynced) and start one."""
-        old = self._segments[-1]
-        if self.config.fsync and old.synced_size < old.size:
-            old.sync()
-            self.fsync_count += 1
-        old.mark_synced(old.size)
+        """Seal the active segment (fsynced, so only the newest segment is ever unsynced) and start one.
+
+        The producer state at the new segment's base is snapshotted: everything below it is durable.
+        """
+        self._sync_active_segment()
         segment = Segment.create(self.directory, self._log_end_offset)
         self._segments.append(segment)
         self._segment_bases.append(segment.base_offset)
+        self._write_snapshot()
         return segment
+
+    def _sync_active_segment(self) -> None:
+        """fsync the newest segment now (lock held), so the whole log written so far is durable."""
+        active = self._segments[-1]
+        if self.config.fsync and active.synced_size < active.size:
+            active.sync()
+            self.fsync_count += 1
+        active.mark_synced(active.size)
+
+    def _write_snapshot(self) -> None:
+        """Snapshot the producer state at the log end (lock held; everything below it must be durable).
+
+        A failed write is logged, not raised: the snapshot only shortens the next open's replay,
+        which falls back to an older snapshot or to the whole log.
+        """
+        snapshot = PartitionStateSnapshot(self._log_end_offset, self._state.entries(), self._aborted.entries)
+        try:
+            write_snapshot(self.directory, snapshot, fsync=self.config.fsync)
+        except (OSError, ValueError) as error:
+            logger.warning("%s-%s: cannot write the producer snapshot at offset %d (%s); the next open "
+                           "replays more of the log", self.topic, self.partition, snapshot.offset, error)
 
     def _flush(self) -> int:
         """One group-commit flush: fsync what is written now, then advance the high watermark to it."""
@@ -287,7 +312,9 @@ class PartitionLog:
 
         For logs whose owner keeps a snapshot of everything below `offset` (the coordinators'
         state logs), so that disk use and load time stay flat as history grows. The log start
-        offset moves to the first remaining segment.
+        offset moves to the first remaining segment; aborts and producer snapshots below it are
+        dropped, and if no snapshot at or above it is left one is written at the log end, since
+        the state of producers seen only in the deleted segments can no longer be replayed.
         """
         with self._lock:
             self._check_open()
@@ -300,9 +327,17 @@ class PartitionLog:
                 return 0
             self._segments = self._segments[len(doomed):]
             self._segment_bases = self._segment_bases[len(doomed):]
+            log_start = self._segment_bases[0]
+            self._aborted.drop_before(log_start)
+            snapshots = list_snapshots(self.directory)
+            if not any(file.offset >= log_start for file in snapshots):
+                # written before the segments go, so a crash in between still finds a usable snapshot
+                self._sync_active_segment()
+                self._write_snapshot()
         for segment in doomed:
             segment.close()
             segment.path.unlink(missing_ok=True)
+        delete_snapshots(self.directory, [file for file in snapshots if file.offset < log_start], fsync=False)
         fsync_directory(self.directory)
         return len(doomed)
 
@@ -333,16 +368,14 @@ class PartitionLog:
             self._closed = True
             end = self._log_end_offset
             self._data_ready.notify_all()
+        durable = False
         try:
             self._committer.wait_until_durable(end)
+            durable = True
         finally:
             with self._lock:
                 self._files_closed = True
                 for segment in self._segments:
                     segment.close()
-
-
-def _index_abort(index: AbortedTxnIndex, completed: CompletedTxn | None) -> None:
-    if completed is not None and not completed.committed:
-        index.add(AbortedTxn(completed.producer_id, completed.first_offset, completed.marker_offset,
-                             completed.last_stable_offset))
+                if durable and not (self.directory / snapshot_name(end)).exists():
+                    self._write_snapshot()  # the next open then replays nothing

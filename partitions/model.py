@@ -61,7 +61,7 @@ class FetchData:
 
 @dataclass(frozen=True, slots=True)
 class ProducerSnapshot:
-    """One producer's state on this partition (DescribeProducers, and a future snapshot file)."""
+    """One producer's state on this partition, as DescribeProducers reports it."""
 
     producer_id: int
     producer_epoch: int
@@ -79,3 +79,16 @@ class OpenTransaction:
     producer_epoch: int
     first_offset: int
     last_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryStats:
+    """How opening a log rebuilt its producer state: from which snapshot, replaying how much."""
+
+    #: offset of the snapshot loaded, None for a replay of the whole log
+    snapshot_offset: int | None
+    #: where the replay started and how many batches it applied
+    replayed_from: int
+    replayed_batches: int
+    #: one line per snapshot file that was deleted instead of loaded, and why
+    discarded_snapshots: tuple[str, ...] = ()

@@ -279,6 +279,10 @@ class ProducerStateTable:
     def has_open_transaction(self, producer_id: int) -> bool:
         return producer_id in self._open
 
+    def entries(self) -> tuple[ProducerEntry, ...]:
+        """Every producer's entry, by producer id (what a snapshot file stores)."""
+        return tuple(self._entries[pid] for pid in sorted(self._entries))
+
     def snapshots(self) -> list[ProducerSnapshot]:
         return [self._entries[pid].snapshot() for pid in sorted(self._entries)]
 

@@ -25,8 +25,13 @@ class RecoveredLog:
     report: list[str] = field(default_factory=list)
 
 
-def recover_segments(directory: Path, on_batch: Callable[[RecordBatch], None]) -> RecoveredLog:
-    """Scan every segment of `directory`, feeding each surviving batch to `on_batch` in offset order."""
+def recover_segments(directory: Path, on_batch: Callable[[RecordBatch], None] = lambda _batch: None
+                     ) -> RecoveredLog:
+    """Scan every segment of `directory`, feeding each surviving batch to `on_batch` in offset order.
+
+    The scan checks every batch's CRC and builds the in-memory index; producer state is rebuilt
+    afterwards from a snapshot and the tail (producer_state_recovery.py), not from this callback.
+    """
     files = sorted((base, path) for path in directory.iterdir()
                    if path.is_file() and (base := parse_segment_name(path.name)) is not None)
     recovered = RecoveredLog([])

@@ -126,6 +126,11 @@ class Segment:
     def batch_count(self) -> int:
         return len(self._bases)
 
+    def has_batch_at(self, offset: int) -> bool:
+        """Whether a batch of this segment starts at `offset`."""
+        i = bisect_left(self._bases, offset)
+        return i < len(self._bases) and self._bases[i] == offset
+
     # ------------------------------------------------------------ writing
 
     def append(self, data: bytes, batches: list[tuple[int, int, int]]) -> None:

@@ -1,0 +1,114 @@
+"""Rebuild a partition's producer state and aborted-transaction index on open: snapshot plus tail.
+
+Runs after recovery.py has cut the log back to its good prefix. The newest snapshot that lies
+within [log start, log end] on a batch boundary and decodes cleanly is loaded, and only the
+batches from its offset on are replayed (Kafka's loadProducerState). Snapshots past the log
+end (the tail they covered was cut) are deleted durably before anything new can be written at
+those offsets; damaged ones are logged, deleted and skipped. No usable snapshot: replay all.
+"""
+from __future__ import annotations
+
+import logging
+from bisect import bisect_right
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from partitions.model import RecoveryStats
+from partitions.producer_snapshot import CorruptSnapshotError, PartitionStateSnapshot
+from partitions.producer_state import ProducerStateTable
+from partitions.segment import Segment
+from partitions.snapshot_files import (SnapshotFile, delete_snapshots, delete_stray_temporaries, list_snapshots,
+                                       read_snapshot)
+from partitions.txn_index import AbortedTxnIndex, index_abort
+from proto.errors import KafkaStorageError
+from proto.records import ControlType, RecordBatch
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class LoadedState:
+    state: ProducerStateTable
+    aborted: AbortedTxnIndex
+    stats: RecoveryStats
+
+
+def replay_batch(state: ProducerStateTable, aborted: AbortedTxnIndex, batch: RecordBatch) -> None:
+    """Apply one batch read back from the log to the producer state and the aborted index."""
+    if batch.header.is_control:
+        marker = batch.control_record()
+        completed = state.replay(batch.header, committed=marker.type is ControlType.COMMIT,
+                                 coordinator_epoch=marker.coordinator_epoch)
+        index_abort(aborted, completed)
+    else:
+        state.replay(batch.header)
+
+
+def load_producer_state(directory: Path, segments: list[Segment], name: str) -> LoadedState:
+    """The state of the log made of `segments` (recovered, non-empty): newest usable snapshot + tail."""
+    log_start, log_end = segments[0].base_offset, segments[-1].next_offset
+    try:
+        delete_stray_temporaries(directory)
+        snapshot, discarded = _choose_snapshot(directory, segments, log_start, log_end)
+    except OSError as error:
+        raise KafkaStorageError(f"cannot read or clean the producer snapshots of {name}: {error}") from error
+    if snapshot is None:
+        state, aborted, start = ProducerStateTable(), AbortedTxnIndex(), log_start
+    else:
+        state, aborted, start = (ProducerStateTable(snapshot.producers), AbortedTxnIndex(snapshot.aborted),
+                                 snapshot.offset)
+    replayed = 0
+    for batch in _batches_from(segments, start, log_end):
+        replay_batch(state, aborted, batch)
+        replayed += 1
+    source = "no usable snapshot" if snapshot is None else f"snapshot at offset {snapshot.offset}"
+    logger.info("%s: producer state from %s, replayed %d batches from offset %d to the log end %d",
+                name, source, replayed, start, log_end)
+    stats = RecoveryStats(None if snapshot is None else snapshot.offset, start, replayed, tuple(discarded))
+    return LoadedState(state, aborted, stats)
+
+
+def _choose_snapshot(directory: Path, segments: list[Segment], log_start: int, log_end: int
+                     ) -> tuple[PartitionStateSnapshot | None, list[str]]:
+    """The newest loadable snapshot; deletes (durably) those past the end, below the start, or damaged."""
+    chosen: PartitionStateSnapshot | None = None
+    doomed: list[SnapshotFile] = []
+    discarded: list[str] = []
+
+    def discard(file: SnapshotFile, why: str) -> None:
+        line = f"{file.path.parent.name}/{file.path.name}: not loaded, deleted: {why}"
+        logger.warning("producer state recovery: %s", line)
+        doomed.append(file)
+        discarded.append(line)
+
+    for file in reversed(list_snapshots(directory)):
+        if file.offset > log_end:
+            discard(file, f"it covers offsets up to {file.offset}, past the log end {log_end}")
+        elif chosen is not None:
+            continue  # older but usable: kept as the fallback
+        elif file.offset < log_start:
+            discard(file, f"it is below the log start {log_start}")
+        elif file.offset != log_end and not _is_batch_boundary(segments, file.offset):
+            discard(file, f"no batch starts at offset {file.offset}")
+        else:
+            try:
+                chosen = read_snapshot(file)
+            except (CorruptSnapshotError, OSError) as error:
+                discard(file, f"unreadable ({error})")
+    delete_snapshots(directory, doomed)
+    return chosen, discarded
+
+
+def _is_batch_boundary(segments: list[Segment], offset: int) -> bool:
+    i = bisect_right([segment.base_offset for segment in segments], offset) - 1
+    return i >= 0 and segments[i].has_batch_at(offset)
+
+
+def _batches_from(segments: list[Segment], offset: int, log_end: int) -> Iterator[RecordBatch]:
+    """Every batch from the one starting at `offset` to the log end."""
+    for segment in segments:
+        if segment.next_offset <= offset:
+            continue
+        start, end, _next = segment.span(offset, log_end, float("inf"), take_one=True)
+        yield from segment.iter_batches(start, end)
