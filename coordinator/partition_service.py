@@ -198,11 +198,13 @@ class PartitionServer:
         return pb.ListOffsetsResponse(partitions=out)
 
     def write_txn_markers(self, req: pb.WriteTxnMarkersRequest) -> pb.WriteTxnMarkersResponse:
+        # every (producer, partition) at once: the fsyncs of one request share a group commit
+        jobs = [(marker, p) for marker in req.markers for p in marker.partitions]
+        written = iter(self._pool.map(lambda job: self._write_marker(*job), jobs))
         out = []
         for marker in req.markers:
             result = pb.TxnMarkerResult(producer_id=marker.producer_id)
-            jobs = [(marker, p) for p in marker.partitions]
-            result.partitions.extend(self._pool.map(lambda job: self._write_marker(*job), jobs))
+            result.partitions.extend(next(written) for _ in marker.partitions)
             out.append(result)
         self.notify_appended()
         return pb.WriteTxnMarkersResponse(markers=out)

@@ -64,6 +64,9 @@ class Producer:
     a fatal one (ProducerFencedError, ...) every call except close() raises it again.
     """
 
+    #: close() aborts an open transaction (Kafka's behaviour); batch participants leave it to their driver
+    _aborts_on_close = True
+
     def __init__(self, **configs: Any) -> None:
         self.config = config = ProducerConfig.from_kwargs(**configs)
         try:
@@ -253,7 +256,8 @@ class Producer:
                 return
             self._closed = True
         deadline = None if timeout is None else time.monotonic() + timeout
-        if self._tm.state in (TransactionState.IN_TRANSACTION, TransactionState.ABORTABLE_ERROR) and timeout != 0:
+        open_txn = self._tm.state in (TransactionState.IN_TRANSACTION, TransactionState.ABORTABLE_ERROR)
+        if open_txn and timeout != 0 and self._aborts_on_close:
             try:
                 self._abort(deadline if deadline is not None else self._deadline())
             except KafkaError as exc:

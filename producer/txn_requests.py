@@ -136,6 +136,11 @@ class CoordinatorRequests:
                   response.producer_epoch)
         self._tm.complete_init(response.producer_id, response.producer_epoch)
 
+    def join_batch(self, request: pb.JoinBatchTxnRequest, deadline: Deadline) -> pb.JoinBatchTxnResponse:
+        """Batch transactions (txnsim extension): a fresh producer id in the batch's transaction."""
+        return self._guarded(TRANSACTION, self._tid, "JoinBatchTxn",
+                             lambda s, t: call(s.transactions.JoinBatchTxn, request, t), deadline)
+
     # ------------------------------------------------------------ AddPartitionsToTxn (sent by the sender)
 
     def add_partitions_request(self, partitions: Iterable[TopicPartition]) -> pb.AddPartitionsToTxnRequest:

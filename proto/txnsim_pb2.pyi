@@ -569,7 +569,7 @@ class DescribeTransactionsResponse(_message.Message):
     def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., transactions: _Optional[_Iterable[_Union[TransactionDescription, _Mapping]]] = ...) -> None: ...
 
 class TransactionLogValue(_message.Message):
-    __slots__ = ("producer_id", "previous_producer_id", "next_producer_id", "producer_epoch", "timeout_ms", "state", "partitions", "last_update_time_ms", "start_time_ms", "ended_by_fence")
+    __slots__ = ("producer_id", "previous_producer_id", "next_producer_id", "producer_epoch", "timeout_ms", "state", "partitions", "last_update_time_ms", "start_time_ms", "ended_by_fence", "batch")
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     NEXT_PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -580,6 +580,7 @@ class TransactionLogValue(_message.Message):
     LAST_UPDATE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     START_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     ENDED_BY_FENCE_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     producer_id: int
     previous_producer_id: int
     next_producer_id: int
@@ -590,7 +591,96 @@ class TransactionLogValue(_message.Message):
     last_update_time_ms: int
     start_time_ms: int
     ended_by_fence: bool
-    def __init__(self, producer_id: _Optional[int] = ..., previous_producer_id: _Optional[int] = ..., next_producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., state: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[TopicPartitionRef, _Mapping]]] = ..., last_update_time_ms: _Optional[int] = ..., start_time_ms: _Optional[int] = ..., ended_by_fence: _Optional[bool] = ...) -> None: ...
+    batch: BatchTransactionValue
+    def __init__(self, producer_id: _Optional[int] = ..., previous_producer_id: _Optional[int] = ..., next_producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., state: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[TopicPartitionRef, _Mapping]]] = ..., last_update_time_ms: _Optional[int] = ..., start_time_ms: _Optional[int] = ..., ended_by_fence: _Optional[bool] = ..., batch: _Optional[_Union[BatchTransactionValue, _Mapping]] = ...) -> None: ...
+
+class BatchParticipant(_message.Message):
+    __slots__ = ("producer_id", "producer_epoch", "task", "attempt", "partitions")
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    producer_id: int
+    producer_epoch: int
+    task: int
+    attempt: int
+    partitions: _containers.RepeatedCompositeFieldContainer[TopicPartitionRef]
+    def __init__(self, producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., task: _Optional[int] = ..., attempt: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[TopicPartitionRef, _Mapping]]] = ...) -> None: ...
+
+class BatchTransactionValue(_message.Message):
+    __slots__ = ("batch_id", "last_committed_batch", "participants", "winners", "state", "timeout_ms", "start_time_ms", "last_update_time_ms")
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_COMMITTED_BATCH_FIELD_NUMBER: _ClassVar[int]
+    PARTICIPANTS_FIELD_NUMBER: _ClassVar[int]
+    WINNERS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    LAST_UPDATE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    batch_id: int
+    last_committed_batch: int
+    participants: _containers.RepeatedCompositeFieldContainer[BatchParticipant]
+    winners: _containers.RepeatedScalarFieldContainer[int]
+    state: int
+    timeout_ms: int
+    start_time_ms: int
+    last_update_time_ms: int
+    def __init__(self, batch_id: _Optional[int] = ..., last_committed_batch: _Optional[int] = ..., participants: _Optional[_Iterable[_Union[BatchParticipant, _Mapping]]] = ..., winners: _Optional[_Iterable[int]] = ..., state: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., start_time_ms: _Optional[int] = ..., last_update_time_ms: _Optional[int] = ...) -> None: ...
+
+class JoinBatchTxnRequest(_message.Message):
+    __slots__ = ("batch_txn_id", "batch_id", "task", "attempt", "transaction_timeout_ms")
+    BATCH_TXN_ID_FIELD_NUMBER: _ClassVar[int]
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    batch_txn_id: str
+    batch_id: int
+    task: int
+    attempt: int
+    transaction_timeout_ms: int
+    def __init__(self, batch_txn_id: _Optional[str] = ..., batch_id: _Optional[int] = ..., task: _Optional[int] = ..., attempt: _Optional[int] = ..., transaction_timeout_ms: _Optional[int] = ...) -> None: ...
+
+class JoinBatchTxnResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "producer_id", "producer_epoch", "already_committed")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ALREADY_COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    producer_id: int
+    producer_epoch: int
+    already_committed: bool
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., already_committed: _Optional[bool] = ...) -> None: ...
+
+class EndBatchTxnRequest(_message.Message):
+    __slots__ = ("batch_txn_id", "batch_id", "committed", "winners", "wait_ms")
+    BATCH_TXN_ID_FIELD_NUMBER: _ClassVar[int]
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    WINNERS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    batch_txn_id: str
+    batch_id: int
+    committed: bool
+    winners: _containers.RepeatedScalarFieldContainer[int]
+    wait_ms: int
+    def __init__(self, batch_txn_id: _Optional[str] = ..., batch_id: _Optional[int] = ..., committed: _Optional[bool] = ..., winners: _Optional[_Iterable[int]] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+
+class EndBatchTxnResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "repeated_commit", "completed")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REPEATED_COMMIT_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    repeated_commit: bool
+    completed: bool
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., repeated_commit: _Optional[bool] = ..., completed: _Optional[bool] = ...) -> None: ...
 
 class TransactionSnapshot(_message.Message):
     __slots__ = ("next_offset", "entries")

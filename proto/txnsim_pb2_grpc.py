@@ -522,6 +522,16 @@ class TransactionCoordinatorStub:
                 request_serializer=proto_dot_txnsim__pb2.DescribeTransactionsRequest.SerializeToString,
                 response_deserializer=proto_dot_txnsim__pb2.DescribeTransactionsResponse.FromString,
                 _registered_method=True)
+        self.JoinBatchTxn = channel.unary_unary(
+                '/txnsim.TransactionCoordinator/JoinBatchTxn',
+                request_serializer=proto_dot_txnsim__pb2.JoinBatchTxnRequest.SerializeToString,
+                response_deserializer=proto_dot_txnsim__pb2.JoinBatchTxnResponse.FromString,
+                _registered_method=True)
+        self.EndBatchTxn = channel.unary_unary(
+                '/txnsim.TransactionCoordinator/EndBatchTxn',
+                request_serializer=proto_dot_txnsim__pb2.EndBatchTxnRequest.SerializeToString,
+                response_deserializer=proto_dot_txnsim__pb2.EndBatchTxnResponse.FromString,
+                _registered_method=True)
 
 
 class TransactionCoordinatorServicer:
@@ -564,6 +574,19 @@ class TransactionCoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def JoinBatchTxn(self, request, context):
+        """txnsim extension: batch transactions (many producers, one decision)
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EndBatchTxn(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TransactionCoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -596,6 +619,16 @@ def add_TransactionCoordinatorServicer_to_server(servicer, server):
                     servicer.DescribeTransactions,
                     request_deserializer=proto_dot_txnsim__pb2.DescribeTransactionsRequest.FromString,
                     response_serializer=proto_dot_txnsim__pb2.DescribeTransactionsResponse.SerializeToString,
+            ),
+            'JoinBatchTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.JoinBatchTxn,
+                    request_deserializer=proto_dot_txnsim__pb2.JoinBatchTxnRequest.FromString,
+                    response_serializer=proto_dot_txnsim__pb2.JoinBatchTxnResponse.SerializeToString,
+            ),
+            'EndBatchTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndBatchTxn,
+                    request_deserializer=proto_dot_txnsim__pb2.EndBatchTxnRequest.FromString,
+                    response_serializer=proto_dot_txnsim__pb2.EndBatchTxnResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -761,6 +794,60 @@ class TransactionCoordinator:
             '/txnsim.TransactionCoordinator/DescribeTransactions',
             proto_dot_txnsim__pb2.DescribeTransactionsRequest.SerializeToString,
             proto_dot_txnsim__pb2.DescribeTransactionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JoinBatchTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/txnsim.TransactionCoordinator/JoinBatchTxn',
+            proto_dot_txnsim__pb2.JoinBatchTxnRequest.SerializeToString,
+            proto_dot_txnsim__pb2.JoinBatchTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndBatchTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/txnsim.TransactionCoordinator/EndBatchTxn',
+            proto_dot_txnsim__pb2.EndBatchTxnRequest.SerializeToString,
+            proto_dot_txnsim__pb2.EndBatchTxnResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -10,12 +10,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from coordinator.producer_ids import ProducerIdAllocator
 from coordinator.txn import state_log
-from coordinator.txn.markers import MarkerWriter
+from coordinator.txn.batch_metadata import BatchTxn
+from coordinator.txn.batches import BatchTransactions
+from coordinator.txn.markers import Marker, MarkerWriter
 from coordinator.txn.metadata import MAX_CLIENT_EPOCH, NO_EPOCH, NO_PRODUCER_ID, TxnMetadata
 from partitions import PartitionLog
 from proto import txnsim_pb2 as pb
@@ -56,8 +58,11 @@ class TxnShard:
     log: PartitionLog
     coordinator_epoch: int
     loading: bool = True
-    entries: dict[str, TxnMetadata] = field(default_factory=dict)
+    #: transactional ids and batch transaction ids (txnsim's extension) share the shard's keys
+    entries: dict[str, TxnMetadata | BatchTxn] = field(default_factory=dict)
     pending: dict[str, TransactionState] = field(default_factory=dict)
+    #: the phase-two completion of each Prepare* being completed
+    completing: dict[str, Future] = field(default_factory=dict)
     writes_since_snapshot: int = 0
 
 
@@ -75,10 +80,12 @@ class TransactionCoordinator:
         self._partitions_for = partitions_for
         self._now_ms = now_ms
         self._lock = threading.RLock()
+        self._written = threading.Condition(self._lock)  # a pending write landed (or failed)
         self._shards: dict[int, TxnShard] = {}
         self._completions = ThreadPoolExecutor(max_workers=8, thread_name_prefix="txn-complete")
         self._snapshot_interval = snapshot_interval_records
         self._snapshotter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="txn-snapshot")
+        self.batches = BatchTransactions(self)
 
     # ------------------------------------------------------------ shard ownership
 
@@ -132,7 +139,7 @@ class TransactionCoordinator:
         now = self._now_ms()
         with self._lock:
             self._check_not_pending(shard, tid)
-            current = shard.entries.get(tid)
+            current = self._ordinary(shard, tid)
             if current is None:
                 new = TxnMetadata(tid, self._allocator.allocate(), 0, req.transaction_timeout_ms,
                                   S.EMPTY, last_update_time_ms=now)
@@ -173,6 +180,10 @@ class TransactionCoordinator:
             return self._partition_results(wanted, {tp: UnknownTopicOrPartitionError.errno for tp in invalid},
                                            OperationNotAttemptedError.errno)
         shard, epoch = self._owned(tid)
+        if isinstance(shard.entries.get(tid), BatchTxn):
+            if req.verify_only:
+                return self.batches.verify(shard.entries[tid], req, wanted)
+            return self.batches.add_partitions(shard, epoch, req, wanted)
         if req.verify_only:
             return self._verify(shard, req, wanted)
         now = self._now_ms()
@@ -209,7 +220,7 @@ class TransactionCoordinator:
         now = self._now_ms()
         outcome = "commit" if req.committed else "abort"
         with self._lock:
-            current = shard.entries.get(tid)
+            current = self._ordinary(shard, tid)
             if current is None:
                 raise InvalidProducerIdMappingError(
                     f"[INVALID_PRODUCER_ID_MAPPING] {tid!r} is unknown; call init_transactions() first")
@@ -238,10 +249,11 @@ class TransactionCoordinator:
         listings = []
         for shard in self.owned_shards():
             for meta in list(shard.entries.values()):
-                if (states and meta.state.value not in states) or (pids and meta.producer_id not in pids):
+                pid = meta.producer_id if isinstance(meta, TxnMetadata) else -1
+                if (states and meta.state.value not in states) or (pids and pid not in pids):
                     continue
                 listings.append(pb.TransactionListing(transactional_id=meta.transactional_id,
-                                                      producer_id=meta.producer_id, state=meta.state.value))
+                                                      producer_id=pid, state=meta.state.value))
         return pb.ListTransactionsResponse(transactions=sorted(listings, key=lambda t: t.transactional_id))
 
     def describe_transactions(self, req: pb.DescribeTransactionsRequest,
@@ -256,9 +268,10 @@ class TransactionCoordinator:
                         transactional_id=tid, error_code=105,
                         error_message=f"[TRANSACTIONAL_ID_NOT_FOUND] transactional id {tid!r} is unknown"))
                     continue
+                ordinary = isinstance(meta, TxnMetadata)
                 out.append(pb.TransactionDescription(
-                    transactional_id=tid, state=meta.state.value, producer_id=meta.producer_id,
-                    producer_epoch=meta.producer_epoch, timeout_ms=meta.timeout_ms,
+                    transactional_id=tid, state=meta.state.value, producer_id=meta.producer_id if ordinary else -1,
+                    producer_epoch=meta.producer_epoch if ordinary else -1, timeout_ms=meta.timeout_ms,
                     start_time_ms=meta.start_time_ms, last_update_time_ms=meta.last_update_time_ms,
                     coordinator_id=node_id,
                     partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition)
@@ -281,14 +294,17 @@ class TransactionCoordinator:
                 expired = [m for m in shard.entries.values()
                            if m.state == S.ONGOING and m.transactional_id not in shard.pending
                            and m.start_time_ms + m.timeout_ms < now]
-                fences = []
+                fences: list[TxnMetadata | BatchTxn] = []
                 for meta in expired:
-                    fence = self._fenced_abort(meta, now)
+                    if isinstance(meta, BatchTxn):
+                        fence = self.batches.timed_out(meta, now)
+                    else:
+                        fence = self._fenced_abort(meta, now)
                     shard.pending[meta.transactional_id] = fence.state
                     fences.append(fence)
             for fence in fences:
-                log.info("aborting %r: open longer than its timeout; epoch fenced to %d",
-                         fence.transactional_id, fence.producer_epoch)
+                log.info("aborting %r: open longer than its timeout (%d ms)", fence.transactional_id,
+                         fence.timeout_ms)
                 try:
                     self._persist(shard, shard.coordinator_epoch, fence)
                 except KafkaError as exc:
@@ -306,8 +322,9 @@ class TransactionCoordinator:
             if shard.loading:
                 continue
             with self._lock:
+                # batch transaction ids never expire: their last committed batch id must outlive any replay
                 idle = [m for m in shard.entries.values()
-                        if m.is_complete and m.transactional_id not in shard.pending
+                        if isinstance(m, TxnMetadata) and m.is_complete and m.transactional_id not in shard.pending
                         and m.last_update_time_ms + self.expiration_ms < now]
                 for meta in idle:
                     meta.transit(S.DEAD, now)  # checks the table; Dead is never installed
@@ -387,12 +404,21 @@ class TransactionCoordinator:
                 f"[INVALID_TXN_STATE] {current.transactional_id!r} already ended with {current.state}")
         return None
 
-    def _schedule_completion(self, shard_id: int, coordinator_epoch: int, prepared: TxnMetadata) -> None:
-        self._completions.submit(self._complete, shard_id, coordinator_epoch, prepared)
+    def _schedule_completion(self, shard_id: int, coordinator_epoch: int,
+                             prepared: TxnMetadata | BatchTxn) -> Future:
+        completion = self._completions.submit(self._complete, shard_id, coordinator_epoch, prepared)
+        with self._lock:
+            shard = self._shards.get(shard_id)
+            if shard is not None:
+                shard.completing[prepared.transactional_id] = completion
+        return completion
 
-    def _complete(self, shard_id: int, coordinator_epoch: int, prepared: TxnMetadata) -> None:
-        """Phase two: markers to every partition (in parallel, until acknowledged), then Complete*."""
-        committed = prepared.state == S.PREPARE_COMMIT
+    def _completion_of(self, shard: TxnShard, tid: str) -> Future | None:
+        return shard.completing.get(tid)
+
+    def _complete(self, shard_id: int, coordinator_epoch: int, prepared: TxnMetadata | BatchTxn) -> bool:
+        """Phase two: markers to every partition (in parallel, until acknowledged), then Complete*.
+        True once Complete* is durable; False if this node stopped owning the shard first."""
 
         def still_owner() -> bool:
             with self._lock:
@@ -400,40 +426,50 @@ class TransactionCoordinator:
                 return shard is not None and shard.coordinator_epoch == coordinator_epoch
 
         try:
-            done = self._markers.write(producer_id=prepared.producer_id, producer_epoch=prepared.producer_epoch,
-                                       committed=committed, coordinator_epoch=coordinator_epoch,
-                                       partitions=sorted(prepared.partitions), still_valid=still_owner)
-            if not done:
-                return
-            now = self._now_ms()
-            target = S.COMPLETE_COMMIT if committed else S.COMPLETE_ABORT
-            changes: dict = {"partitions": frozenset(), "start_time_ms": -1}
-            if prepared.next_producer_id != NO_PRODUCER_ID:
-                changes.update(producer_id=prepared.next_producer_id, producer_epoch=0,
-                               previous_producer_id=prepared.producer_id, next_producer_id=NO_PRODUCER_ID,
-                               last_producer_epoch=NO_EPOCH)
-            completed = prepared.transit(target, now, **changes)
+            if not self._markers.write(self._markers_for(prepared), coordinator_epoch=coordinator_epoch,
+                                       still_valid=still_owner):
+                return False
+            completed = self._completed_value(prepared, self._now_ms())
             with self._lock:
                 shard = self._shards.get(shard_id)
                 if shard is None or shard.coordinator_epoch != coordinator_epoch:
-                    return
-                shard.pending[prepared.transactional_id] = target
+                    return False
+                shard.pending[prepared.transactional_id] = completed.state
             for attempt in range(1000):
                 try:
                     self._persist(shard, coordinator_epoch, completed)
-                    return
+                    return True
                 except CoordinatorNotAvailableError:
                     if not still_owner():
-                        return
+                        return False
                     threading.Event().wait(min(0.01 * (attempt + 1), 0.5))
+            return False
         except NotCoordinatorError:
-            return
+            return False
         except Exception:  # a bug must not silently strand a transaction: say so loudly
             log.exception("completing %r failed", prepared.transactional_id)
+            return False
+
+    def _markers_for(self, prepared: TxnMetadata | BatchTxn) -> list[Marker]:
+        if isinstance(prepared, BatchTxn):
+            return self.batches.markers_for(prepared)
+        return [Marker(prepared.producer_id, prepared.producer_epoch, prepared.state == S.PREPARE_COMMIT,
+                       prepared.partitions)]
+
+    def _completed_value(self, prepared: TxnMetadata | BatchTxn, now: int) -> TxnMetadata | BatchTxn:
+        if isinstance(prepared, BatchTxn):
+            return self.batches.completed(prepared, now)
+        target = S.COMPLETE_COMMIT if prepared.state == S.PREPARE_COMMIT else S.COMPLETE_ABORT
+        changes: dict = {"partitions": frozenset(), "start_time_ms": -1}
+        if prepared.next_producer_id != NO_PRODUCER_ID:
+            changes.update(producer_id=prepared.next_producer_id, producer_epoch=0,
+                           previous_producer_id=prepared.producer_id, next_producer_id=NO_PRODUCER_ID,
+                           last_producer_epoch=NO_EPOCH)
+        return prepared.transit(target, now, **changes)
 
     # ------------------------------------------------------------ helpers
 
-    def _persist(self, shard: TxnShard, coordinator_epoch: int, new: TxnMetadata) -> None:
+    def _persist(self, shard: TxnShard, coordinator_epoch: int, new: TxnMetadata | BatchTxn) -> None:
         """Write `new` durably, then install it if this node is still the shard's coordinator."""
         tid = new.transactional_id
         try:
@@ -441,11 +477,15 @@ class TransactionCoordinator:
         except KafkaError as exc:
             with self._lock:
                 shard.pending.pop(tid, None)
+                self._written.notify_all()
             if getattr(exc, "invalid_metadata", False) or exc.name in ("KAFKA_STORAGE_ERROR",):
                 raise NotCoordinatorError(f"[NOT_COORDINATOR] lost the shard of {tid!r} while writing") from exc
             raise CoordinatorNotAvailableError(f"[COORDINATOR_NOT_AVAILABLE] could not log {tid!r}: {exc}") from exc
         with self._lock:
             shard.pending.pop(tid, None)
+            self._written.notify_all()
+            if new.is_complete:
+                shard.completing.pop(tid, None)
             owner = self._shards.get(shard.shard)
             if owner is not shard or shard.coordinator_epoch != coordinator_epoch:
                 raise NotCoordinatorError(f"[NOT_COORDINATOR] the shard of {tid!r} moved during the write")
@@ -475,6 +515,20 @@ class TransactionCoordinator:
                     f"[COORDINATOR_LOAD_IN_PROGRESS] shard {shard_id} is still loading; retry")
             return shard, shard.coordinator_epoch
 
+    def _await_not_pending(self, shard: TxnShard, tid: str, timeout_s: float) -> None:
+        """Wait (holding the lock between checks) for another write of `tid` to land; a batch's
+        tasks join and add partitions at the same moment, and each change builds on the last."""
+        if not self._written.wait_for(lambda: tid not in shard.pending, timeout_s):
+            self._check_not_pending(shard, tid)
+
+    @staticmethod
+    def _ordinary(shard: TxnShard, tid: str) -> TxnMetadata | None:
+        current = shard.entries.get(tid)
+        if isinstance(current, BatchTxn):
+            raise InvalidRequestError(
+                f"[INVALID_REQUEST] {tid!r} is a batch transaction id (txnsim extension), not a transactional id")
+        return current
+
     @staticmethod
     def _check_not_pending(shard: TxnShard, tid: str) -> None:
         if tid in shard.pending:
@@ -484,7 +538,7 @@ class TransactionCoordinator:
     @staticmethod
     def _check_producer(shard: TxnShard, tid: str, producer_id: int, producer_epoch: int) -> TxnMetadata:
         current = shard.entries.get(tid)
-        if current is None or current.producer_id != producer_id:
+        if not isinstance(current, TxnMetadata) or current.producer_id != producer_id:
             raise InvalidProducerIdMappingError(
                 f"[INVALID_PRODUCER_ID_MAPPING] producer id {producer_id} does not belong to {tid!r}; "
                 "call init_transactions() first")

@@ -1,9 +1,10 @@
 """Phase two of a commit: COMMIT/ABORT markers to every partition of a transaction, in parallel.
 
 Partitions are grouped by owning node, one WriteTxnMarkers request per node, all nodes at
-once; a partition that fails retriably is retried (after re-resolving its owner) until it
-acknowledges or this coordinator stops owning the shard. Markers are idempotent at the
-partition, so a resend after failover is harmless.
+once (a batch transaction's many producers share those requests); a partition that fails
+retriably is retried (after re-resolving its owner) until it acknowledges or this
+coordinator stops owning the shard. Markers are idempotent at the partition, so a resend
+after failover is harmless.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from proto import txnsim_pb2 as pb
 from proto.errors import ERRORS_BY_CODE, InvalidProducerEpochError, KafkaError, TransactionCoordinatorFencedError
@@ -22,6 +24,20 @@ log = logging.getLogger(__name__)
 
 #: a partition answering one of these already has a newer marker: nothing more to send (§4.8)
 _DONE_CODES = {0, InvalidProducerEpochError.errno, TransactionCoordinatorFencedError.errno}
+
+
+@dataclass(frozen=True, slots=True)
+class Marker:
+    """One producer's COMMIT or ABORT marker, owed to each of `partitions`."""
+
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+    partitions: frozenset[TopicPartition]
+
+
+#: one marker owed to one partition
+_Owed = tuple[Marker, TopicPartition]
 
 
 class MarkerWriter:
@@ -38,23 +54,20 @@ class MarkerWriter:
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="markers")
         self._stopped = threading.Event()
 
-    def write(self, *, producer_id: int, producer_epoch: int, committed: bool, coordinator_epoch: int,
-              partitions: list[TopicPartition], still_valid: Callable[[], bool]) -> bool:
-        """Block until every partition acknowledged; False if ownership was lost first."""
-        remaining = set(partitions)
+    def write(self, markers: list[Marker], *, coordinator_epoch: int, still_valid: Callable[[], bool]) -> bool:
+        """Block until every partition acknowledged its marker; False if ownership was lost first."""
+        remaining: set[_Owed] = {(marker, tp) for marker in markers for tp in marker.partitions}
         backoff = 0.02
         while remaining:
             if self._stopped.is_set() or not still_valid():
                 return False
-            by_node: dict[int, list[TopicPartition]] = defaultdict(list)
-            for tp in remaining:
-                by_node[self._owner_of(tp)].append(tp)
-            futures = {node: self._pool.submit(self._send, node, producer_id, producer_epoch, committed,
-                                               coordinator_epoch, tps)
-                       for node, tps in by_node.items()}
-            for node, future in futures.items():
-                acked = future.result()
-                remaining -= acked
+            by_node: dict[int, list[_Owed]] = defaultdict(list)
+            for owed in remaining:
+                by_node[self._owner_of(owed[1])].append(owed)
+            futures = [self._pool.submit(self._send, node, coordinator_epoch, owed)
+                       for node, owed in by_node.items()]
+            for future in futures:
+                remaining -= future.result()
             if remaining:
                 self._stopped.wait(backoff)
                 backoff = min(backoff * 2, 0.5)
@@ -64,12 +77,15 @@ class MarkerWriter:
         self._stopped.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def _send(self, node: int, producer_id: int, producer_epoch: int, committed: bool, coordinator_epoch: int,
-              tps: list[TopicPartition]) -> set[TopicPartition]:
+    def _send(self, node: int, coordinator_epoch: int, owed: list[_Owed]) -> set[_Owed]:
+        by_marker: dict[Marker, list[TopicPartition]] = defaultdict(list)
+        for marker, tp in owed:
+            by_marker[marker].append(tp)
         request = pb.WriteTxnMarkersRequest(markers=[pb.TxnMarker(
-            producer_id=producer_id, producer_epoch=producer_epoch, committed=committed,
+            producer_id=marker.producer_id, producer_epoch=marker.producer_epoch, committed=marker.committed,
             coordinator_epoch=coordinator_epoch,
-            partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition) for tp in tps])])
+            partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition) for tp in sorted(tps)])
+            for marker, tps in by_marker.items()])
         try:
             if node == self._local:
                 response = self._write_locally(request)
@@ -77,17 +93,22 @@ class MarkerWriter:
                 stubs = self._channels.stubs(self._address_of(node))
                 response = call(stubs.partitions.WriteTxnMarkers, request, self._timeout_s, check=False)
         except KafkaError as exc:
-            log.info("markers for producer %d to node %d failed, will retry: %s", producer_id, node, exc)
+            log.info("markers for %d producer(s) to node %d failed, will retry: %s", len(by_marker), node, exc)
             return set()
-        acked: set[TopicPartition] = set()
+        marker_of = {marker.producer_id: marker for marker in by_marker}
+        acked: set[_Owed] = set()
         for result in response.markers:
+            marker = marker_of.get(result.producer_id)
+            if marker is None:
+                continue
             for p in result.partitions:
                 tp = TopicPartition(p.topic, p.partition)
                 if p.error_code in _DONE_CODES:
                     if p.error_code:
-                        log.info("marker for %s of producer %d superseded: %s", tp, producer_id, p.error_message)
-                    acked.add(tp)
+                        log.info("marker for %s of producer %d superseded: %s", tp, marker.producer_id,
+                                 p.error_message)
+                    acked.add((marker, tp))
                 elif not ERRORS_BY_CODE.get(p.error_code, KafkaError).retriable:
-                    log.error("marker for %s of producer %d failed (%s); retrying", tp, producer_id,
+                    log.error("marker for %s of producer %d failed (%s); retrying", tp, marker.producer_id,
                               p.error_message)
         return acked

@@ -35,3 +35,11 @@ class TransactionServicer(rpc.TransactionCoordinatorServicer):
     @answers_with(pb.DescribeTransactionsResponse)
     def DescribeTransactions(self, request, context):
         return self._coordinator.describe_transactions(request, self._node_id)
+
+    @answers_with(pb.JoinBatchTxnResponse)
+    def JoinBatchTxn(self, request, context):
+        return self._coordinator.batches.join(request)
+
+    @answers_with(pb.EndBatchTxnResponse)
+    def EndBatchTxn(self, request, context):
+        return self._coordinator.batches.end(request)

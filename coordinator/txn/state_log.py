@@ -10,20 +10,29 @@ import logging
 import time
 
 from coordinator.txn import snapshots
+from coordinator.txn.batch_metadata import BatchTxn
 from coordinator.txn.metadata import TxnMetadata
 from coordinator.txn.snapshots import ShardImage
 from partitions import AppendOrigin, PartitionLog
 from proto import records
+from proto import txnsim_pb2 as pb
 
 log = logging.getLogger(__name__)
 
 
-def encode_entry(transactional_id: str, metadata: TxnMetadata | None) -> bytes:
+def decode_entry(key: str, data: bytes) -> TxnMetadata | BatchTxn:
+    value = pb.TransactionLogValue.FromString(data)
+    if value.HasField("batch"):
+        return BatchTxn.from_log_value(key, value)
+    return TxnMetadata.from_log_value(key, data)
+
+
+def encode_entry(transactional_id: str, metadata: TxnMetadata | BatchTxn | None) -> bytes:
     value = None if metadata is None else metadata.to_log_value()
     return records.encode_batch([(int(time.time() * 1000), transactional_id.encode(), value, ())])
 
 
-def append_entry(shard_log: PartitionLog, transactional_id: str, metadata: TxnMetadata | None) -> None:
+def append_entry(shard_log: PartitionLog, transactional_id: str, metadata: TxnMetadata | BatchTxn | None) -> None:
     """Returns once the entry is durable (the log group-commits its fsyncs)."""
     shard_log.append(encode_entry(transactional_id, metadata), origin=AppendOrigin.COORDINATOR)
 
@@ -46,15 +55,16 @@ def advance(shard_log: PartitionLog, image: ShardImage) -> int:
     return count
 
 
-def load(shard_log: PartitionLog) -> tuple[dict[str, TxnMetadata], int]:
-    """Every live transactional id of the shard, and how many log records the load replayed."""
+def load(shard_log: PartitionLog) -> tuple[dict[str, TxnMetadata | BatchTxn], int]:
+    """Every live transactional id (and batch transaction id) of the shard, and how many log records
+    the load replayed."""
     image = snapshots.read(shard_log.directory) or ShardImage()
     if image.next_offset < shard_log.log_start_offset:
         log.warning("%s: snapshot ends at %d but the log starts at %d; ids written in between are lost",
                     shard_log.directory.name, image.next_offset, shard_log.log_start_offset)
         image.next_offset = shard_log.log_start_offset
     replayed = advance(shard_log, image)
-    entries = {tid: TxnMetadata.from_log_value(tid, value) for tid, value in image.values.items()}
+    entries = {key: decode_entry(key, value) for key, value in image.values.items()}
     return entries, replayed
 
 

@@ -24,9 +24,11 @@ class RecordingMarkers:
         self.written: list[tuple[int, int, bool, int, list]] = []
         self.lock = threading.Lock()
 
-    def write(self, *, producer_id, producer_epoch, committed, coordinator_epoch, partitions, still_valid):
+    def write(self, markers, *, coordinator_epoch, still_valid):
         with self.lock:
-            self.written.append((producer_id, producer_epoch, committed, coordinator_epoch, partitions))
+            for m in markers:
+                self.written.append((m.producer_id, m.producer_epoch, m.committed, coordinator_epoch,
+                                     sorted(m.partitions)))
         return self.succeed
 
 
