@@ -1,0 +1,91 @@
+"""The write options of the ``txnsim`` sink and the columns it takes, checked once on the driver.
+
+Names follow Spark's Kafka sink: a required `value` column (binary or string), optional
+`key`, `topic`, `partition` and `headers` columns, and a `topic` option that overrides the
+column. Other columns are ignored, as there. `transactional.id.prefix` names the batch
+transactions (one per streaming query: prefix + query id).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
+
+from proto.errors import KafkaConfigurationError
+
+DEFAULT_PREFIX = "txnsim-spark-"
+DEFAULT_TIMEOUT_MS = 60_000
+#: how long a task's participant may take for metadata, joining and flushing
+DEFAULT_MAX_BLOCK_MS = 60_000
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOptions:
+    bootstrap_servers: str
+    topic: str | None            # the option; None: every row names its topic in the `topic` column
+    transactional_id_prefix: str
+    transaction_timeout_ms: int
+    max_block_ms: int
+    #: the columns present, by role
+    has_key: bool
+    has_topic_column: bool
+    has_partition: bool
+    has_headers: bool
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any], schema: StructType) -> WriteOptions:
+        opts = {k: v for k, v in options.items()}
+        servers = opts.get("bootstrap.servers") or opts.get("kafka.bootstrap.servers")
+        if not servers:
+            raise KafkaConfigurationError("option 'bootstrap.servers' is required (host:port[,host:port...])")
+        fields = {f.name: f.dataType for f in schema.fields}
+        _check_column(fields, "value", (BinaryType, StringType), required=True)
+        _check_column(fields, "key", (BinaryType, StringType))
+        _check_column(fields, "topic", (StringType,))
+        _check_column(fields, "partition", (IntegerType,))
+        if "headers" in fields and not _is_headers(fields["headers"]):
+            raise KafkaConfigurationError(
+                f"column 'headers' must be array<struct<key:string,value:binary>>, not {fields['headers'].simpleString()}")
+        topic = opts.get("topic") or None
+        if topic is None and "topic" not in fields:
+            raise KafkaConfigurationError(
+                "no topic: set option 'topic' or give the rows a string column named 'topic'")
+        return cls(bootstrap_servers=servers, topic=topic,
+                   transactional_id_prefix=opts.get("transactional.id.prefix", DEFAULT_PREFIX),
+                   transaction_timeout_ms=_positive_int(opts, "transaction.timeout.ms", DEFAULT_TIMEOUT_MS),
+                   max_block_ms=_positive_int(opts, "max.block.ms", DEFAULT_MAX_BLOCK_MS),
+                   has_key="key" in fields, has_topic_column="topic" in fields,
+                   has_partition="partition" in fields, has_headers="headers" in fields)
+
+
+def _check_column(fields: dict, name: str, allowed: tuple[type, ...], *, required: bool = False) -> None:
+    if name not in fields:
+        if required:
+            raise KafkaConfigurationError(
+                f"the rows need a '{name}' column (binary or string); they have {sorted(fields)}")
+        return
+    if not isinstance(fields[name], allowed):
+        kinds = " or ".join(t.typeName() for t in allowed)
+        raise KafkaConfigurationError(f"column '{name}' must be {kinds}, not {fields[name].simpleString()}")
+
+
+def _is_headers(data_type: object) -> bool:
+    if not isinstance(data_type, ArrayType) or not isinstance(data_type.elementType, StructType):
+        return False
+    inner = {f.name: f.dataType for f in data_type.elementType.fields}
+    return isinstance(inner.get("key"), StringType) and isinstance(inner.get("value"), (BinaryType, StringType))
+
+
+def _positive_int(opts: Mapping[str, Any], name: str, default: int) -> int:
+    raw = opts.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        raise KafkaConfigurationError(f"option '{name}' must be a positive integer, not {raw!r}") from None
+    if value <= 0:
+        raise KafkaConfigurationError(f"option '{name}' must be a positive integer, not {raw!r}")
+    return value

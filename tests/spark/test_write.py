@@ -1,0 +1,72 @@
+"""The exactly-once sink in one Spark session: batch writes and a streaming copy through a task failure."""
+from __future__ import annotations
+
+from pyspark import TaskContext
+from pyspark.sql import functions as F
+
+from tests.integration.test_transactions import read_values
+from txnsim import Consumer, Producer, TopicPartition
+
+SPARK_MASTER = "local[2,2]"  # maxFailures 2: a failed task is retried once
+
+
+def read_committed_records(bs, topic, partitions=2):
+    with Consumer(bootstrap_servers=bs, isolation_level="read_committed", auto_offset_reset="earliest",
+                  enable_auto_commit=False) as c:
+        c.assign([TopicPartition(topic, p) for p in range(partitions)])
+        out = []
+        while True:
+            batch = c.poll(timeout_ms=300)
+            if not batch:
+                return out
+            for records in batch.values():
+                out.extend(records)
+
+
+def test_a_batch_write_is_visible_at_once_with_keys_partitions_and_headers(spark, cluster, topic):
+    bs = cluster.bootstrap_servers
+    rows = (spark.range(2000)
+            .selectExpr("cast(id as string) as value", "cast(id % 10 as string) as key",
+                        "cast(id % 2 as int) as partition",
+                        "array(named_struct('key', 'n', 'value', cast(cast(id as string) as binary))) as headers"))
+    rows.write.format("txnsim").mode("append").option("bootstrap.servers", bs).option("topic", topic).save()
+    records = read_committed_records(bs, topic)  # visible on return: the commit waits for its markers
+    assert sorted(int(r.value) for r in records) == list(range(2000))
+    assert all(r.partition == int(r.value) % 2 for r in records)
+    assert all(r.key == str(int(r.value) % 10).encode() for r in records)
+    assert all(list(r.headers) == [("n", r.value)] for r in records)
+
+
+def test_a_streaming_copy_stays_exactly_once_when_a_task_fails_midway(spark, cluster, topic, admin, tmp_path):
+    bs = cluster.bootstrap_servers
+    source = topic + "-in"
+    admin.create_topic(source, partitions=2)
+    with Producer(bootstrap_servers=bs, transactional_id=source) as p:
+        p.init_transactions()
+        p.begin_transaction()
+        for i in range(20000):
+            p.send(source, value=f"r{i}".encode(), partition=i % 2)
+        p.commit_transaction()
+
+    @F.udf("binary")
+    def fail_once(value):
+        context = TaskContext.get()
+        if value == b"r19001" and context.attemptNumber() == 0:
+            raise RuntimeError("injected: the first attempt of this task dies midway")
+        return value
+
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "50")  # the dying attempt has written some
+    try:
+        query = (spark.readStream.format("txnsim").option("bootstrap.servers", bs).option("subscribe", source)
+                 .option("startingOffsets", "earliest").load()
+                 .select(fail_once("value").alias("value"))
+                 .writeStream.format("txnsim").option("bootstrap.servers", bs).option("topic", topic)
+                 .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+        query.awaitTermination(180)
+        assert query.exception() is None
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    committed = read_values(bs, topic, "read_committed", partitions=2)
+    assert sorted(committed) == sorted(f"r{i}".encode() for i in range(20000))
+    # the failed attempt's records are in the log, aborted: the fencing was needed, not luck
+    assert len(read_values(bs, topic, "read_uncommitted", partitions=2)) > 20000
