@@ -11,7 +11,7 @@ committed, so the decision is atomic and a repeated commit of that batch is a no
 then COMMIT the winners' partitions and ABORT everyone else's, at epoch + 1 so that a
 stale attempt can never write again.
 
-A batch left Ongoing past its timeout is aborted, never committed: nothing of it was
+A batch left Ongoing longer than its timeout after its last join is aborted, never committed: nothing of it was
 acknowledged to Spark, which replays the batch (same id, same offsets) when the query
 restarts, so a driver down for longer than the timeout loses nothing.
 """
@@ -89,7 +89,9 @@ class BatchTransactions:
                 new = current.transit(
                     S.ONGOING, now, batch_id=req.batch_id, winners=frozenset(),
                     participants=(current.participants if ongoing else ()) + (joined,),
-                    start_time_ms=current.start_time_ms if ongoing else now,
+                    # every join restarts the clock: a replay joining after its driver's restart must not
+                    # inherit the dead run's start (the timeout bounds silence, not the batch's length)
+                    start_time_ms=now,
                     timeout_ms=current.timeout_ms if ongoing else req.transaction_timeout_ms)
                 shard.pending[tid] = new.state
         if abandoned is not None:
