@@ -21,6 +21,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from producer import Producer
 from producer.batch_participant import BatchParticipant, end_batch_transaction
 from proto.cluster_client import ClusterClient
 from spark.write_options import WriteOptions
@@ -89,6 +90,8 @@ def write_task_share(options: WriteOptions, batch_txn_id: str, batch_id: int,
     """Write this task attempt's rows as a participant of the batch; join only once a row exists."""
     context = TaskContext.get()
     task, attempt = (context.partitionId(), context.attemptNumber()) if context else (0, 0)
+    if options.delivery_guarantee == "at-least-once":
+        return _write_at_least_once(options, batch_txn_id, batch_id, task, attempt, iterator)
     participant: BatchParticipant | None = None
     records = 0
     finished = False
@@ -117,7 +120,28 @@ def write_task_share(options: WriteOptions, batch_txn_id: str, batch_id: int,
             participant.close(timeout=None if finished or records == 0 else 0)
 
 
-def _send_rows(participant: BatchParticipant, options: WriteOptions, batch: pa.RecordBatch) -> int:
+def _write_at_least_once(options: WriteOptions, batch_txn_id: str, batch_id: int, task: int, attempt: int,
+                         iterator: Iterator[pa.RecordBatch]) -> TaskCommit:
+    """Spark's Kafka sink's guarantee: an idempotent producer, no transaction; retries may duplicate."""
+    records = 0
+    producer: Producer | None = None
+    try:
+        for arrow_batch in iterator:
+            if arrow_batch.num_rows == 0:
+                continue
+            if producer is None:
+                producer = Producer(bootstrap_servers=options.bootstrap_servers, max_block_ms=options.max_block_ms,
+                                    linger_ms=5)
+            records += _send_rows(producer, options, arrow_batch)
+        if producer is not None:
+            producer.flush()
+    finally:
+        if producer is not None:
+            producer.close()
+    return TaskCommit(batch_txn_id, batch_id, task, attempt, NO_PRODUCER, records)
+
+
+def _send_rows(producer: Producer, options: WriteOptions, batch: pa.RecordBatch) -> int:
     columns = batch.schema.names
     values = _as_bytes(batch.column(columns.index("value")).to_pylist())
     count = len(values)
@@ -129,7 +153,7 @@ def _send_rows(participant: BatchParticipant, options: WriteOptions, batch: pa.R
     partitions = (batch.column(columns.index("partition")).to_pylist() if options.has_partition
                   else [None] * count)
     headers = (batch.column(columns.index("headers")).to_pylist() if options.has_headers else [None] * count)
-    send = participant.send
+    send = producer.send
     for value, key, topic, partition, header_list in zip(values, keys, topics, partitions, headers):
         if topic is None:
             raise ValueError("a row has a null 'topic' and no 'topic' option is set")
@@ -151,6 +175,8 @@ def _one_bytes(value: Any) -> bytes | None:
 
 def end_batch(options: WriteOptions, messages: list[TaskCommit | None], batch_id: int, *, committed: bool) -> None:
     """Commit (naming the attempts that reported success) or abort one batch; idempotent."""
+    if options.delivery_guarantee == "at-least-once":
+        return  # every record was acknowledged when written: nothing to decide
     reports = [m for m in messages if isinstance(m, TaskCommit)]
     if not reports:
         log.info("batch %d: no task reported, nothing to %s", batch_id, "commit" if committed else "abort")

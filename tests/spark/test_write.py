@@ -70,3 +70,17 @@ def test_a_streaming_copy_stays_exactly_once_when_a_task_fails_midway(spark, clu
     assert sorted(committed) == sorted(f"r{i}".encode() for i in range(20000))
     # the failed attempt's records are in the log, aborted: the fencing was needed, not luck
     assert len(read_values(bs, topic, "read_uncommitted", partitions=2)) > 20000
+
+
+def test_the_at_least_once_baseline_writes_without_transactions_and_bad_options_say_which(spark, cluster, topic):
+    import pytest
+    from pyspark.errors import PythonException
+
+    bs = cluster.bootstrap_servers
+    rows = spark.range(100).selectExpr("cast(id as string) as value")
+    (rows.write.format("txnsim").mode("append").option("bootstrap.servers", bs).option("topic", topic)
+     .option("delivery.guarantee", "at-least-once").save())
+    assert sorted(int(v) for v in read_values(bs, topic, "read_committed", partitions=2)) == list(range(100))
+    with pytest.raises(PythonException, match="delivery.guarantee"):
+        (rows.write.format("txnsim").mode("append").option("bootstrap.servers", bs).option("topic", topic)
+         .option("delivery.guarantee", "twice").save())
