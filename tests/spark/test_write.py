@@ -1,6 +1,7 @@
 """The exactly-once sink in one Spark session: batch writes and a streaming copy through a task failure."""
 from __future__ import annotations
 
+import pytest
 from pyspark import TaskContext
 from pyspark.sql import functions as F
 
@@ -73,14 +74,13 @@ def test_a_streaming_copy_stays_exactly_once_when_a_task_fails_midway(spark, clu
 
 
 def test_the_at_least_once_baseline_writes_without_transactions_and_bad_options_say_which(spark, cluster, topic):
-    import pytest
-    from pyspark.errors import PythonException
+    from pyspark.errors.exceptions.captured import AnalysisException
 
     bs = cluster.bootstrap_servers
     rows = spark.range(100).selectExpr("cast(id as string) as value")
     (rows.write.format("txnsim").mode("append").option("bootstrap.servers", bs).option("topic", topic)
      .option("delivery.guarantee", "at-least-once").save())
     assert sorted(int(v) for v in read_values(bs, topic, "read_committed", partitions=2)) == list(range(100))
-    with pytest.raises(PythonException, match="delivery.guarantee"):
+    with pytest.raises(AnalysisException, match="option 'delivery.guarantee' must be one of"):
         (rows.write.format("txnsim").mode("append").option("bootstrap.servers", bs).option("topic", topic)
          .option("delivery.guarantee", "twice").save())
