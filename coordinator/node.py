@@ -95,7 +95,8 @@ class Node:
             transactional_id_expiration_ms=self.config.transactional_id_expiration_ms,
             allocator=ProducerIdAllocator(layout.producer_ids, self.config.producer_id_block_size),
             markers=self.markers, partitions_for=self.partitions.partition_count, now_ms=now_ms,
-            snapshot_interval_records=self.config.transaction_state_snapshot_interval_records)
+            snapshot_interval_records=self.config.transaction_state_snapshot_interval_records,
+            assigned_here=lambda shard: self.membership.owner(TRANSACTION_STATE_TOPIC, shard) == node_id)
         self.groups = GroupCoordinator(
             self.config.offsets_shards, now_ms=now_ms,
             min_session_timeout_ms=self.config.group_min_session_timeout_ms,

@@ -70,7 +70,8 @@ class TransactionCoordinator:
     def __init__(self, *, txn_shards: int, offsets_shards: int, transaction_max_timeout_ms: int,
                  transactional_id_expiration_ms: int, allocator: ProducerIdAllocator,
                  markers: MarkerWriter, partitions_for: Callable[[str], int | None],
-                 now_ms: Callable[[], int], snapshot_interval_records: int = 1000) -> None:
+                 now_ms: Callable[[], int], snapshot_interval_records: int = 1000,
+                 assigned_here: Callable[[int], bool] = lambda shard: False) -> None:
         self.txn_shards = txn_shards
         self.offsets_shards = offsets_shards
         self.max_timeout_ms = transaction_max_timeout_ms
@@ -84,6 +85,9 @@ class TransactionCoordinator:
         self._shards: dict[int, TxnShard] = {}
         self._completions = ThreadPoolExecutor(max_workers=8, thread_name_prefix="txn-complete")
         self._snapshot_interval = snapshot_interval_records
+        #: whether the placement gives `shard` to this node (then a request arriving before the
+        #: takeover registered it hears COORDINATOR_LOAD_IN_PROGRESS, not NOT_COORDINATOR)
+        self._assigned_here = assigned_here
         self._snapshotter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="txn-snapshot")
         self.batches = BatchTransactions(self)
 
@@ -509,6 +513,9 @@ class TransactionCoordinator:
         with self._lock:
             shard = self._shards.get(shard_id)
             if shard is None:
+                if self._assigned_here(shard_id):
+                    raise CoordinatorLoadInProgressError(
+                        f"[COORDINATOR_LOAD_IN_PROGRESS] this node is taking shard {shard_id} of {tid!r} over; retry")
                 raise NotCoordinatorError(f"[NOT_COORDINATOR] this node does not own shard {shard_id} of {tid!r}")
             if shard.loading:
                 raise CoordinatorLoadInProgressError(

@@ -40,13 +40,13 @@ class Clock:
         return self.now
 
 
-def make(tmp_path, markers, clock=None, logs=None):
+def make(tmp_path, markers, clock=None, logs=None, assigned_here=lambda shard: False):
     logs = logs or LogManager(tmp_path / "logs")
     tc = TransactionCoordinator(txn_shards=SHARDS, offsets_shards=2, transaction_max_timeout_ms=900_000,
                                 transactional_id_expiration_ms=10_000,
                                 allocator=ProducerIdAllocator(tmp_path / "pids"), markers=markers,
                                 partitions_for=lambda topic: 3 if topic == "t" else None,
-                                now_ms=clock or Clock())
+                                now_ms=clock or Clock(), assigned_here=assigned_here)
     for shard in range(SHARDS):
         tc.load_shard(shard, logs.open_as_leader("__transaction_state", shard))
     return tc, logs
@@ -153,3 +153,18 @@ def test_producer_ids_are_never_reused_across_allocators(tmp_path):
 
 def test_the_shard_of_an_id_is_kafkas():
     assert partition_for("my-txn", 50) == 45
+
+
+def test_a_shard_being_taken_over_answers_load_in_progress_and_a_foreign_one_not_coordinator(tmp_path):
+    from proto.errors import CoordinatorLoadInProgressError, NotCoordinatorError
+    taking_over = set()
+    tc, logs = make(tmp_path, RecordingMarkers(), assigned_here=lambda s: s in taking_over)
+    shard = tc.shard_of("tx")
+    tc.unload_shard(shard)
+    with pytest.raises(NotCoordinatorError):
+        init(tc, "tx")
+    taking_over.add(shard)  # the placement just gave this node the shard; the load has not begun
+    with pytest.raises(CoordinatorLoadInProgressError):
+        init(tc, "tx")
+    tc.load_shard(shard, logs.open_as_leader("__transaction_state", shard))
+    assert init(tc, "tx").producer_id >= 0
