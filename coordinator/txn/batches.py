@@ -31,7 +31,6 @@ from proto.errors import (
     ConcurrentTransactionsError,
     InvalidProducerEpochError,
     InvalidRequestError,
-    InvalidTransactionTimeoutError,
     InvalidTxnStateError,
     ProducerFencedError,
     TransactionAbortableError,
@@ -62,10 +61,7 @@ class BatchTransactions:
         host._validate_id(tid)
         if req.batch_id < 0:
             raise InvalidRequestError(f"[INVALID_REQUEST] batch id {req.batch_id} is negative")
-        if not 1 <= req.transaction_timeout_ms <= host.max_timeout_ms:
-            raise InvalidTransactionTimeoutError(
-                f"[INVALID_TRANSACTION_TIMEOUT] transaction timeout {req.transaction_timeout_ms} ms is outside "
-                f"1..{host.max_timeout_ms} ms (transaction_max_timeout_ms)")
+        host._validate_timeout(req.transaction_timeout_ms)
         shard, epoch = host._owned(tid)
         now = host._now_ms()
         with host._lock:

@@ -135,10 +135,7 @@ class TransactionCoordinator:
             return pb.InitProducerIdResponse(producer_id=self._allocator.allocate(), producer_epoch=0)
         tid = req.transactional_id
         self._validate_id(tid)
-        if not 1 <= req.transaction_timeout_ms <= self.max_timeout_ms:
-            raise InvalidTransactionTimeoutError(
-                f"[INVALID_TRANSACTION_TIMEOUT] transaction timeout {req.transaction_timeout_ms} ms is outside "
-                f"1..{self.max_timeout_ms} ms (transaction_max_timeout_ms)")
+        self._validate_timeout(req.transaction_timeout_ms)
         shard, epoch = self._owned(tid)
         now = self._now_ms()
         with self._lock:
@@ -584,6 +581,12 @@ class TransactionCoordinator:
             return 0 <= tp.partition < self.offsets_shards
         count = self._partitions_for(tp.topic)
         return count is not None and 0 <= tp.partition < count
+
+    def _validate_timeout(self, timeout_ms: int) -> None:
+        if not 1 <= timeout_ms <= self.max_timeout_ms:
+            raise InvalidTransactionTimeoutError(
+                f"[INVALID_TRANSACTION_TIMEOUT] transaction timeout {timeout_ms} ms is outside "
+                f"1..{self.max_timeout_ms} ms (transaction_max_timeout_ms)")
 
     @staticmethod
     def _validate_id(tid: str) -> None:

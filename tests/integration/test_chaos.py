@@ -10,7 +10,7 @@ from txnsim.chaos.history import FaultEvent
 
 @pytest.mark.slow
 def test_a_short_chaos_run_with_kills_and_pauses_finds_no_anomalies(tmp_path):
-    config = ChaosConfig(duration_s=25, nodes=3, seed=1, faults=("kill", "pause"), fault_interval_ms=2_500,
+    config = ChaosConfig(duration_s=60, nodes=3, seed=1, faults=("kill", "pause"), fault_interval_ms=3_000,
                          data_dir=tmp_path / "cluster")
     schedule = config.schedule()
     assert {f.kind for f in schedule} == {"kill", "pause"} and len(schedule) >= 5

@@ -3,21 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import wait_until
+from tests.helpers import read_all, wait_until
 from txnsim import Consumer, OffsetAndMetadata, Producer, TopicPartition, errors
 
 
-def read_values(bs, topic, isolation, partitions=3, group_id=None):
-    with Consumer(bootstrap_servers=bs, isolation_level=isolation, auto_offset_reset="earliest",
-                  enable_auto_commit=False, group_id=group_id) as c:
-        c.assign([TopicPartition(topic, p) for p in range(partitions)])
-        out = []
-        while True:
-            batch = c.poll(timeout_ms=300)
-            if not batch:
-                return out
-            for records in batch.values():
-                out.extend(r.value for r in records)
+def read_values(bs, topic, isolation, partitions=3):
+    return [r.value for r in read_all(bs, topic, partitions=partitions, isolation_level=isolation)]
 
 
 def test_commit_across_partitions_is_seen_by_both_isolation_levels(cluster, topic, txn_id):

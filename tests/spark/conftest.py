@@ -13,8 +13,7 @@ import sys
 
 import pytest
 
-from tests.integration.conftest import FAST_SETTINGS
-from txnsim import Admin, LocalCluster
+from tests.integration.conftest import admin, cluster  # noqa: F401 (fixtures: one real 3-node cluster per module)
 
 _names = itertools.count()
 
@@ -42,19 +41,6 @@ def spark(request):
     register(session)
     yield session
     session.stop()
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """One 3-node cluster per test module (start-up costs about a second)."""
-    with LocalCluster(nodes=3, data_dir=tmp_path_factory.mktemp("cluster"), **FAST_SETTINGS) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def admin(cluster):
-    with Admin(cluster.bootstrap_servers) as a:
-        yield a
 
 
 @pytest.fixture

@@ -5,23 +5,11 @@ import pytest
 from pyspark import TaskContext
 from pyspark.sql import functions as F
 
+from tests.helpers import read_all
 from tests.integration.test_transactions import read_values
-from txnsim import Consumer, Producer, TopicPartition
+from txnsim import Producer
 
 SPARK_MASTER = "local[2,2]"  # maxFailures 2: a failed task is retried once
-
-
-def read_committed_records(bs, topic, partitions=2):
-    with Consumer(bootstrap_servers=bs, isolation_level="read_committed", auto_offset_reset="earliest",
-                  enable_auto_commit=False) as c:
-        c.assign([TopicPartition(topic, p) for p in range(partitions)])
-        out = []
-        while True:
-            batch = c.poll(timeout_ms=300)
-            if not batch:
-                return out
-            for records in batch.values():
-                out.extend(records)
 
 
 def test_a_batch_write_is_visible_at_once_with_keys_partitions_and_headers(spark, cluster, topic):
@@ -31,7 +19,7 @@ def test_a_batch_write_is_visible_at_once_with_keys_partitions_and_headers(spark
                         "cast(id % 2 as int) as partition",
                         "array(named_struct('key', 'n', 'value', cast(cast(id as string) as binary))) as headers"))
     rows.write.format("txnsim").mode("append").option("bootstrap.servers", bs).option("topic", topic).save()
-    records = read_committed_records(bs, topic)  # visible on return: the commit waits for its markers
+    records = read_all(bs, topic, partitions=2)  # visible on return: the commit waits for its markers
     assert sorted(int(r.value) for r in records) == list(range(2000))
     assert all(r.partition == int(r.value) % 2 for r in records)
     assert all(r.key == str(int(r.value) % 10).encode() for r in records)
