@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -88,6 +89,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from spark.session import txnsim_session
+    from spark.writer import DRIVER_PROCESS_GROUP
+
+    os.environ[DRIVER_PROCESS_GROUP] = str(os.getpgrp())  # before the JVM starts, so its children inherit it
 
     spark = txnsim_session(args.master, f"txnsim-{args.job}")
     query = start(spark, args)

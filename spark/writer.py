@@ -11,6 +11,8 @@ writes nothing; a repeated `commit` is a no-op. docs/spark-exactly-once.md has e
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -194,3 +196,20 @@ def end_batch(options: WriteOptions, messages: list[TaskCommit | None], batch_id
     else:
         log.info("batch %d of %s %s: %d records from %d tasks", batch_id, batch_txn_id,
                  "committed" if committed else "aborted", sum(m.records for m in reports), len(winners))
+    if committed:
+        _maybe_crash_driver_after_commit(batch_id)
+
+
+#: fault injection on purpose (tests and demos): the driver's whole process group is SIGKILLed right
+#: after this batch id's commit is durable and visible, before Spark writes its commit log
+FAULT_KILL_DRIVER_AFTER_COMMIT = "TXNSIM_FAULT_KILL_DRIVER_AFTER_COMMIT"
+#: set by spark.jobs: the process group of the driver (its JVM and Python workers inherit it)
+DRIVER_PROCESS_GROUP = "TXNSIM_DRIVER_PGID"
+
+
+def _maybe_crash_driver_after_commit(batch_id: int) -> None:
+    group = os.environ.get(DRIVER_PROCESS_GROUP)
+    if group and os.environ.get(FAULT_KILL_DRIVER_AFTER_COMMIT) == str(batch_id):
+        log.warning("fault injection: killing the driver (process group %s) after committing batch %d",
+                    group, batch_id)
+        os.killpg(int(group), signal.SIGKILL)

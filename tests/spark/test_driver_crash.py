@@ -2,49 +2,22 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import threading
 
 import pytest
 
 from tests.helpers import wait_until
 from tests.integration.test_transactions import read_values
+from spark.writer import FAULT_KILL_DRIVER_AFTER_COMMIT
 from txnsim import Producer
+from txnsim.pipeline.driver import SparkDriver
 
 pytestmark = pytest.mark.slow
 
 
-class Driver:
-    """`python -m spark.jobs ...` in its own process group, so SIGKILL takes its JVM down with it."""
-
-    def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "spark.jobs", *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True, start_new_session=True)
-        self.events: list[dict] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            if line.startswith("{"):
-                self.events.append(json.loads(line))
-
-    def batches_done(self) -> int:
-        return sum(1 for e in self.events if "batch" in e)
-
-    def kill(self) -> None:
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.kill()
+def copy_driver(bs, source, output, checkpoint, *extra: str, env=None) -> SparkDriver:
+    """`python -m spark.jobs copy ...` as its own process group (SIGKILL takes its JVM too)."""
+    return SparkDriver("copy", bootstrap_servers=bs, input_topic=source, output_topic=output,
+                       checkpoint=checkpoint, extra=extra, env=env)
 
 
 def produce(bs, topic, values):
@@ -67,9 +40,8 @@ def test_a_driver_killed_mid_batch_and_restarted_copies_exactly_once(cluster, ad
     admin.create_topic(source, partitions=2)
     inputs = [f"r{i}".encode() for i in range(6000)]
     produce(bs, source, inputs)
-    args = ["copy", "--bootstrap-servers", bs, "--input", source, "--output", topic,
-            "--checkpoint", str(tmp_path / "ckpt"), "--max-offsets-per-trigger", "500", "--trigger-ms", "100"]
-    first = Driver(*args)
+    args = (bs, source, topic, tmp_path / "ckpt", "--max-offsets-per-trigger", "500", "--trigger-ms", "100")
+    first = copy_driver(*args)
     try:
         wait_until(lambda: first.batches_done() >= 1 and open_batches(admin), timeout_s=120,
                    what="a committed batch, then tasks writing the next one")
@@ -78,7 +50,7 @@ def test_a_driver_killed_mid_batch_and_restarted_copies_exactly_once(cluster, ad
         first.stop()
     written = len(read_values(bs, topic, "read_committed", partitions=2))
     assert 0 < written < len(inputs)
-    second = Driver(*args)
+    second = copy_driver(*args)
     try:
         wait_until(lambda: len(read_values(bs, topic, "read_committed", partitions=2)) >= len(inputs),
                    timeout_s=180, what="the restarted query to catch up")
@@ -100,13 +72,31 @@ def test_income_per_minute_matches_the_orders(cluster, admin, topic, tmp_path):
     for i in range(200):
         minute = (base + i * 1500) // 60_000 * 60_000
         expected[minute] = expected.get(minute, 0) + 100 + i
-    driver = Driver("income", "--bootstrap-servers", bs, "--input", orders, "--output", topic,
-                    "--checkpoint", str(tmp_path / "ckpt"))
+    income = SparkDriver("income", bootstrap_servers=bs, input_topic=orders, output_topic=topic,
+                         checkpoint=tmp_path / "ckpt")
     try:
         wait_until(lambda: len(read_values(bs, topic, "read_committed", partitions=2)) >= len(expected),
                    timeout_s=180, what="every minute's income")
     finally:
-        driver.stop()
+        income.stop()
     windows = [json.loads(v) for v in read_values(bs, topic, "read_committed", partitions=2)]
     assert {w["window_start_ms"]: w["income_cents"] for w in windows} == expected
     assert len(windows) == len(expected)  # no window written twice
+
+
+def test_a_driver_killed_right_after_a_commit_replays_that_batch_without_writing_it_twice(cluster, admin, topic,
+                                                                                       tmp_path):
+    """The commit is durable and visible but Spark's commit log never hears of it: the restart replays
+    the batch, whose tasks find it committed and write nothing."""
+    bs = cluster.bootstrap_servers
+    source = topic + "-in"
+    admin.create_topic(source, partitions=2)
+    inputs = [f"r{i}".encode() for i in range(3000)]
+    produce(bs, source, inputs)
+    args = (bs, source, topic, tmp_path / "ckpt", "--max-offsets-per-trigger", "500", "--available-now")
+    first = copy_driver(*args, env={FAULT_KILL_DRIVER_AFTER_COMMIT: "2"})
+    assert first.wait(180) == -9  # SIGKILLed by the fault right after batch 2's commit
+    assert len(read_values(bs, topic, "read_committed", partitions=2)) == 1500  # batches 0, 1 and 2
+    second = copy_driver(*args)
+    assert second.wait(180) == 0
+    assert sorted(read_values(bs, topic, "read_committed", partitions=2)) == sorted(inputs)

@@ -72,3 +72,41 @@ def test_the_at_least_once_baseline_writes_without_transactions_and_bad_options_
     with pytest.raises(AnalysisException, match="option 'delivery.guarantee' must be one of"):
         (rows.write.format("txnsim").mode("append").option("bootstrap.servers", bs).option("topic", topic)
          .option("delivery.guarantee", "twice").save())
+
+
+def test_a_python_worker_killed_midway_leaves_its_rows_aborted_and_the_copy_exactly_once(spark, cluster, topic,
+                                                                                      admin, tmp_path):
+    """A real SIGKILL of a Python worker of the task (the UDF's) after the sink's attempt has written:
+    the attempt ends without reporting, Spark retries the task, the dead attempt's rows are aborted."""
+    bs = cluster.bootstrap_servers
+    source = topic + "-in"
+    admin.create_topic(source, partitions=2)
+    with Producer(bootstrap_servers=bs, transactional_id=source) as p:
+        p.init_transactions()
+        p.begin_transaction()
+        for i in range(20000):
+            p.send(source, value=f"k{i}".encode(), partition=i % 2)
+        p.commit_transaction()
+
+    @F.udf("binary")
+    def die_once(value):
+        import os
+        import signal
+        if value == b"k19001" and TaskContext.get().attemptNumber() == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return value
+
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
+    try:
+        query = (spark.readStream.format("txnsim").option("bootstrap.servers", bs).option("subscribe", source)
+                 .option("startingOffsets", "earliest").load()
+                 .select(die_once("value").alias("value"))
+                 .writeStream.format("txnsim").option("bootstrap.servers", bs).option("topic", topic)
+                 .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+        query.awaitTermination(180)
+        assert query.exception() is None
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert sorted(read_values(bs, topic, "read_committed", partitions=2)) == sorted(
+        f"k{i}".encode() for i in range(20000))
+    assert len(read_values(bs, topic, "read_uncommitted", partitions=2)) > 20000  # the dead attempt had written

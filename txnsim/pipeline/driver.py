@@ -18,13 +18,13 @@ from pathlib import Path
 class SparkDriver:
     def __init__(self, job: str, *, bootstrap_servers: str, input_topic: str, output_topic: str,
                  checkpoint: Path, master: str = "local[2]", extra: tuple[str, ...] = (),
-                 log_file: Path | None = None) -> None:
+                 log_file: Path | None = None, env: dict[str, str] | None = None) -> None:
         args = [sys.executable, "-m", "spark.jobs", job, "--bootstrap-servers", bootstrap_servers,
                 "--input", input_topic, "--output", output_topic, "--checkpoint", str(checkpoint),
                 "--master", master, *extra]
         stderr = open(log_file, "ab") if log_file is not None else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=stderr, text=True,
-                                     start_new_session=True)
+                                     start_new_session=True, env={**os.environ, **(env or {})})
         if log_file is not None:
             stderr.close()
         self.events: list[dict] = []
