@@ -1,4 +1,4 @@
-"""`txnsim bench [producer|consumer|failover|all]`: the benchmark suite, each benchmark on a
+"""`txnsim bench [producer|consumer|failover|spark|all]`: the benchmark suite, each benchmark on a
 3-node cluster of its own, with progress, result tables, the issues' targets checked, and
 (with --output) the tables written into a markdown file's generated sections."""
 from __future__ import annotations
@@ -17,18 +17,24 @@ from txnsim.bench.machine import CpuShare, this_machine
 from txnsim.bench.report import BenchResult, replace_section, section_body, to_rich
 from txnsim.cli.common import console, exits_cleanly
 
-BENCHMARKS = ("producer", "consumer", "failover")
+BENCHMARKS = ("producer", "consumer", "failover", "spark")
+#: what `all` runs: spark is left out, as it would more than double the time of `all` (a JVM, about 4 minutes)
+IN_ALL = ("producer", "consumer", "failover")
 HEADINGS = {"producer": "Producer throughput and commit cost", "consumer": "Consumer throughput",
-            "failover": "Failover"}
+            "failover": "Failover", "spark": "Spark sink"}
 DEFAULT_SECONDS = 2.0
 #: rounds each benchmark runs unless --repeat says otherwise: enough for a median worth reading
 #: while `txnsim bench all` stays under about 3 minutes on 2 CPUs
-DEFAULT_REPEAT = {"producer": 6, "consumer": 7, "failover": 20}
+DEFAULT_REPEAT = {"producer": 6, "consumer": 7, "failover": 20, "spark": 7}
 DEFAULT_RECORDS = 300_000
+#: rows the spark benchmark copies per run, and its maxOffsetsPerTrigger: 10 micro-batches of about 0.6 s
+DEFAULT_SPARK_ROWS = 200_000
+DEFAULT_BATCH_ROWS = 20_000
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    bench = sub.add_parser("bench", help="the benchmark suite (producer, consumer, failover), on embedded clusters")
+    bench = sub.add_parser("bench", help="the benchmark suite (producer, consumer, failover, spark), on embedded "
+                                         "clusters; `all` runs all but spark")
     bench.add_argument("benchmark", nargs="?", choices=(*BENCHMARKS, "all"), default="all")
     bench.add_argument("--seconds", type=float, default=None,
                        help=f"length of each producer run (default {DEFAULT_SECONDS:g})")
@@ -38,7 +44,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--failover-rounds", type=int, default=None,
                        help="kill/restart rounds of the failover benchmark (overrides --repeat for it)")
     bench.add_argument("--records", type=int, default=None,
-                       help=f"records the consumer benchmark writes to each topic (default {DEFAULT_RECORDS:,})")
+                       help=f"records the consumer benchmark writes to each topic (default {DEFAULT_RECORDS:,}), "
+                            f"or rows the spark benchmark copies per run (default {DEFAULT_SPARK_ROWS:,})")
+    bench.add_argument("--batch-rows", type=int, default=None,
+                       help=f"maxOffsetsPerTrigger of the spark benchmark's copies (default {DEFAULT_BATCH_ROWS:,})")
     bench.add_argument("--output", type=Path, default=None,
                        help="markdown file whose generated sections get the tables (e.g. docs/benchmarks.md)")
     bench.set_defaults(func=run_bench)
@@ -47,8 +56,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def command_line(args: argparse.Namespace) -> str:
     """The command as given (options the user left out are left out), for the published tables."""
     words = ["txnsim", "bench", args.benchmark]
-    for option in ("seconds", "repeat", "failover_rounds", "records", "output"):
-        value = getattr(args, option)
+    for option in ("seconds", "repeat", "failover_rounds", "records", "batch_rows", "output"):
+        value = getattr(args, option, None)
         if value is not None:
             words += [f"--{option.replace('_', '-')}", f"{value:g}" if isinstance(value, float) else str(value)]
     return shlex.join(words)
@@ -77,12 +86,17 @@ def _runner(name: str, args: argparse.Namespace) -> Callable[[RichProgress], Ben
         return lambda p: producer_bench.run(seconds=args.seconds or DEFAULT_SECONDS, repeat=repeat, progress=p)
     if name == "consumer":
         return lambda p: consumer_bench.run(records=args.records or DEFAULT_RECORDS, repeat=repeat, progress=p)
+    if name == "spark":
+        from txnsim.bench import spark_bench  # imports pyspark: only when asked for
+
+        return lambda p: spark_bench.run(records=args.records or DEFAULT_SPARK_ROWS,
+                                         batch_rows=args.batch_rows or DEFAULT_BATCH_ROWS, repeat=repeat, progress=p)
     rounds = args.failover_rounds or repeat
     return lambda p: failover_bench.run(rounds=rounds, progress=p)
 
 
 def _validate(args: argparse.Namespace) -> None:
-    for option in ("seconds", "repeat", "failover_rounds", "records"):
+    for option in ("seconds", "repeat", "failover_rounds", "records", "batch_rows"):
         value = getattr(args, option)
         if value is not None and value <= 0:
             raise SystemExit(f"error: --{option.replace('_', '-')} must be positive, not {value}")
@@ -91,7 +105,7 @@ def _validate(args: argparse.Namespace) -> None:
 @exits_cleanly
 def run_bench(args: argparse.Namespace) -> int:
     _validate(args)
-    selected = BENCHMARKS if args.benchmark == "all" else (args.benchmark,)
+    selected = IN_ALL if args.benchmark == "all" else (args.benchmark,)
     machine = this_machine()
     cpus, command = machine.cpus, command_line(args)
     console.print(f"[bold]{command}[/bold] on {machine.describe()}")
