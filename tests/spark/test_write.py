@@ -26,39 +26,49 @@ def test_a_batch_write_is_visible_at_once_with_keys_partitions_and_headers(spark
     assert all(list(r.headers) == [("n", r.value)] for r in records)
 
 
-def test_a_streaming_copy_stays_exactly_once_when_a_task_fails_midway(spark, cluster, topic, admin, tmp_path):
-    bs = cluster.bootstrap_servers
+INPUTS = [f"r{i}".encode() for i in range(20000)]
+#: a row late in partition 1, so the dying attempt has written rows before it
+DOOMED = b"r19001"
+
+
+def copy_through(spark, admin, bs, topic, checkpoint, transform):
+    """Fill `topic`-in with INPUTS, then copy it to `topic` through `transform` (a UDF) with availableNow."""
     source = topic + "-in"
     admin.create_topic(source, partitions=2)
     with Producer(bootstrap_servers=bs, transactional_id=source) as p:
         p.init_transactions()
         p.begin_transaction()
-        for i in range(20000):
-            p.send(source, value=f"r{i}".encode(), partition=i % 2)
+        for i, value in enumerate(INPUTS):
+            p.send(source, value=value, partition=i % 2)
         p.commit_transaction()
-
-    @F.udf("binary")
-    def fail_once(value):
-        context = TaskContext.get()
-        if value == b"r19001" and context.attemptNumber() == 0:
-            raise RuntimeError("injected: the first attempt of this task dies midway")
-        return value
-
-    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "50")  # the dying attempt has written some
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "50")  # the sink sees rows in small steps
     try:
         query = (spark.readStream.format("txnsim").option("bootstrap.servers", bs).option("subscribe", source)
                  .option("startingOffsets", "earliest").load()
-                 .select(fail_once("value").alias("value"))
+                 .select(transform("value").alias("value"))
                  .writeStream.format("txnsim").option("bootstrap.servers", bs).option("topic", topic)
-                 .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+                 .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
         query.awaitTermination(180)
         assert query.exception() is None
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
-    committed = read_values(bs, topic, "read_committed", partitions=2)
-    assert sorted(committed) == sorted(f"r{i}".encode() for i in range(20000))
-    # the failed attempt's records are in the log, aborted: the fencing was needed, not luck
-    assert len(read_values(bs, topic, "read_uncommitted", partitions=2)) > 20000
+
+
+def assert_copied_once_past_a_dead_attempt(bs, topic):
+    assert sorted(read_values(bs, topic, "read_committed", partitions=2)) == sorted(INPUTS)
+    # the dead attempt's records are in the log, aborted: the fencing was needed, not luck
+    assert len(read_values(bs, topic, "read_uncommitted", partitions=2)) > len(INPUTS)
+
+
+def test_a_streaming_copy_stays_exactly_once_when_a_task_fails_midway(spark, cluster, topic, admin, tmp_path):
+    @F.udf("binary")
+    def fail_once(value):
+        if value == DOOMED and TaskContext.get().attemptNumber() == 0:
+            raise RuntimeError("injected: the first attempt of this task dies midway")
+        return value
+
+    copy_through(spark, admin, cluster.bootstrap_servers, topic, tmp_path / "ckpt", fail_once)
+    assert_copied_once_past_a_dead_attempt(cluster.bootstrap_servers, topic)
 
 
 def test_the_at_least_once_baseline_writes_without_transactions_and_bad_options_say_which(spark, cluster, topic):
@@ -78,35 +88,13 @@ def test_a_python_worker_killed_midway_leaves_its_rows_aborted_and_the_copy_exac
                                                                                       admin, tmp_path):
     """A real SIGKILL of a Python worker of the task (the UDF's) after the sink's attempt has written:
     the attempt ends without reporting, Spark retries the task, the dead attempt's rows are aborted."""
-    bs = cluster.bootstrap_servers
-    source = topic + "-in"
-    admin.create_topic(source, partitions=2)
-    with Producer(bootstrap_servers=bs, transactional_id=source) as p:
-        p.init_transactions()
-        p.begin_transaction()
-        for i in range(20000):
-            p.send(source, value=f"k{i}".encode(), partition=i % 2)
-        p.commit_transaction()
-
     @F.udf("binary")
     def die_once(value):
         import os
         import signal
-        if value == b"k19001" and TaskContext.get().attemptNumber() == 0:
+        if value == DOOMED and TaskContext.get().attemptNumber() == 0:
             os.kill(os.getpid(), signal.SIGKILL)
         return value
 
-    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
-    try:
-        query = (spark.readStream.format("txnsim").option("bootstrap.servers", bs).option("subscribe", source)
-                 .option("startingOffsets", "earliest").load()
-                 .select(die_once("value").alias("value"))
-                 .writeStream.format("txnsim").option("bootstrap.servers", bs).option("topic", topic)
-                 .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
-        query.awaitTermination(180)
-        assert query.exception() is None
-    finally:
-        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
-    assert sorted(read_values(bs, topic, "read_committed", partitions=2)) == sorted(
-        f"k{i}".encode() for i in range(20000))
-    assert len(read_values(bs, topic, "read_uncommitted", partitions=2)) > 20000  # the dead attempt had written
+    copy_through(spark, admin, cluster.bootstrap_servers, topic, tmp_path / "ckpt", die_once)
+    assert_copied_once_past_a_dead_attempt(cluster.bootstrap_servers, topic)
