@@ -18,7 +18,7 @@ from txnsim.bench.report import BenchResult, replace_section, section_body, to_r
 from txnsim.cli.common import console, exits_cleanly
 
 BENCHMARKS = ("producer", "consumer", "failover", "spark")
-#: what `all` runs: spark is left out, as it would more than double the time of `all` (a JVM, about 4 minutes)
+#: what `all` runs: spark is left out, as it would nearly double the time of `all` (a JVM, about 2.5 minutes)
 IN_ALL = ("producer", "consumer", "failover")
 HEADINGS = {"producer": "Producer throughput and commit cost", "consumer": "Consumer throughput",
             "failover": "Failover", "spark": "Spark sink"}
@@ -27,7 +27,7 @@ DEFAULT_SECONDS = 2.0
 #: while `txnsim bench all` stays under about 3 minutes on 2 CPUs
 DEFAULT_REPEAT = {"producer": 6, "consumer": 7, "failover": 20, "spark": 7}
 DEFAULT_RECORDS = 300_000
-#: rows the spark benchmark copies per run, and its maxOffsetsPerTrigger: 10 micro-batches of about 0.6 s
+#: rows the spark benchmark copies per run, and its maxOffsetsPerTrigger: 10 micro-batches of about 0.35 s
 DEFAULT_SPARK_ROWS = 200_000
 DEFAULT_BATCH_ROWS = 20_000
 
