@@ -7,10 +7,9 @@ as a transactional id's (metadata.VALID_PREVIOUS_STATES): written first, install
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
-from coordinator.txn.metadata import check_transition
+from coordinator.txn.metadata import TransactionValue
 from proto import txnsim_pb2 as pb
 from proto.structs import TopicPartition, TransactionState
 
@@ -28,7 +27,7 @@ class Participant:
 
 
 @dataclass(frozen=True, slots=True)
-class BatchTxn:
+class BatchTxn(TransactionValue):
     transactional_id: str  # the batch transaction id; named like TxnMetadata's so both share the log
     timeout_ms: int
     state: TransactionState = S.EMPTY
@@ -38,15 +37,6 @@ class BatchTxn:
     winners: frozenset[int] = frozenset()
     start_time_ms: int = -1
     last_update_time_ms: int = -1
-
-    def transit(self, target: TransactionState, now_ms: int, **changes: object) -> BatchTxn:
-        check_transition(self.transactional_id, self.state, target)
-        changes.setdefault("last_update_time_ms", max(now_ms, self.last_update_time_ms))
-        return dataclasses.replace(self, state=target, **changes)
-
-    @property
-    def is_complete(self) -> bool:
-        return self.state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
 
     def participant(self, producer_id: int) -> Participant | None:
         for p in self.participants:

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 
 from coordinator.txn.batch_metadata import BatchTxn, Participant
 from coordinator.txn.markers import Marker
-from coordinator.txn.metadata import TxnMetadata
 from proto import txnsim_pb2 as pb
 from proto.errors import (
     ConcurrentTransactionsError,
@@ -162,8 +161,8 @@ class BatchTransactions:
     def verify(self, current: BatchTxn, req: pb.AddPartitionsToTxnRequest,
                wanted: list[TopicPartition]) -> pb.AddPartitionsToTxnResponse:
         """KIP-890 verification for a participant's first write to a partition."""
-        joined = current.participant(req.producer_id)
-        if joined is None or joined.producer_epoch != req.producer_epoch or current.state != S.ONGOING:
+        joined = self._open_participant(current, req.producer_id, req.producer_epoch)
+        if joined is None:
             code = InvalidProducerEpochError.errno
             return self._host._partition_results(wanted, {tp: code for tp in wanted}, code)
         missing = {tp: TransactionAbortableError.errno for tp in wanted if tp not in joined.partitions}
@@ -196,16 +195,20 @@ class BatchTransactions:
     def _current(self, shard: TxnShard, tid: str) -> BatchTxn | None:
         """The batch's value once no other write of it is in flight (waits briefly, under the lock)."""
         self._host._await_not_pending(shard, tid, _QUEUE_WAIT_S)
-        current = shard.entries.get(tid)
-        if isinstance(current, TxnMetadata):
-            raise InvalidRequestError(
-                f"[INVALID_REQUEST] {tid!r} is an ordinary transactional id, not a batch transaction id")
-        return current
+        return self._host._entry(shard, tid, BatchTxn)
 
     @staticmethod
-    def _check_participant(current: BatchTxn, producer_id: int, producer_epoch: int) -> Participant:
+    def _open_participant(current: BatchTxn, producer_id: int, producer_epoch: int) -> Participant | None:
+        """The participant `producer_id` at `producer_epoch` if its batch is still open, else None."""
         joined = current.participant(producer_id)
         if joined is None or joined.producer_epoch != producer_epoch or current.state != S.ONGOING:
+            return None
+        return joined
+
+    @classmethod
+    def _check_participant(cls, current: BatchTxn, producer_id: int, producer_epoch: int) -> Participant:
+        joined = cls._open_participant(current, producer_id, producer_epoch)
+        if joined is None:
             raise ProducerFencedError(
                 f"[PRODUCER_FENCED] producer {producer_id} is not an open participant of {current.transactional_id!r} "
                 f"(batch {current.batch_id}, {current.state}): its task attempt is stale")

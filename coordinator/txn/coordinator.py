@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from coordinator.producer_ids import ProducerIdAllocator
 from coordinator.txn import state_log
@@ -48,6 +49,8 @@ from proto.structs import (
 
 S = TransactionState
 log = logging.getLogger(__name__)
+V = TypeVar("V", TxnMetadata, BatchTxn)
+_KIND_NAMES = {TxnMetadata: "a transactional id", BatchTxn: "a batch transaction id (txnsim extension)"}
 
 
 @dataclass
@@ -140,7 +143,7 @@ class TransactionCoordinator:
         now = self._now_ms()
         with self._lock:
             self._check_not_pending(shard, tid)
-            current = self._ordinary(shard, tid)
+            current = self._entry(shard, tid, TxnMetadata)
             if current is None:
                 new = TxnMetadata(tid, self._allocator.allocate(), 0, req.transaction_timeout_ms,
                                   S.EMPTY, last_update_time_ms=now)
@@ -221,7 +224,7 @@ class TransactionCoordinator:
         now = self._now_ms()
         outcome = "commit" if req.committed else "abort"
         with self._lock:
-            current = self._ordinary(shard, tid)
+            current = self._entry(shard, tid, TxnMetadata)
             if current is None:
                 raise InvalidProducerIdMappingError(
                     f"[INVALID_PRODUCER_ID_MAPPING] {tid!r} is unknown; call init_transactions() first")
@@ -526,11 +529,13 @@ class TransactionCoordinator:
             self._check_not_pending(shard, tid)
 
     @staticmethod
-    def _ordinary(shard: TxnShard, tid: str) -> TxnMetadata | None:
+    def _entry(shard: TxnShard, tid: str, kind: type[V]) -> V | None:
+        """The value of `tid` if it is of `kind` (or absent); transactional ids and batch
+        transaction ids share the shard's keys, and one is never used as the other."""
         current = shard.entries.get(tid)
-        if isinstance(current, BatchTxn):
+        if current is not None and not isinstance(current, kind):
             raise InvalidRequestError(
-                f"[INVALID_REQUEST] {tid!r} is a batch transaction id (txnsim extension), not a transactional id")
+                f"[INVALID_REQUEST] {tid!r} is {_KIND_NAMES[type(current)]}, not {_KIND_NAMES[kind]}")
         return current
 
     @staticmethod

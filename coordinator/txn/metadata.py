@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Self
 
 from proto import txnsim_pb2 as pb
 from proto.errors import UnknownServerError
@@ -43,8 +44,28 @@ def check_transition(transactional_id: str, source: TransactionState, target: Tr
             f"[UNKNOWN_SERVER_ERROR] transactional id {transactional_id!r} cannot move from {source} to {target}")
 
 
+class TransactionValue:
+    """What every value of __transaction_state shares (TxnMetadata, and batch_metadata.BatchTxn):
+    one state, moved only through the table, with a last-update time that never goes back."""
+
+    __slots__ = ()
+    transactional_id: str
+    state: TransactionState
+    last_update_time_ms: int
+
+    def transit(self, target: TransactionState, now_ms: int, **changes: object) -> Self:
+        """A new value in `target`, checked against the table; timestamps never go back."""
+        check_transition(self.transactional_id, self.state, target)
+        changes.setdefault("last_update_time_ms", max(now_ms, self.last_update_time_ms))
+        return dataclasses.replace(self, state=target, **changes)
+
+    @property
+    def is_complete(self) -> bool:
+        return self.state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
+
+
 @dataclass(frozen=True, slots=True)
-class TxnMetadata:
+class TxnMetadata(TransactionValue):
     transactional_id: str
     producer_id: int
     producer_epoch: int
@@ -59,16 +80,6 @@ class TxnMetadata:
     ended_by_fence: bool = False
     #: epoch before the last bump, to recognise retries; not persisted (-1 after a load)
     last_producer_epoch: int = field(default=NO_EPOCH, compare=False)
-
-    def transit(self, target: TransactionState, now_ms: int, **changes: object) -> TxnMetadata:
-        """A new value in `target`, checked against the table; timestamps never go back."""
-        check_transition(self.transactional_id, self.state, target)
-        changes.setdefault("last_update_time_ms", max(now_ms, self.last_update_time_ms))
-        return dataclasses.replace(self, state=target, **changes)
-
-    @property
-    def is_complete(self) -> bool:
-        return self.state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
 
     # ------------------------------------------------------------ log codec
 
