@@ -15,12 +15,12 @@ from typing import Any
 from proto.errors import KafkaConfigurationError
 from proto.structs import IsolationLevel, TopicPartition
 
+from spark.option_map import OptionMap, parse_bootstrap
+
 #: the special offsets of startingOffsets/endingOffsets JSON, as in Spark's Kafka source
 EARLIEST = -2
 LATEST = -1
 
-#: Spark's Kafka source reads its consumer settings from "kafka."-prefixed options; accept both spellings
-_KAFKA_PREFIX = "kafka."
 _SUBSCRIPTION_OPTIONS = ("subscribe", "subscribePattern", "assign")
 #: rows per Arrow record batch handed to Spark: large enough to amortise, small enough to stream
 DEFAULT_ARROW_BATCH_ROWS = 4096
@@ -100,8 +100,8 @@ class ReadOptions:
         `streaming=None` (at load(), before Spark says which) checks everything but the rules
         that depend on the kind of query, and plans as a batch would.
         """
-        opts = _Options(options)
-        bootstrap_servers = _parse_bootstrap(opts)
+        opts = OptionMap(options)
+        bootstrap_servers = parse_bootstrap(opts)
         subscription = _parse_subscription(opts)
         if streaming:
             if opts.get("endingOffsets") is not None:
@@ -132,64 +132,7 @@ class ReadOptions:
 
 # ---------------------------------------------------------------- the pieces
 
-class _Options:
-    """Case-insensitive, whitespace-trimmed view of Spark's string options."""
-
-    def __init__(self, options: Mapping[str, Any]) -> None:
-        self._values = {str(k).lower(): v for k, v in options.items()}
-
-    def get(self, name: str) -> str | None:
-        value = self._values.get(name.lower())
-        if value is None:
-            return None
-        text = str(value).strip()
-        return text or None
-
-    def either(self, name: str) -> tuple[str, str | None]:
-        """`name` or its "kafka."-prefixed spelling; both given with different values is an error."""
-        plain, prefixed = self.get(name), self.get(_KAFKA_PREFIX + name)
-        if plain is not None and prefixed is not None and plain != prefixed:
-            raise KafkaConfigurationError(
-                f"options '{name}' ({plain!r}) and '{_KAFKA_PREFIX}{name}' ({prefixed!r}) disagree; set only one")
-        if plain is not None:
-            return name, plain
-        return _KAFKA_PREFIX + name, prefixed
-
-    def boolean(self, name: str, *, default: bool) -> bool:
-        text = self.get(name)
-        if text is None:
-            return default
-        if text.lower() in ("true", "false"):
-            return text.lower() == "true"
-        raise KafkaConfigurationError(f"option '{name}' must be 'true' or 'false', not {text!r}")
-
-    def positive_int(self, name: str, *, default: int | None) -> int | None:
-        text = self.get(name)
-        if text is None:
-            return default
-        try:
-            value = int(text)
-        except ValueError:
-            value = 0
-        if value < 1:
-            raise KafkaConfigurationError(f"option '{name}' must be a positive integer, not {text!r}")
-        return value
-
-
-def _parse_bootstrap(opts: _Options) -> str:
-    name, servers = opts.either("bootstrap.servers")
-    if servers is None:
-        raise KafkaConfigurationError(
-            "option 'bootstrap.servers' is required, e.g. .option('bootstrap.servers', '127.0.0.1:7001,127.0.0.1:7002')")
-    for server in (s.strip() for s in servers.split(",")):
-        host, _, port = server.rpartition(":")
-        if not host or not port.isdigit():
-            raise KafkaConfigurationError(
-                f"option '{name}' must be 'host:port[,host:port...]', not {servers!r}")
-    return servers
-
-
-def _parse_isolation_level(opts: _Options) -> IsolationLevel:
+def _parse_isolation_level(opts: OptionMap) -> IsolationLevel:
     name, text = opts.either("isolation.level")
     if text is None:
         return IsolationLevel.READ_COMMITTED
@@ -200,7 +143,7 @@ def _parse_isolation_level(opts: _Options) -> IsolationLevel:
             f"option '{name}' must be 'read_committed' or 'read_uncommitted', not {text!r}") from None
 
 
-def _parse_subscription(opts: _Options) -> Subscription:
+def _parse_subscription(opts: OptionMap) -> Subscription:
     given = [name for name in _SUBSCRIPTION_OPTIONS if opts.get(name) is not None]
     if len(given) != 1:
         found = f"got {', '.join(repr(g) for g in given)}" if given else "got none"
@@ -233,7 +176,7 @@ def _parse_subscription(opts: _Options) -> Subscription:
     return Subscription(partitions=partitions)
 
 
-def _parse_offset_spec(opts: _Options, name: str, *, default: str, subscription: Subscription,
+def _parse_offset_spec(opts: OptionMap, name: str, *, default: str, subscription: Subscription,
                        forbidden: int | None = None) -> OffsetSpec:
     """"earliest", "latest", or JSON {"topic": {"0": 23, "1": -2}}; `forbidden` is the special offset
     that makes no sense here (latest as a batch start, earliest as a batch end)."""

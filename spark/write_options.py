@@ -16,6 +16,8 @@ from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, St
 
 from proto.errors import KafkaConfigurationError
 
+from spark.option_map import OptionMap, parse_bootstrap
+
 DEFAULT_PREFIX = "txnsim-spark-"
 #: the first is the default; at-least-once is Spark's own Kafka sink's guarantee, kept as the baseline
 DELIVERY_GUARANTEES = ("exactly-once", "at-least-once")
@@ -41,10 +43,8 @@ class WriteOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, Any], schema: StructType) -> WriteOptions:
-        opts = {k: v for k, v in options.items()}
-        servers = opts.get("bootstrap.servers") or opts.get("kafka.bootstrap.servers")
-        if not servers:
-            raise KafkaConfigurationError("option 'bootstrap.servers' is required (host:port[,host:port...])")
+        opts = OptionMap(options)
+        servers = parse_bootstrap(opts)
         fields = {f.name: f.dataType for f in schema.fields}
         _check_column(fields, "value", (BinaryType, StringType), required=True)
         _check_column(fields, "key", (BinaryType, StringType))
@@ -53,15 +53,15 @@ class WriteOptions:
         if "headers" in fields and not _is_headers(fields["headers"]):
             raise KafkaConfigurationError(
                 f"column 'headers' must be array<struct<key:string,value:binary>>, not {fields['headers'].simpleString()}")
-        topic = opts.get("topic") or None
+        topic = opts.get("topic")
         if topic is None and "topic" not in fields:
             raise KafkaConfigurationError(
                 "no topic: set option 'topic' or give the rows a string column named 'topic'")
         return cls(bootstrap_servers=servers, topic=topic,
-                   transactional_id_prefix=opts.get("transactional.id.prefix", DEFAULT_PREFIX),
+                   transactional_id_prefix=opts.get("transactional.id.prefix") or DEFAULT_PREFIX,
                    delivery_guarantee=_choice(opts, "delivery.guarantee", DELIVERY_GUARANTEES),
-                   transaction_timeout_ms=_positive_int(opts, "transaction.timeout.ms", DEFAULT_TIMEOUT_MS),
-                   max_block_ms=_positive_int(opts, "max.block.ms", DEFAULT_MAX_BLOCK_MS),
+                   transaction_timeout_ms=opts.positive_int("transaction.timeout.ms", default=DEFAULT_TIMEOUT_MS),
+                   max_block_ms=opts.positive_int("max.block.ms", default=DEFAULT_MAX_BLOCK_MS),
                    has_key="key" in fields, has_topic_column="topic" in fields,
                    has_partition="partition" in fields, has_headers="headers" in fields)
 
@@ -84,21 +84,8 @@ def _is_headers(data_type: object) -> bool:
     return isinstance(inner.get("key"), StringType) and isinstance(inner.get("value"), (BinaryType, StringType))
 
 
-def _choice(opts: Mapping[str, Any], name: str, choices: tuple[str, ...]) -> str:
-    value = str(opts.get(name, choices[0])).strip().lower()
+def _choice(opts: OptionMap, name: str, choices: tuple[str, ...]) -> str:
+    value = (opts.get(name) or choices[0]).lower()
     if value not in choices:
         raise KafkaConfigurationError(f"option '{name}' must be one of {', '.join(choices)}, not {value!r}")
-    return value
-
-
-def _positive_int(opts: Mapping[str, Any], name: str, default: int) -> int:
-    raw = opts.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except (TypeError, ValueError):
-        raise KafkaConfigurationError(f"option '{name}' must be a positive integer, not {raw!r}") from None
-    if value <= 0:
-        raise KafkaConfigurationError(f"option '{name}' must be a positive integer, not {raw!r}")
     return value
