@@ -6,6 +6,11 @@ nothing at or above it is ever read; the LSO is min(HW, first offset of the earl
 whose marker is not yet below the HW). One lock guards the state; fsyncs run outside it.
 A producer-state snapshot is written when a segment rolls and on a clean close, so that opening
 the log replays only the batches after the newest snapshot.
+
+Fencing (leader_epochs.py): a log opened with its claims writes only segment files named with
+its own epoch (the first write after opening starts a fresh one), and after each fsync checks
+that no later epoch was claimed before it moves the high watermark and acknowledges. Once a
+later epoch exists the log is fenced: every waiting and later call gets NOT_LEADER_OR_FOLLOWER.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from partitions.group_commit import GroupCommitter
+from partitions.leader_epochs import EpochLimits, LeaderEpochs
 from partitions.model import (AppendOrigin, AppendResult, FetchData, LogConfig, OpenTransaction,
                               ProducerSnapshot, RecoveryStats)
 from partitions.producer_snapshot import PartitionStateSnapshot, snapshot_name
@@ -45,7 +51,8 @@ class PartitionLog:
 
     def __init__(self, directory: Path, topic: str, partition: int, leader_epoch: int, config: LogConfig,
                  segments: list[Segment], state: ProducerStateTable, aborted: AbortedTxnIndex,
-                 recovery_report: list[str], recovery_stats: RecoveryStats) -> None:
+                 recovery_report: list[str], recovery_stats: RecoveryStats,
+                 epochs: LeaderEpochs | None = None) -> None:
         self.directory = directory
         self.topic = topic
         self.partition = partition
@@ -67,22 +74,27 @@ class PartitionLog:
         self._state.on_high_watermark(self._high_watermark)
         self._closed = False
         self._files_closed = False
+        self._epochs = epochs
+        self._fenced = False
         self._committer = GroupCommitter(self._flush, self._log_end_offset)
 
     @classmethod
     def open(cls, directory: Path, topic: str, partition: int, *, leader_epoch: int,
-             config: LogConfig = LogConfig()) -> PartitionLog:
+             config: LogConfig = LogConfig(), epochs: LeaderEpochs | None = None) -> PartitionLog:
         """Open (creating if missing) the log in `directory`: cut a damaged tail, then load its state.
 
         The producer state and aborted index come from the newest usable snapshot plus a replay of
         the batches after it (producer_state_recovery.py); recovery_stats says which and how many.
+        With `epochs` (the log's claims, `leader_epoch` claimed in them) writes earlier leaders
+        made after they were cut off are dropped, and this log is fenced once a later epoch is claimed.
         """
         directory.mkdir(parents=True, exist_ok=True)
-        recovered = recover_segments(directory)
-        segments = recovered.segments or [Segment.create(directory, 0)]
-        loaded = load_producer_state(directory, segments, f"{topic}-{partition}")
+        limits = epochs.limits() if epochs is not None else EpochLimits()
+        recovered = recover_segments(directory, limits=limits)
+        segments = recovered.segments or [Segment.create(directory, 0, leader_epoch)]
+        loaded = load_producer_state(directory, segments, f"{topic}-{partition}", limits)
         return cls(directory, topic, partition, leader_epoch, config, segments, loaded.state, loaded.aborted,
-                   recovered.report, loaded.stats)
+                   recovered.report, loaded.stats, epochs)
 
     def __repr__(self) -> str:
         return (f"PartitionLog({self.topic}-{self.partition}, epoch {self.leader_epoch}, "
@@ -182,11 +194,13 @@ class PartitionLog:
         return AppendResult(offset, offset, log_start_offset=self.log_start_offset)
 
     def _write(self, chunks: list[bytes], offsets: list[tuple[int, int]]) -> None:
-        """Write whole batches at the log end (lock held), rolling first if they would overflow the segment."""
+        """Write whole batches at the log end (lock held), rolling first if they would overflow the
+        segment or if the active segment belongs to an earlier leader epoch."""
         data = b"".join(chunks)
         active = self._segments[-1]
         try:
-            if active.size > 0 and active.size + len(data) > self.config.segment_bytes:
+            if active.epoch != self.leader_epoch or (
+                    active.size > 0 and active.size + len(data) > self.config.segment_bytes):
                 active = self._roll()
             active.append(data, [(base, last, len(chunk)) for (base, last), chunk in zip(offsets, chunks)])
         except OSError as error:
@@ -199,7 +213,7 @@ class PartitionLog:
         The producer state at the new segment's base is snapshotted: everything below it is durable.
         """
         self._sync_active_segment()
-        segment = Segment.create(self.directory, self._log_end_offset)
+        segment = Segment.create(self.directory, self._log_end_offset, self.leader_epoch)
         self._segments.append(segment)
         self._segment_bases.append(segment.base_offset)
         self._write_snapshot()
@@ -219,9 +233,11 @@ class PartitionLog:
         A failed write is logged, not raised: the snapshot only shortens the next open's replay,
         which falls back to an older snapshot or to the whole log.
         """
+        if self._superseded():
+            return  # a later leader owns the log: leave its snapshots alone
         snapshot = PartitionStateSnapshot(self._log_end_offset, self._state.entries(), self._aborted.entries)
         try:
-            write_snapshot(self.directory, snapshot, fsync=self.config.fsync)
+            write_snapshot(self.directory, snapshot, self.leader_epoch, fsync=self.config.fsync)
         except (OSError, ValueError) as error:
             logger.warning("%s-%s: cannot write the producer snapshot at offset %d (%s); the next open "
                            "replays more of the log", self.topic, self.partition, snapshot.offset, error)
@@ -231,6 +247,7 @@ class PartitionLog:
         with self._lock:
             if self._files_closed:
                 raise NotLeaderOrFollowerError(f"log {self.topic}-{self.partition} is closed")
+            self._check_not_fenced()
             end = self._log_end_offset
             # segments are fsynced when rolled, so only the newest can hold unsynced bytes; -2 is cheap insurance
             dirty = [(segment, segment.size) for segment in self._segments[-2:] if segment.synced_size < segment.size]
@@ -240,6 +257,11 @@ class PartitionLog:
                     segment.sync()
         except OSError as error:
             raise KafkaStorageError(f"fsync of {self.topic}-{self.partition} failed: {error}") from error
+        if self._superseded():  # checked after the fsync: see leader_epochs.py for why that order
+            with self._lock:
+                self._fenced = True
+                self._data_ready.notify_all()
+            self._check_not_fenced()
         with self._lock:
             for segment, size in dirty:
                 segment.mark_synced(size)
@@ -294,7 +316,7 @@ class PartitionLog:
     def wait_for_data(self, fetch_offset: int, isolation: IsolationLevel, timeout_s: float) -> bool:
         """Block until something at or after `fetch_offset` is readable, or the timeout passes."""
         with self._data_ready:
-            self._data_ready.wait_for(lambda: self._closed or self._readable_end(isolation) > fetch_offset,
+            self._data_ready.wait_for(lambda: self._closed or self._fenced or self._readable_end(isolation) > fetch_offset,
                                       timeout=max(0.0, timeout_s))
             return self._readable_end(isolation) > fetch_offset
 
@@ -359,6 +381,25 @@ class PartitionLog:
     def _check_open(self) -> None:
         if self._closed:
             raise NotLeaderOrFollowerError(f"log {self.topic}-{self.partition} is closed on this node")
+        self._check_not_fenced()
+
+    def _check_not_fenced(self) -> None:
+        if self._fenced:
+            raise NotLeaderOrFollowerError(
+                f"[NOT_LEADER_OR_FOLLOWER] {self.topic}-{self.partition}: epoch {self.leader_epoch} was "
+                "superseded by a later leader; nothing more is written or acknowledged here")
+
+    def _superseded(self) -> bool:
+        return self._epochs is not None and self._epochs.superseded(self.leader_epoch)
+
+    @property
+    def fenced(self) -> bool:
+        """True once a later leader epoch was claimed (checked now, not only at the next write)."""
+        if not self._fenced and self._superseded():
+            with self._lock:
+                self._fenced = True
+                self._data_ready.notify_all()
+        return self._fenced
 
     def close(self) -> None:
         """Refuse new work, wait until everything written is durable, then close the files."""
@@ -372,10 +413,13 @@ class PartitionLog:
         try:
             self._committer.wait_until_durable(end)
             durable = True
+        except NotLeaderOrFollowerError:
+            if not self._fenced:
+                raise  # fenced: what was not acknowledged stays unacknowledged; the files still close
         finally:
             with self._lock:
                 self._files_closed = True
                 for segment in self._segments:
                     segment.close()
-                if durable and not (self.directory / snapshot_name(end)).exists():
+                if durable and not (self.directory / snapshot_name(end, self.leader_epoch)).exists():
                     self._write_snapshot()  # the next open then replays nothing

@@ -58,16 +58,21 @@ class PartitionStateSnapshot:
     aborted: tuple[AbortedTxn, ...]
 
 
-def snapshot_name(offset: int) -> str:
-    return f"{offset:020d}{SUFFIX}"
+def snapshot_name(offset: int, epoch: int) -> str:
+    """`<offset>-e<leader epoch>.snapshot`: a leader that was cut off cannot overwrite a later one's."""
+    return f"{offset:020d}-e{epoch}{SUFFIX}"
 
 
-def parse_snapshot_name(name: str) -> int | None:
-    """The offset of a snapshot file name, or None if `name` is not one."""
-    stem = name[:-len(SUFFIX)]
-    if name.endswith(SUFFIX) and len(stem) == 20 and stem.isdigit():
-        return int(stem)
-    return None
+def parse_snapshot_name(name: str) -> tuple[int, int | None] | None:
+    """(offset, leader epoch) of a snapshot file name (epoch None for an older unnamed one), or None."""
+    if not name.endswith(SUFFIX):
+        return None
+    offset, separator, epoch = name[:-len(SUFFIX)].partition("-e")
+    if len(offset) != 20 or not offset.isdigit():
+        return None
+    if not separator:
+        return int(offset), None
+    return (int(offset), int(epoch)) if epoch.isdigit() else None
 
 
 def encode(snapshot: PartitionStateSnapshot) -> bytes:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from partitions.leader_epochs import EpochLimits
 from partitions.model import RecoveryStats
 from partitions.producer_snapshot import CorruptSnapshotError, PartitionStateSnapshot
 from partitions.producer_state import ProducerStateTable
@@ -45,12 +46,13 @@ def replay_batch(state: ProducerStateTable, aborted: AbortedTxnIndex, batch: Rec
         state.replay(batch.header)
 
 
-def load_producer_state(directory: Path, segments: list[Segment], name: str) -> LoadedState:
+def load_producer_state(directory: Path, segments: list[Segment], name: str,
+                        limits: EpochLimits = EpochLimits()) -> LoadedState:
     """The state of the log made of `segments` (recovered, non-empty): newest usable snapshot + tail."""
     log_start, log_end = segments[0].base_offset, segments[-1].next_offset
     try:
         delete_stray_temporaries(directory)
-        snapshot, discarded = _choose_snapshot(directory, segments, log_start, log_end)
+        snapshot, discarded = _choose_snapshot(directory, segments, log_start, log_end, limits)
     except OSError as error:
         raise KafkaStorageError(f"cannot read or clean the producer snapshots of {name}: {error}") from error
     if snapshot is None:
@@ -69,9 +71,10 @@ def load_producer_state(directory: Path, segments: list[Segment], name: str) -> 
     return LoadedState(state, aborted, stats)
 
 
-def _choose_snapshot(directory: Path, segments: list[Segment], log_start: int, log_end: int
+def _choose_snapshot(directory: Path, segments: list[Segment], log_start: int, log_end: int, limits: EpochLimits
                      ) -> tuple[PartitionStateSnapshot | None, list[str]]:
-    """The newest loadable snapshot; deletes (durably) those past the end, below the start, or damaged."""
+    """The newest loadable snapshot; deletes (durably) those past the end, below the start, damaged,
+    or taken by a leader past the offset where a later epoch took over."""
     chosen: PartitionStateSnapshot | None = None
     doomed: list[SnapshotFile] = []
     discarded: list[str] = []
@@ -83,8 +86,12 @@ def _choose_snapshot(directory: Path, segments: list[Segment], log_start: int, l
         discarded.append(line)
 
     for file in reversed(list_snapshots(directory)):
+        limit = limits.limit(file.epoch) if file.epoch is not None else None
         if file.offset > log_end:
             discard(file, f"it covers offsets up to {file.offset}, past the log end {log_end}")
+        elif limit is not None and file.offset > limit:
+            discard(file, f"epoch {file.epoch} took it at offset {file.offset}, after a later epoch "
+                          f"took over at offset {limit}")
         elif chosen is not None:
             continue  # older but usable: kept as the fallback
         elif file.offset < log_start:

@@ -22,16 +22,29 @@ SUFFIX = ".log"
 _READ_AHEAD = 1 << 20
 
 
-def segment_name(base_offset: int) -> str:
-    return f"{base_offset:020d}{SUFFIX}"
+def segment_name(base_offset: int, epoch: int) -> str:
+    """`<base offset>-e<leader epoch>.log`: each leader writes only files named with its own epoch."""
+    return f"{base_offset:020d}-e{epoch}{SUFFIX}"
 
 
-def parse_segment_name(name: str) -> int | None:
-    """The base offset of a segment file name, or None if `name` is not one."""
+def parse_segment_name(name: str) -> tuple[int, int | None] | None:
+    """(base offset, leader epoch) of a segment file name (epoch None for an older unnamed one), or None."""
+    if not name.endswith(SUFFIX):
+        return None
     stem = name[:-len(SUFFIX)]
-    if name.endswith(SUFFIX) and len(stem) == 20 and stem.isdigit():
-        return int(stem)
-    return None
+    base, separator, epoch = stem.partition("-e")
+    if len(base) != 20 or not base.isdigit():
+        return None
+    if not separator:
+        return int(base), None
+    return (int(base), int(epoch)) if epoch.isdigit() else None
+
+
+def segment_files(directory: Path) -> list[tuple[int, int | None, Path]]:
+    """(base offset, epoch, path) of every segment file in `directory`, in log order."""
+    found = [(*parsed, path) for path in directory.iterdir()
+             if path.is_file() and (parsed := parse_segment_name(path.name)) is not None]
+    return sorted(found, key=lambda item: (item[0], -1 if item[1] is None else item[1]))
 
 
 def fsync_directory(directory: Path) -> None:
@@ -84,9 +97,11 @@ class _ReadAhead:
 class Segment:
     """One open segment file. Not thread-safe: the owning PartitionLog serialises access."""
 
-    def __init__(self, path: Path, base_offset: int, fd: int) -> None:
+    def __init__(self, path: Path, base_offset: int, fd: int, epoch: int | None = None) -> None:
         self.path = path
         self.base_offset = base_offset
+        #: the leader epoch that created (and alone writes) this file; None for files of older versions
+        self.epoch = epoch
         self._fd = fd
         self._size = 0
         self._synced_size = 0
@@ -95,17 +110,17 @@ class Segment:
         self._positions = array("q")
 
     @classmethod
-    def create(cls, directory: Path, base_offset: int) -> Segment:
-        """A new empty segment, its directory entry made durable."""
-        path = directory / segment_name(base_offset)
+    def create(cls, directory: Path, base_offset: int, epoch: int) -> Segment:
+        """A new empty segment of leader epoch `epoch`, its directory entry made durable."""
+        path = directory / segment_name(base_offset, epoch)
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
         fsync_directory(directory)
-        return cls(path, base_offset, fd)
+        return cls(path, base_offset, fd, epoch)
 
     @classmethod
-    def open_existing(cls, path: Path, base_offset: int) -> Segment:
+    def open_existing(cls, path: Path, base_offset: int, epoch: int | None) -> Segment:
         """An existing segment with an empty index; call scan() to index it."""
-        return cls(path, base_offset, os.open(path, os.O_RDWR | os.O_APPEND))
+        return cls(path, base_offset, os.open(path, os.O_RDWR | os.O_APPEND), epoch)
 
     # ------------------------------------------------------------ state
 
@@ -208,11 +223,14 @@ class Segment:
 
     # ------------------------------------------------------------ recovery
 
-    def scan(self, expected_offset: int, on_batch: Callable[[RecordBatch], None]) -> ScanProblem | None:
+    def scan(self, expected_offset: int, on_batch: Callable[[RecordBatch], None],
+             limit: int | None = None) -> ScanProblem | None:
         """Index the good prefix of the file, calling `on_batch` for each good batch in order.
 
         A batch is good if its header parses with magic 2, it fits in the file, its CRC-32C
-        matches, its base offset is the one expected, and a marker's control record parses.
+        matches, its base offset is the one expected, a marker's control record parses, and it
+        starts below `limit` (where a later leader epoch took over: past it this file's leader
+        had been cut off, so nothing it wrote there was acknowledged).
         """
         file_size = os.fstat(self._fd).st_size
         reader = _ReadAhead(self._fd)
@@ -229,6 +247,10 @@ class Segment:
                 break
             if header.size > remaining:
                 problem = f"torn tail: {remaining} of {header.size} bytes"
+                break
+            if limit is not None and header.base_offset >= limit:
+                problem = (f"written at offset {header.base_offset} by epoch {self.epoch} after a later "
+                           f"epoch took over at offset {limit} (never acknowledged)")
                 break
             batch = RecordBatch(header, reader.read(position, header.size))
             problem = _batch_problem(batch, expected)

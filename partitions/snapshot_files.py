@@ -1,6 +1,7 @@
 """The producer-state snapshot files of a partition directory: atomic writes, listing, retention.
 
-Files are named by the offset they cover (00000000000000012345.snapshot). A file is written to a
+Files are named by the offset they cover and the leader epoch that wrote them
+(00000000000000012345-e3.snapshot). A file is written to a
 temporary name, fsynced, renamed and the directory fsynced, so a name on disk always holds a
 whole snapshot; a crash leaves at most a stray .tmp, deleted on the next open. Only the newest
 RETAINED_SNAPSHOTS are kept: one to load, one to fall back to if that one is damaged.
@@ -25,14 +26,15 @@ _TMP_SUFFIX = ".tmp"
 @dataclass(frozen=True, slots=True)
 class SnapshotFile:
     offset: int
+    epoch: int | None
     path: Path
 
 
 def list_snapshots(directory: Path) -> list[SnapshotFile]:
     """The snapshot files of `directory`, oldest first."""
-    found = [SnapshotFile(offset, path) for path in directory.iterdir()
-             if path.is_file() and (offset := parse_snapshot_name(path.name)) is not None]
-    return sorted(found, key=lambda file: file.offset)
+    found = [SnapshotFile(*parsed, path) for path in directory.iterdir()
+             if path.is_file() and (parsed := parse_snapshot_name(path.name)) is not None]
+    return sorted(found, key=lambda file: (file.offset, -1 if file.epoch is None else file.epoch))
 
 
 def read_snapshot(file: SnapshotFile) -> PartitionStateSnapshot:
@@ -43,9 +45,10 @@ def read_snapshot(file: SnapshotFile) -> PartitionStateSnapshot:
     return snapshot
 
 
-def write_snapshot(directory: Path, snapshot: PartitionStateSnapshot, *, fsync: bool = True) -> Path:
-    """Write `snapshot` atomically, then delete all but the newest RETAINED_SNAPSHOTS; returns its path."""
-    path = directory / snapshot_name(snapshot.offset)
+def write_snapshot(directory: Path, snapshot: PartitionStateSnapshot, epoch: int, *, fsync: bool = True) -> Path:
+    """Write `snapshot` (taken by leader epoch `epoch`) atomically, then delete all but the newest
+    RETAINED_SNAPSHOTS; returns its path."""
+    path = directory / snapshot_name(snapshot.offset, epoch)
     tmp = path.with_name(path.name + _TMP_SUFFIX)
     data = encode(snapshot)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)

@@ -23,6 +23,7 @@ from proto.hashing import partition_for
 from proto.structs import OffsetAndMetadata, TopicPartition
 from txnsim.admin import Admin
 from txnsim.cli.common import console, exits_cleanly
+from partitions.segment import segment_files
 from txnsim.cli.dump_log_cmd import describe_segment
 from txnsim.cluster import LocalCluster
 
@@ -246,6 +247,6 @@ def _coordinator_crash(bs: str, cluster: LocalCluster, admin: Admin) -> None:
 def _on_disk(data_dir: Path) -> None:
     scene(5, "the log on disk", "`txnsim dump-log orders 0`: data batches carry producer id, epoch and sequence;\n"
           "control batches are the COMMIT/ABORT markers the coordinator wrote.")
-    for segment in sorted((data_dir / "logs" / "orders-0").glob("*.log")):
+    for _base, _epoch, segment in segment_files(data_dir / "logs" / "orders-0"):
         for line in describe_segment(segment.read_bytes()):
             console.print(line, markup=False)

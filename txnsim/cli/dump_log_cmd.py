@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 
 from coordinator.layout import ClusterLayout
+from partitions.segment import segment_files
 from proto.errors import CorruptMessageError, UnknownTopicOrPartitionError
 from proto.records import RecordBatch, read_header
 from txnsim.cli.common import exits_cleanly, print_data
@@ -29,7 +30,7 @@ def dump_log(args: argparse.Namespace) -> int:
         raise SystemExit(f"error: no cluster data at {args.data_dir} (pass the --data-dir of "
                          "`txnsim cluster start`)")
     directory = layout.logs / f"{args.topic}-{args.partition}"
-    segments = sorted(directory.glob("*.log"))
+    segments = [path for _base, _epoch, path in segment_files(directory)] if directory.is_dir() else []
     if not segments:
         raise UnknownTopicOrPartitionError(f"[UNKNOWN_TOPIC_OR_PARTITION] no log for {args.topic}-{args.partition} "
                                            f"in {layout.logs}")

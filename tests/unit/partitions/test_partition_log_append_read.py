@@ -41,7 +41,7 @@ def test_stored_batches_carry_offset_and_leader_epoch_and_keep_a_valid_crc(open_
     log = open_log(leader_epoch=7)
     log.append(batch(b"x"))
     log.append(batch(b"y", b"z"))
-    stored = list(records.iter_batches((log_dir / "00000000000000000000.log").read_bytes()))
+    stored = list(records.iter_batches((log_dir / "00000000000000000000-e7.log").read_bytes()))
     assert [(b.header.base_offset, b.header.partition_leader_epoch) for b in stored] == [(0, 7), (1, 7)]
     assert all(b.crc_ok() for b in stored)
 
@@ -52,7 +52,7 @@ def test_offsets_stay_contiguous_across_rolled_segments(open_log, log_dir):
     assert [r.base_offset for r in results] == list(range(0, 24, 2))
     names = sorted(p.name for p in log_dir.glob("*.log"))
     assert len(names) > 3
-    assert names[0] == "00000000000000000000.log"
+    assert names[0] == "00000000000000000000-e0.log"
     bases = [int(name[:20]) for name in names]
     assert bases == sorted(bases)
     for path in log_dir.glob("*.log"):

@@ -112,7 +112,7 @@ def test_a_clean_reopen_loads_the_close_snapshot_and_replays_nothing(open_log, l
     assert before["lso"] < before["hw"] and len(before["aborted"]) == 2
     log.close()
     end = before["end"]
-    assert (log_dir / snapshot_name(end)).exists()
+    assert (log_dir / snapshot_name(end, 0)).exists()
     assert len(snapshot_offsets(log_dir)) == RETAINED_SNAPSHOTS
     with caplog.at_level(logging.INFO, logger="partitions.producer_state_recovery"):
         log = open_log(leader_epoch=1, segment_bytes=SEGMENT_BYTES)
@@ -170,7 +170,7 @@ def test_a_damaged_newest_snapshot_falls_back_to_the_older_one(open_log, log_dir
     before = observe(log)
     log.close()
     older, newest = snapshot_offsets(log_dir)
-    path = log_dir / snapshot_name(newest)
+    path = log_dir / snapshot_name(newest, 0)
     raw = bytearray(path.read_bytes())
     raw[len(raw) // 2] ^= 0x10
     path.write_bytes(bytes(raw))
@@ -191,8 +191,8 @@ def test_when_no_snapshot_is_readable_the_whole_log_is_replayed(open_log, log_di
     before = observe(log)
     log.close()
     older, newest = snapshot_offsets(log_dir)
-    (log_dir / snapshot_name(older)).write_bytes(b"\x00\x01")  # shorter than a header
-    (log_dir / snapshot_name(newest)).write_bytes((log_dir / snapshot_name(newest)).read_bytes()[:-7])
+    (log_dir / snapshot_name(older, 0)).write_bytes(b"\x00\x01")  # shorter than a header
+    (log_dir / snapshot_name(newest, 0)).write_bytes((log_dir / snapshot_name(newest, 0)).read_bytes()[:-7])
     log = open_log(leader_epoch=1, segment_bytes=SEGMENT_BYTES)
     assert log.recovery_stats.snapshot_offset is None
     assert log.recovery_stats.replayed_batches == batch_count(log)
@@ -206,8 +206,8 @@ def test_a_misnamed_snapshot_is_not_trusted(open_log, log_dir):
     before = observe(log)
     log.close()
     older, newest = snapshot_offsets(log_dir)
-    (log_dir / snapshot_name(older)).rename(log_dir / snapshot_name(newest - 1))
-    (log_dir / snapshot_name(newest)).unlink()
+    (log_dir / snapshot_name(older, 0)).rename(log_dir / snapshot_name(newest - 1, 0))
+    (log_dir / snapshot_name(newest, 0)).unlink()
     log = open_log(leader_epoch=1, segment_bytes=SEGMENT_BYTES)
     assert log.recovery_stats.snapshot_offset is None
     (line,) = log.recovery_stats.discarded_snapshots
@@ -222,7 +222,7 @@ def test_a_torn_tail_past_the_snapshot_is_cut_and_the_snapshot_beyond_the_end_di
     log.close()
     end, active_base = log.log_end_offset, segment_bases(log_dir)[-1]
     assert snapshot_offsets(log_dir) == [active_base, end]
-    active = log_dir / f"{active_base:020d}.log"
+    active = log_dir / f"{active_base:020d}-e0.log"
     raw = bytearray(active.read_bytes())
     last_batch_position = len(raw) - len(list(records.iter_batches(bytes(raw)))[-1].raw)
     raw[last_batch_position + HEADER_SIZE + 2] ^= 0x01  # the last batch (a plain one) fails its CRC
@@ -238,7 +238,7 @@ def test_a_torn_tail_past_the_snapshot_is_cut_and_the_snapshot_beyond_the_end_di
     assert log.log_end_offset < end
     stats = log.recovery_stats
     (line,) = stats.discarded_snapshots
-    assert snapshot_name(end) in line and "past the log end" in line
+    assert snapshot_name(end, 0) in line and "past the log end" in line
     assert snapshot_offsets(log_dir) == [active_base]
     assert stats.snapshot_offset == active_base and stats.replayed_batches == batch_count(log, active_base)
     replayed = open_at(reference)
@@ -298,7 +298,7 @@ def test_a_half_written_snapshot_is_deleted_on_open(open_log, log_dir):
     log = open_log()
     log.append(data(b"a"))
     log.close()
-    stray = log_dir / (snapshot_name(7) + ".tmp")
+    stray = log_dir / (snapshot_name(7, 0) + ".tmp")
     stray.write_bytes(b"half")
     log = open_log(leader_epoch=1)
     assert not stray.exists()

@@ -10,7 +10,7 @@ from proto.records import HEADER_SIZE
 from proto.structs import IsolationLevel
 
 COMMITTED = IsolationLevel.READ_COMMITTED
-FIRST_SEGMENT = "00000000000000000000.log"
+FIRST_SEGMENT = "00000000000000000000-e0.log"
 
 
 def data(*values: bytes, pid: int = -1, epoch: int = -1, seq: int = -1, txn: bool = False) -> bytes:

@@ -51,8 +51,9 @@ def test_state_at_or_past_the_snapshot_offset_is_rejected():
 
 
 def test_file_names_carry_the_offset():
-    assert snapshot_name(12345) == "00000000000000012345.snapshot"
-    assert parse_snapshot_name("00000000000000012345.snapshot") == 12345
+    assert snapshot_name(12345, 3) == "00000000000000012345-e3.snapshot"
+    assert parse_snapshot_name("00000000000000012345-e3.snapshot") == (12345, 3)
+    assert parse_snapshot_name("00000000000000012345.snapshot") == (12345, None)  # written before epochs
     assert parse_snapshot_name("00000000000000012345.log") is None
     assert parse_snapshot_name("txn-snapshot") is None
 

@@ -1,0 +1,119 @@
+"""Fencing: a leader cut off by a later epoch never acknowledges again, and what it writes anyway
+(it may be mid-write when the new leader takes over) never becomes part of the log.
+
+Two LogManagers with different node ids stand for two node processes sharing the data directory;
+the "old" one keeps running its code after the "new" one claimed the log, exactly what a node
+resumed from SIGSTOP does before it notices.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from partitions import LogConfig, LogManager, PartitionLog
+from partitions.leader_epochs import LeaderEpochs
+from partitions.producer_snapshot import PartitionStateSnapshot
+from partitions.snapshot_files import write_snapshot
+from proto import records
+from proto.errors import NotLeaderOrFollowerError
+from proto.structs import IsolationLevel
+
+SMALL = LogConfig(segment_bytes=400)
+
+
+def batch(value: bytes) -> bytes:
+    return records.encode_batch([(1000, None, value, ())])
+
+
+def values(log: PartitionLog) -> list[bytes]:
+    return [r.value for b in log.batches() for r in b.records()]
+
+
+def take_over(root: Path, config: LogConfig = LogConfig()) -> tuple[LogManager, PartitionLog]:
+    manager = LogManager(root, config, node_id=2)
+    return manager, manager.open_as_leader("t", 0, may_cut_off=lambda node: node == 1)
+
+
+def test_the_cut_off_leader_cannot_acknowledge_and_its_late_write_is_not_in_the_log(tmp_path: Path):
+    old_manager = LogManager(tmp_path, node_id=1)
+    old = old_manager.open_as_leader("t", 0)
+    for i in range(3):
+        old.append(batch(b"acked-%d" % i))
+    new_manager, new = take_over(tmp_path)
+    assert new.high_watermark == 3 and values(new) == [b"acked-0", b"acked-1", b"acked-2"]
+
+    with pytest.raises(NotLeaderOrFollowerError, match="superseded"):
+        old.append(batch(b"late"))  # written to its file, fsynced, then refused: never acknowledged
+    assert old.high_watermark == 3  # and never readable on the old leader either
+    with pytest.raises(NotLeaderOrFollowerError):
+        old.read(0, 1 << 20, IsolationLevel.READ_UNCOMMITTED)
+
+    new.append(batch(b"new-0"))
+    new_manager.close_all()
+    old_manager.close_all()
+    reopened = LogManager(tmp_path, node_id=3).open_as_leader("t", 0)
+    assert values(reopened) == [b"acked-0", b"acked-1", b"acked-2", b"new-0"]
+    (line,) = reopened.recovery_report
+    assert "by epoch 0 after a later epoch took over at offset 3" in line
+    assert [(b.header.base_offset, b.header.partition_leader_epoch) for b in reopened.batches()] == [
+        (0, 0), (1, 0), (2, 0), (3, 1)]
+    reopened.close()
+
+
+def test_segments_the_cut_off_leader_creates_are_deleted_whole(tmp_path: Path):
+    old_manager = LogManager(tmp_path, SMALL, node_id=1)
+    old = old_manager.open_as_leader("t", 0)
+    old.append(batch(b"x" * 300))
+    new_manager, new = take_over(tmp_path, SMALL)
+    with pytest.raises(NotLeaderOrFollowerError):
+        old.append(batch(b"y" * 300))  # does not fit: the old leader rolls a segment of its own epoch
+    late_files = sorted(path.name for path in (tmp_path / "t-0").glob("*-e0.log"))
+    assert len(late_files) == 2
+    for i in range(3):  # the new leader's own segments, at the very offsets the old one used
+        new.append(batch(b"z%d" % i * 150))
+    new_manager.close_all()
+    old_manager.close_all()
+    reopened = LogManager(tmp_path, SMALL, node_id=3).open_as_leader("t", 0)
+    assert values(reopened) == [b"x" * 300] + [b"z%d" % i * 150 for i in range(3)]
+    assert any(late_files[1] in line and "deleted the whole segment" in line for line in reopened.recovery_report)
+    reopened.close()
+
+
+def test_a_snapshot_the_cut_off_leader_took_after_the_take_over_is_not_loaded(tmp_path: Path):
+    old_manager = LogManager(tmp_path, node_id=1)
+    old = old_manager.open_as_leader("t", 0)
+    old.append(batch(b"a"))
+    new_manager, new = take_over(tmp_path)
+    for value in (b"b", b"c", b"d"):
+        new.append(batch(value))
+    new_manager.close_all()
+    # the old leader, resumed, snapshots its view at offset 3 (it thinks 3 batches are there)
+    write_snapshot(tmp_path / "t-0", PartitionStateSnapshot(3, (), ()), epoch=0)
+    old_manager.close_all()
+    reopened = LogManager(tmp_path, node_id=3).open_as_leader("t", 0)
+    assert reopened.recovery_stats.snapshot_offset != 3
+    assert any("after a later epoch took over at offset 1" in line
+               for line in reopened.recovery_stats.discarded_snapshots)
+    assert values(reopened) == [b"a", b"b", b"c", b"d"]
+    reopened.close()
+
+
+class _OneClaimBehind(LeaderEpochs):
+    """A claimant that listed the claims just before another node linked the newest one."""
+
+    def latest(self):
+        claims = self.claims()
+        return claims[-2] if len(claims) > 1 else None
+
+
+def test_a_claimant_racing_on_a_stale_listing_loses_and_overwrites_nothing(tmp_path: Path):
+    log_dir = tmp_path / "t-0"
+    log_dir.mkdir()
+    epochs = LeaderEpochs(log_dir)
+    assert epochs.claim(1) == 0 and epochs.claim(2) == 1
+    assert epochs.superseded(0) and not epochs.superseded(1)
+    with pytest.raises(NotLeaderOrFollowerError, match="epoch 1 of t-0 was just claimed"):
+        _OneClaimBehind(log_dir).claim(3)
+    assert [(c.epoch, c.node_id) for c in epochs.claims()] == [(0, 1), (1, 2)]
+    assert not list(epochs.directory.glob("*.tmp"))
