@@ -21,6 +21,10 @@ class NodeConfig:
     producer_id_block_size: int = 1000
     #: a __transaction_state shard is snapshotted after this many writes, so loading stays short
     transaction_state_snapshot_interval_records: int = 1000
+    # liveness: a node whose heartbeat stands still this long is counted out (its logs are taken
+    # over and it is fenced); a dead node is noticed at once through its node lock
+    broker_session_timeout_ms: int = 2000
+    broker_heartbeat_interval_ms: int = 100
     # log
     log_segment_bytes: int = 64 * 1024 * 1024
     #: internal shards roll small segments, so snapshots can delete the history they cover

@@ -47,6 +47,9 @@ class ClusterLayout:
     def node_lock(self, node_id: int) -> Path:
         return self.nodes / f"{node_id}.lock"
 
+    def node_heartbeat(self, node_id: int) -> Path:
+        return self.nodes / f"{node_id}.heartbeat"
+
     def node_log(self, node_id: int) -> Path:
         return self.nodes / f"{node_id}.log"
 

@@ -27,7 +27,7 @@ from coordinator.cluster_service import ClusterServer, ClusterServicer
 from coordinator.group import GroupCoordinator, GroupService
 from coordinator.layout import ClusterLayout, check_shard_counts, read_cluster_spec
 from coordinator.partition_service import PartitionServer, PartitionsServicer
-from coordinator.membership import Membership
+from coordinator.membership import Heartbeat, Membership
 from coordinator.ownership_log import OwnershipLog
 from coordinator.producer_ids import ProducerIdAllocator
 from coordinator.topics import TopicStore
@@ -69,7 +69,9 @@ class Node:
         layout.make_dirs()
         check_shard_counts(layout, self.config)
         self._lock_fd = self._take_node_lock()
-        self.membership = Membership(layout, self.spec.node_ids, node_id)
+        self.heartbeat = Heartbeat(layout, node_id, self.config.broker_heartbeat_interval_ms / 1000)
+        self.membership = Membership(layout, self.spec.node_ids, node_id,
+                                     session_timeout_s=self.config.broker_session_timeout_ms / 1000)
         self.ownership_log = OwnershipLog(layout.metadata)
         self._reconcile_lock = threading.Lock()
         self.topics = TopicStore(layout.metadata)
@@ -77,7 +79,8 @@ class Node:
             layout.logs,
             LogConfig(segment_bytes=self.config.log_segment_bytes, message_max_bytes=self.config.message_max_bytes),
             internal_config=LogConfig(segment_bytes=self.config.internal_log_segment_bytes,
-                                      message_max_bytes=self.config.message_max_bytes))
+                                      message_max_bytes=self.config.message_max_bytes),
+            node_id=node_id)
         self.channels = NodeChannels()
         self.stopped = threading.Event()
         self._ready = threading.Event()
@@ -120,6 +123,7 @@ class Node:
         self._server = server
         self.membership.on_change(lambda old, new: self.reconcile(f"live nodes {sorted(old)} -> {sorted(new)}"))
         self.reconcile("start-up")
+        threading.Thread(target=self.heartbeat.run, name="heartbeat", daemon=True).start()
         threading.Thread(target=self.membership.run, args=(self._tick,), name="membership", daemon=True).start()
         threading.Thread(target=self._run_timers, name="timers", daemon=True).start()
         log.info("node %d serving on %s", self.node_id, self.address)
@@ -127,8 +131,11 @@ class Node:
     # ------------------------------------------------------------ ownership
 
     def _tick(self) -> None:
-        """After every probe: retry taking what we own but could not open yet (its owner was releasing it)."""
-        if not self._ready.is_set():
+        """After every probe: drop logs a later leader fenced us out of, and retry taking what we
+        own but could not open yet (its leader was still letting go)."""
+        if any(shard_log.fenced for shard_log in self.logs.open_logs()):
+            self.reconcile("fenced by a later leader")
+        elif not self._ready.is_set():
             self.reconcile("retry")
 
     def reconcile(self, reason: str) -> None:
@@ -164,19 +171,21 @@ class Node:
     def _release_moved_logs(self, reason: str) -> None:
         for shard_log in self.logs.open_logs():
             topic, partition = shard_log.topic, shard_log.partition
-            if self.membership.owner(topic, partition) == self.node_id:
+            fenced = shard_log.fenced
+            if self.membership.owner(topic, partition) == self.node_id and not fenced:
                 continue
             if topic == TRANSACTION_STATE_TOPIC:
                 self.txn.unload_shard(partition)
             elif topic == CONSUMER_OFFSETS_TOPIC:
                 self.groups.unload_shard(partition)
             self.logs.close(topic, partition)
-            self.ownership_log.record(self.node_id, "released", topic, partition, shard_log.leader_epoch, reason)
-            log.info("released %s-%d (%s)", topic, partition, reason)
+            action = "fenced" if fenced else "released"
+            self.ownership_log.record(self.node_id, action, topic, partition, shard_log.leader_epoch, reason)
+            log.log(logging.WARNING if fenced else logging.INFO, "%s %s-%d (%s)", action, topic, partition, reason)
 
     def _acquire(self, topic: str, partition: int, reason: str):
         try:
-            shard_log = self.logs.open_as_leader(topic, partition)
+            shard_log = self.logs.open_as_leader(topic, partition, self.membership.may_cut_off)
         except NotLeaderOrFollowerError:
             return None  # the previous owner is still closing it; the next tick retries
         self.ownership_log.record(self.node_id, "acquired", topic, partition, shard_log.leader_epoch, reason)
@@ -185,6 +194,7 @@ class Node:
     def stop(self) -> None:
         self.stopped.set()
         self.membership.stop()
+        self.heartbeat.stop()
         if self._server is not None:
             self._server.stop(grace=0.5).wait(2)
         self.markers.close()

@@ -78,7 +78,7 @@ class PartitionServer:
         if existing is not None:
             return existing
         with self._open_lock:
-            return self._logs.open_as_leader(topic, partition)
+            return self._logs.open_as_leader(topic, partition, self._membership.may_cut_off)
 
     def notify_appended(self) -> None:
         with self._data_arrived:

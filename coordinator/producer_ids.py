@@ -1,21 +1,31 @@
-"""Producer ids come in blocks taken from one shared counter, so no id is ever handed out twice.
+"""Producer ids come in blocks, each claimed by creating its own file, so no id is handed out twice.
 
-The counter file is read, advanced and fsynced under an exclusive flock; a node that dies
-holding a block simply wastes it (ids are never reused, as in Kafka's KIP-730).
+DATA/producer-ids/blocks/<n> exists once block n (ids n*size .. (n+1)*size-1) belongs to some
+node: it is created with O_CREAT|O_EXCL, which exactly one creator wins, and made durable before
+any of its ids is used. No lock is held across the claim, so a node paused (SIGSTOP) in the
+middle of one blocks nobody; a node that dies holding a block simply wastes it (ids are never
+reused, as in Kafka's KIP-730). `next-block` is only a hint of where to start looking, and
+`block-size` keeps the size the first node used, so a later change of the setting cannot make
+blocks overlap.
 """
 from __future__ import annotations
 
-import fcntl
+import os
 import threading
 from pathlib import Path
 
 from coordinator.layout import write_atomically
+from partitions.segment import fsync_directory
+
+_LEGACY_COUNTER = "next-block-start"  # the flock-guarded counter of earlier versions
 
 
 class ProducerIdAllocator:
     def __init__(self, directory: Path, block_size: int = 1000) -> None:
         self._directory = directory
-        self._block_size = block_size
+        self._blocks = directory / "blocks"
+        self._wanted_block_size = block_size
+        self._block_size = 0  # read or fixed at the first claim
         self._lock = threading.Lock()
         self._next = 0
         self._end = 0  # exclusive
@@ -29,14 +39,40 @@ class ProducerIdAllocator:
             return pid
 
     def _take_block(self) -> tuple[int, int]:
-        self._directory.mkdir(parents=True, exist_ok=True)
-        counter = self._directory / "next-block-start"
-        with open(self._directory / "allocator.lock", "a+") as lock_file:
-            fcntl.flock(lock_file, fcntl.LOCK_EX)
+        self._blocks.mkdir(parents=True, exist_ok=True)
+        self._block_size = self._stored_block_size()
+        block = self._first_candidate()
+        while True:
             try:
-                start = int(counter.read_text()) if counter.exists() else 0
-                end = start + self._block_size
-                write_atomically(counter, str(end).encode())
-                return start, end
+                os.close(os.open(self._blocks / str(block), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+                break
+            except FileExistsError:
+                block += 1
+        fsync_directory(self._blocks)
+        write_atomically(self._directory / "next-block", str(block + 1).encode())
+        start = block * self._block_size
+        return start, start + self._block_size
+
+    def _stored_block_size(self) -> int:
+        path = self._directory / "block-size"
+        if not path.exists():
+            tmp = path.with_name(f"block-size.{os.getpid()}.tmp")
+            tmp.write_text(str(self._wanted_block_size))
+            try:
+                os.link(tmp, path)  # the first node's size wins, whoever races
+            except FileExistsError:
+                pass
             finally:
-                fcntl.flock(lock_file, fcntl.LOCK_UN)
+                tmp.unlink()
+            fsync_directory(self._directory)
+        return int(path.read_text())
+
+    def _first_candidate(self) -> int:
+        """Where to start probing: the hint, else past every id an earlier version handed out."""
+        for name, scale in (("next-block", 1), (_LEGACY_COUNTER, self._block_size)):
+            try:
+                value = int((self._directory / name).read_text())
+            except (FileNotFoundError, ValueError):
+                continue
+            return -(-value // scale)  # the legacy counter holds an id: round up to a whole block
+        return 0

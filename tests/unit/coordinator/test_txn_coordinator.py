@@ -1,6 +1,8 @@
 """TransactionCoordinator logic over a real shard log; phase two recorded by a marker writer we control."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import threading
 
 import pytest
@@ -149,6 +151,22 @@ def test_producer_ids_are_never_reused_across_allocators(tmp_path):
     second = ProducerIdAllocator(tmp_path, block_size=10)
     ids = [first.allocate() for _ in range(15)] + [second.allocate() for _ in range(15)]
     assert len(set(ids)) == 30
+
+
+def _allocate_in_a_process(directory: str, count: int) -> list[int]:
+    allocator = ProducerIdAllocator(Path(directory), block_size=7)
+    return [allocator.allocate() for _ in range(count)]
+
+
+def test_producer_ids_from_racing_processes_never_collide_nor_after_a_block_size_change(tmp_path):
+    import multiprocessing
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        batches = pool.starmap(_allocate_in_a_process, [(str(tmp_path), 60)] * 4)
+    ids = [pid for batch in batches for pid in batch]
+    assert len(set(ids)) == len(ids) == 240
+    resized = ProducerIdAllocator(tmp_path, block_size=1000)  # the stored size (7) still rules
+    more = [resized.allocate() for _ in range(20)]
+    assert not set(more) & set(ids)
 
 
 def test_the_shard_of_an_id_is_kafkas():
