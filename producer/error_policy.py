@@ -42,6 +42,8 @@ def classify_produce_error(error: KafkaError) -> Action:
         return Action.SUCCESS
     if isinstance(error, e.ProducerFencedError):
         return Action.FATAL
+    if isinstance(error, e.KafkaTimeoutError):
+        return Action.REFRESH_AND_RETRY  # no answer in time: the leader may be stalled or gone, look again
     if error.retriable:
         return Action.REFRESH_AND_RETRY if error.invalid_metadata else Action.RETRY
     # KIP-588: INVALID_PRODUCER_EPOCH on produce is abortable; so are OUT_OF_ORDER_SEQUENCE,

@@ -14,6 +14,7 @@ from proto.errors import (
     CoordinatorNotAvailableError,
     KafkaConnectionError,
     KafkaError,
+    KafkaTimeoutError,
     UnknownTopicOrPartitionError,
     raise_for,
 )
@@ -22,6 +23,8 @@ from proto.transport import Deadline, NodeChannels, Stubs, call, retrying
 
 GROUP = 0
 TRANSACTION = 1
+#: the longest a metadata or coordinator lookup waits for one node before asking the next
+LOOKUP_TIMEOUT_S = 2.0
 
 
 def parse_bootstrap(bootstrap_servers: str | Iterable[str]) -> list[str]:
@@ -72,7 +75,7 @@ class ClusterClient:
                 for address in self.known_addresses():
                     try:
                         return fn(self.stubs(address))
-                    except KafkaConnectionError as exc:
+                    except (KafkaConnectionError, KafkaTimeoutError) as exc:  # down or stalled: ask the next
                         last = exc
                 raise last or KafkaConnectionError("no node is reachable")
         raise AssertionError("unreachable")
@@ -84,7 +87,7 @@ class ClusterClient:
 
     def refresh_metadata(self, topics: Iterable[str] = (), deadline: Deadline | None = None) -> pb.MetadataResponse:
         request = pb.MetadataRequest(topics=list(topics), include_internal=True)
-        response = self.any_node(lambda s: call(s.cluster.Metadata, request, self._timeout(deadline)), deadline)
+        response = self.any_node(lambda s: call(s.cluster.Metadata, request, self._lookup_timeout(deadline)), deadline)
         with self._lock:
             self._nodes = {n.node_id: n.address for n in response.nodes}
             for topic in response.topics:
@@ -142,7 +145,7 @@ class ClusterClient:
         if address is not None:
             return address
         request = pb.FindCoordinatorRequest(key_type=key_type, key=key)
-        response = self.any_node(lambda s: call(s.cluster.FindCoordinator, request, self._timeout(deadline)),
+        response = self.any_node(lambda s: call(s.cluster.FindCoordinator, request, self._lookup_timeout(deadline)),
                                  deadline)
         if not response.address:
             raise CoordinatorNotAvailableError(f"[COORDINATOR_NOT_AVAILABLE] no coordinator for {key!r} yet")
@@ -153,6 +156,11 @@ class ClusterClient:
     def invalidate_coordinator(self, key_type: int, key: str) -> None:
         with self._lock:
             self._coordinators.pop((key_type, key), None)
+
+    def _lookup_timeout(self, deadline: Deadline | None) -> float:
+        """Metadata and FindCoordinator are cheap for any live node: one that has not answered in
+        two seconds is stalled, and the next node is asked instead."""
+        return min(self._timeout(deadline), LOOKUP_TIMEOUT_S)
 
     def _timeout(self, deadline: Deadline | None) -> float:
         if deadline is None:

@@ -11,7 +11,7 @@ PRODUCE = [
     (e.UnknownTopicOrPartitionError, Action.REFRESH_AND_RETRY),
     (e.KafkaConnectionError, Action.REFRESH_AND_RETRY),
     (e.RequestTimedOutError, Action.RETRY),
-    (e.KafkaTimeoutError, Action.RETRY),
+    (e.KafkaTimeoutError, Action.REFRESH_AND_RETRY),  # no answer: the leader may be stalled
     (e.NotEnoughReplicasError, Action.RETRY),
     (e.KafkaStorageError, Action.RETRY),
     (e.CorruptMessageError, Action.RETRY),

@@ -1,0 +1,132 @@
+"""A paused node (SIGSTOP: a long GC, a frozen VM) is counted out once its heartbeat stalls, its logs
+are taken over under a new leader epoch, and when it wakes it is fenced: nothing it had in flight
+or writes afterwards is acknowledged or becomes visible, and it rejoins through a clean handover."""
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from proto.structs import TRANSACTION_STATE_TOPIC
+from tests.helpers import wait_until
+from tests.integration.conftest import FAST_SETTINGS
+from txnsim import Admin, Consumer, LocalCluster, Producer, TopicPartition, errors
+
+PAUSE_SETTINGS = dict(FAST_SETTINGS, broker_session_timeout_ms=1000)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    with LocalCluster(nodes=3, data_dir=tmp_path / "cluster", **PAUSE_SETTINGS) as c:
+        with Admin(c.bootstrap_servers) as admin:
+            admin.create_topic("t", partitions=3)
+        yield c
+
+
+def read_committed(bs: str) -> list[bytes]:
+    with Consumer(bootstrap_servers=bs, isolation_level="read_committed", auto_offset_reset="earliest",
+                  enable_auto_commit=False) as c:
+        c.assign([TopicPartition("t", p) for p in range(3)])
+        out: list[bytes] = []
+        while batch := c.poll(timeout_ms=500):
+            out.extend(r.value for records in batch.values() for r in records)
+        return out
+
+
+def ownership_changes(cluster: LocalCluster) -> list[dict]:
+    path = cluster.data_dir / "metadata" / "ownership.log"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_a_paused_coordinator_is_taken_over_then_fenced_and_it_rejoins(cluster):
+    bs = cluster.bootstrap_servers
+    paused = cluster.coordinator_for("p")
+    acknowledged: list[bytes] = []
+    with Producer(bootstrap_servers=bs, transactional_id="p", request_timeout_ms=1000,
+                  delivery_timeout_ms=20_000, max_block_ms=20_000) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("t", value=b"before", partition=0)
+        producer.commit_transaction()
+        acknowledged.append(b"before")
+
+        cluster.pause(paused)
+        # every node but the paused one sees its heartbeat stall and takes its shards and partitions
+        wait_until(lambda: cluster.coordinator_for("p") != paused, timeout_s=15,
+                   what="another node to coordinate 'p'")
+        for i in range(3):
+            producer.begin_transaction()
+            for partition in range(3):
+                producer.send("t", value=b"during-%d-%d" % (i, partition), partition=partition)
+            producer.commit_transaction()
+            acknowledged.extend(b"during-%d-%d" % (i, partition) for partition in range(3))
+
+        cluster.resume(paused)
+        wait_until(lambda: any(c["node_id"] == paused and c["action"] == "fenced" for c in ownership_changes(cluster)),
+                   timeout_s=15, what="the woken node to find itself fenced")
+        wait_until(lambda: cluster.coordinator_for("p") == paused, timeout_s=15,
+                   what="the woken node to get its shard back")
+        producer.begin_transaction()
+        producer.send("t", value=b"after", partition=1)
+        producer.commit_transaction()
+        acknowledged.append(b"after")
+
+    seen = read_committed(bs)
+    assert sorted(seen) == sorted(acknowledged)
+    shard_changes = [c for c in ownership_changes(cluster) if c["topic"] == TRANSACTION_STATE_TOPIC]
+    for shard in {c["partition"] for c in shard_changes}:  # each takeover claimed a higher epoch
+        epochs = [c["leader_epoch"] for c in shard_changes if c["partition"] == shard and c["action"] == "acquired"]
+        assert epochs == sorted(set(epochs))
+    # the handback was graceful: the temporary owner released the shard, nobody fenced it
+    taken_back = [c for c in shard_changes if c["node_id"] == paused and c["action"] == "acquired"]
+    assert taken_back and taken_back[-1]["reason"] != "start-up"
+
+
+def test_writes_in_flight_on_a_paused_partition_leader_are_never_acknowledged_twice(cluster):
+    """An idempotent producer keeps writing while a partition's leader is paused mid-stream; writes
+    the paused leader had taken but not acknowledged are retried on the new leader, and the woken
+    leader acknowledges none of them: each value is in the log exactly once, in order."""
+    bs = cluster.bootstrap_servers
+    with Admin(bs) as admin:
+        leader = next(pt.leader for t in admin.describe_cluster().topics if t.name == "t"
+                      for pt in t.partitions if pt.partition == 2)
+    acknowledged: list[int] = []
+    failures: list[BaseException] = []
+    stop = threading.Event()
+
+    def write() -> None:
+        with Producer(bootstrap_servers=bs, enable_idempotence=True, linger_ms=0, request_timeout_ms=1000,
+                      delivery_timeout_ms=30_000, max_in_flight_requests_per_connection=1) as producer:
+            i = 0
+            while not stop.is_set():
+                try:
+                    producer.send("t", value=b"%d" % i, partition=2).get(timeout=30)
+                except errors.KafkaError as exc:
+                    failures.append(exc)
+                    return
+                acknowledged.append(i)
+                i += 1
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    wait_until(lambda: len(acknowledged) >= 20, what="some acknowledged writes")
+    cluster.pause(leader)
+    count_at_pause = len(acknowledged)
+    wait_until(lambda: len(acknowledged) >= count_at_pause + 20, timeout_s=20,
+               what="writes to continue on the new leader")
+    cluster.resume(leader)
+    wait_until(lambda: any(c["node_id"] == leader and c["action"] == "fenced" and c["topic"] == "t"
+                           for c in ownership_changes(cluster)),
+               timeout_s=15, what="the woken leader to find itself fenced")
+    wait_until(lambda: len(acknowledged) >= count_at_pause + 40, timeout_s=20, what="writes after the wake-up")
+    stop.set()
+    writer.join(timeout=60)
+    assert not failures
+    with Consumer(bootstrap_servers=bs, auto_offset_reset="earliest", enable_auto_commit=False) as c:
+        c.assign([TopicPartition("t", 2)])
+        values: list[int] = []
+        while batch := c.poll(timeout_ms=500):
+            values.extend(int(r.value) for records in batch.values() for r in records)
+    assert values == list(range(len(values)))  # no gap, no duplicate, in order
+    assert set(acknowledged) <= set(values)
