@@ -48,9 +48,12 @@ class Fault:
 
 def plan_faults(seed: int, duration_s: float, node_ids: Sequence[int], kinds: Sequence[str],
                 interval_s: float, heal_s: tuple[float, float] = (1.0, 2.0),
-                quiet_tail_s: float = 1.0) -> list[Fault]:
+                quiet_tail_s: float = 1.0, pause_s: tuple[float, float] | None = None) -> list[Fault]:
     """Faults every `interval_s` on average (uniformly 0.5x to 1.5x apart), each healed within
-    the run; none starts within `quiet_tail_s` of the end."""
+    the run; none starts within `quiet_tail_s` of the end. Pauses last `pause_s` (default: twice
+    `heal_s`), so that some outlast the nodes' session timeout and are taken over and fenced,
+    and others end before it and are simply waited out."""
+    pause_s = pause_s or (heal_s[0], 2 * heal_s[1])
     unknown = sorted(set(kinds) - set(FAULT_KINDS))
     if unknown:
         raise ValueError(f"unknown fault kind(s) {', '.join(unknown)}; choose from {', '.join(FAULT_KINDS)}")
@@ -63,7 +66,7 @@ def plan_faults(seed: int, duration_s: float, node_ids: Sequence[int], kinds: Se
     while True:
         kind = rng.choice(kinds)
         node = rng.choice(nodes)
-        heal = 0.0 if kind == "restart" else rng.uniform(*heal_s)
+        heal = 0.0 if kind == "restart" else rng.uniform(*(pause_s if kind == "pause" else heal_s))
         if t + heal > duration_s - quiet_tail_s:
             return faults
         faults.append(Fault(round(t, 3), kind, node, round(heal, 3)))

@@ -29,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     chaos.add_argument("--faults", type=_fault_kinds, default=("kill", "pause"),
                        help=f"comma-separated kinds from {','.join(FAULT_KINDS)}, or none (default kill,pause)")
     chaos.add_argument("--fault-interval-ms", type=int, default=3_000,
-                       help="mean time between faults (default 3000); a fault keeps its node down 1-2 s")
+                       help="mean time between faults (default 3000); a kill keeps its node down 1-2 s, a "
+                            "pause 1-4 s (past the 2 s session timeout its logs move and it is fenced)")
     chaos.add_argument("--abort-ratio", type=_ratio, default=0.1,
                        help="share of transactions aborted on purpose (default 0.1)")
     chaos.add_argument("--partitions", type=int, default=3, help="partitions of chaos-in and chaos-out (default 3)")
