@@ -14,6 +14,7 @@ later epoch exists the log is fenced: every waiting and later call gets NOT_LEAD
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -29,7 +30,7 @@ from partitions.producer_snapshot import PartitionStateSnapshot, snapshot_name
 from partitions.producer_state import ProducerStateTable
 from partitions.producer_state_recovery import load_producer_state
 from partitions.recovery import recover_segments
-from partitions.segment import Segment, fsync_directory
+from partitions.segment import Segment, delete_segment_files, fsync_directory
 from partitions.snapshot_files import delete_snapshots, list_snapshots, write_snapshot
 from partitions.txn_index import AbortedTxn, AbortedTxnIndex, index_abort
 from partitions.validation import parse_batches, validate_batches
@@ -93,8 +94,10 @@ class PartitionLog:
         recovered = recover_segments(directory, limits=limits)
         segments = recovered.segments or [Segment.create(directory, 0, leader_epoch)]
         loaded = load_producer_state(directory, segments, f"{topic}-{partition}", limits)
+        stats = dataclasses.replace(loaded.stats, scanned_segments=recovered.scanned_segments,
+                                    indexed_segments=recovered.indexed_segments)
         return cls(directory, topic, partition, leader_epoch, config, segments, loaded.state, loaded.aborted,
-                   recovered.report, loaded.stats, epochs)
+                   recovered.report, stats, epochs)
 
     def __repr__(self) -> str:
         return (f"PartitionLog({self.topic}-{self.partition}, epoch {self.leader_epoch}, "
@@ -213,6 +216,13 @@ class PartitionLog:
         The producer state at the new segment's base is snapshotted: everything below it is durable.
         """
         self._sync_active_segment()
+        sealed = self._segments[-1]
+        if sealed.epoch == self.leader_epoch:  # an earlier leader's file may still grow: no index for it
+            try:
+                sealed.write_index()
+            except OSError as error:
+                logger.warning("%s-%s: cannot save the index of %s (%s); the next open scans it",
+                               self.topic, self.partition, sealed.path.name, error)
         segment = Segment.create(self.directory, self._log_end_offset, self.leader_epoch)
         self._segments.append(segment)
         self._segment_bases.append(segment.base_offset)
@@ -358,7 +368,7 @@ class PartitionLog:
                 self._write_snapshot()
         for segment in doomed:
             segment.close()
-            segment.path.unlink(missing_ok=True)
+            delete_segment_files(segment.path)
         delete_snapshots(self.directory, [file for file in snapshots if file.offset < log_start], fsync=False)
         fsync_directory(self.directory)
         return len(doomed)

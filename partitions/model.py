@@ -83,7 +83,7 @@ class OpenTransaction:
 
 @dataclass(frozen=True, slots=True)
 class RecoveryStats:
-    """How opening a log rebuilt its producer state: from which snapshot, replaying how much."""
+    """How opening a log rebuilt its state: which segments it scanned, from which snapshot, replaying how much."""
 
     #: offset of the snapshot loaded, None for a replay of the whole log
     snapshot_offset: int | None
@@ -92,3 +92,6 @@ class RecoveryStats:
     replayed_batches: int
     #: one line per snapshot file that was deleted instead of loaded, and why
     discarded_snapshots: tuple[str, ...] = ()
+    #: segments read and CRC-checked batch by batch, and sealed ones loaded from their saved index
+    scanned_segments: int = 0
+    indexed_segments: int = 0

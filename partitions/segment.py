@@ -4,22 +4,35 @@ A segment holds v2 batches back to back, each carrying the offset the log assign
 keeps (base offset, last offset, byte position) per batch, so a read is a bisect and a pread.
 The scan on recovery accepts the longest prefix of well-formed, CRC-valid, contiguous batches
 and says where and why it stopped; the caller decides to cut there.
+
+When a segment is sealed (fsynced at a roll) its index is saved beside it as `<name>.index`
+(CRC-32C, the file size it describes). Opening the log then loads sealed segments from their
+index instead of scanning them, so recovery reads only the tail, as Kafka's recovery point
+does. The index is a cache: missing, damaged, or describing another file size, it is ignored
+and the segment scanned.
 """
 from __future__ import annotations
 
 import os
+import struct
+import sys
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import crc32c
+
 from proto import records
 from proto.errors import CorruptMessageError
 from proto.records import HEADER_SIZE, RecordBatch
 
 SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
 _READ_AHEAD = 1 << 20
+_INDEX_HEADER = struct.Struct(">4sIqqI")  # magic, crc of the rest, described file size, base offset, batches
+_INDEX_MAGIC = b"TXI1"
 
 
 def segment_name(base_offset: int, epoch: int) -> str:
@@ -45,6 +58,16 @@ def segment_files(directory: Path) -> list[tuple[int, int | None, Path]]:
     found = [(*parsed, path) for path in directory.iterdir()
              if path.is_file() and (parsed := parse_segment_name(path.name)) is not None]
     return sorted(found, key=lambda item: (item[0], -1 if item[1] is None else item[1]))
+
+
+def index_path(segment_path: Path) -> Path:
+    return segment_path.with_name(segment_path.name[:-len(SUFFIX)] + INDEX_SUFFIX)
+
+
+def delete_segment_files(segment_path: Path) -> None:
+    """A segment file and its saved index."""
+    segment_path.unlink(missing_ok=True)
+    index_path(segment_path).unlink(missing_ok=True)
 
 
 def fsync_directory(directory: Path) -> None:
@@ -121,6 +144,50 @@ class Segment:
     def open_existing(cls, path: Path, base_offset: int, epoch: int | None) -> Segment:
         """An existing segment with an empty index; call scan() to index it."""
         return cls(path, base_offset, os.open(path, os.O_RDWR | os.O_APPEND), epoch)
+
+    @classmethod
+    def open_indexed(cls, path: Path, base_offset: int, epoch: int | None) -> Segment | None:
+        """An existing sealed segment indexed from its saved index, or None if that index cannot be trusted."""
+        try:
+            data = index_path(path).read_bytes()
+        except OSError:
+            return None
+        if len(data) < _INDEX_HEADER.size:
+            return None
+        magic, crc, size, base, count = _INDEX_HEADER.unpack_from(data)
+        body = data[_INDEX_HEADER.size:]
+        if (magic != _INDEX_MAGIC or base != base_offset or len(body) != 24 * count
+                or crc != crc32c.crc32c(data[8:])):
+            return None
+        fd = os.open(path, os.O_RDWR | os.O_APPEND)
+        if os.fstat(fd).st_size != size:  # cut or appended to since: scan it
+            os.close(fd)
+            return None
+        segment = cls(path, base_offset, fd, epoch)
+        for target, start in ((segment._bases, 0), (segment._lasts, 8 * count), (segment._positions, 16 * count)):
+            target.frombytes(body[start:start + 8 * count])
+            if sys.byteorder != "little":
+                target.byteswap()
+        if count and segment._bases[0] != base_offset:
+            segment.close()
+            return None
+        segment._size = segment._synced_size = size
+        return segment
+
+    def write_index(self) -> None:
+        """Save the index of this sealed, fsynced segment (temp file and rename; a cache, not fsynced)."""
+        arrays = []
+        for source in (self._bases, self._lasts, self._positions):
+            copy = array("q", source)
+            if sys.byteorder != "little":
+                copy.byteswap()
+            arrays.append(copy.tobytes())
+        rest = struct.pack(">qqI", self._size, self.base_offset, len(self._bases)) + b"".join(arrays)
+        data = _INDEX_MAGIC + struct.pack(">I", crc32c.crc32c(rest)) + rest
+        target = index_path(self.path)
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, target)
 
     # ------------------------------------------------------------ state
 

@@ -93,6 +93,8 @@ def test_a_damaged_segment_takes_every_later_segment_with_it(open_log, log_dir):
     log.close()
     segments = sorted(log_dir.glob("*.log"))
     assert len(segments) >= 4
+    for index in log_dir.glob("*.index"):  # no saved index (lost, or written by an older version): scanned
+        index.unlink()
     damaged = segments[1]
     raw = bytearray(damaged.read_bytes())
     raw[-5] ^= 0xFF
@@ -176,3 +178,38 @@ def test_an_empty_directory_opens_as_an_empty_log(tmp_path: Path):
         assert (tmp_path / "new-3" / FIRST_SEGMENT).exists()
     finally:
         log.close()
+
+
+def test_sealed_segments_load_from_their_saved_index_and_only_the_tail_is_scanned(open_log, log_dir):
+    log = open_log(segment_bytes=300)
+    for i in range(12):
+        log.append(data(f"v{i}".encode() * 30))
+    before = [r.value for b in log.batches() for r in b.records()]
+    log.close()
+    segments = sorted(log_dir.glob("*.log"))
+    assert sorted(log_dir.glob("*.index")) == [p.with_suffix(".index") for p in segments[:-1]]
+    log = open_log(leader_epoch=1, segment_bytes=300)
+    stats = log.recovery_stats
+    assert (stats.scanned_segments, stats.indexed_segments) == (1, len(segments) - 1)
+    assert [r.value for b in log.batches() for r in b.records()] == before
+    assert log.log_end_offset == 12
+
+
+def test_an_index_that_no_longer_describes_its_segment_is_ignored_and_the_segment_scanned(open_log, log_dir):
+    log = open_log(segment_bytes=300)
+    for i in range(12):
+        log.append(data(f"v{i}".encode() * 30))
+    log.close()
+    segments = sorted(log_dir.glob("*.log"))
+    damaged_index = segments[0].with_suffix(".index")
+    damaged_index.write_bytes(damaged_index.read_bytes()[:-3] + b"xyz")  # its CRC no longer matches
+    with segments[1].open("ab") as f:  # bytes appended after the index was saved: a torn write
+        f.write(b"\x00" * 17)
+    log = open_log(leader_epoch=1, segment_bytes=300)
+    assert log.recovery_stats.scanned_segments == 3  # the two above and the tail
+    (line,) = log.recovery_report
+    assert segments[1].name in line and "cutting 17 bytes" in line
+    assert log.log_end_offset == 12
+    log.close()
+    log = open_log(leader_epoch=2, segment_bytes=300)  # both were indexed again after their scan
+    assert log.recovery_stats.scanned_segments == 1
