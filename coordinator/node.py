@@ -131,10 +131,14 @@ class Node:
     # ------------------------------------------------------------ ownership
 
     def _tick(self) -> None:
-        """After every probe: drop logs a later leader fenced us out of, and retry taking what we
+        """After every probe: drop logs a later leader fenced us out of or that moved away (a data
+        partition opened by a request that raced a membership change), and retry taking what we
         own but could not open yet (its leader was still letting go)."""
-        if any(shard_log.fenced for shard_log in self.logs.open_logs()):
+        open_logs = self.logs.open_logs()
+        if any(shard_log.fenced for shard_log in open_logs):
             self.reconcile("fenced by a later leader")
+        elif any(self.membership.owner(shard_log.topic, shard_log.partition) != self.node_id for shard_log in open_logs):
+            self.reconcile("opened while it moved away")
         elif not self._ready.is_set():
             self.reconcile("retry")
 
