@@ -38,6 +38,9 @@ CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.max_reconnect_backoff_ms", 1000),
     ("grpc.keepalive_time_ms", 2000),
     ("grpc.keepalive_timeout_ms", 2000),
+    # grpc-core 1.6x times an unanswered ping with this, not keepalive_timeout_ms (default: a
+    # minute); without it a call to a SIGSTOPped node waits out its whole deadline
+    ("grpc.http2.ping_timeout_ms", 2000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

@@ -130,3 +130,22 @@ def test_writes_in_flight_on_a_paused_partition_leader_are_never_acknowledged_tw
             values.extend(int(r.value) for records in batch.values() for r in records)
     assert values == list(range(len(values)))  # no gap, no duplicate, in order
     assert set(acknowledged) <= set(values)
+
+
+def test_a_commit_in_flight_when_its_coordinator_is_paused_completes_on_the_new_owner(cluster):
+    """The client's EndTxn hangs on the stalled node until a keepalive ping goes unanswered (about
+    2 s; gRPC alone would wait out the whole request timeout), then finds the new owner."""
+    bs = cluster.bootstrap_servers
+    with Producer(bootstrap_servers=bs, transactional_id="in-flight", max_block_ms=20_000) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        for partition in range(3):
+            producer.send("t", value=b"in-flight-%d" % partition, partition=partition)
+        producer.flush()
+        paused = cluster.coordinator_for("in-flight")
+        cluster.pause(paused)
+        try:
+            producer.commit_transaction()  # request_timeout_ms is 30 s: only the keepalive can cut this short
+        finally:
+            cluster.resume(paused)
+    assert sorted(read_committed(bs)) == [b"in-flight-0", b"in-flight-1", b"in-flight-2"]

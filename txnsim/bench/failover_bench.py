@@ -2,6 +2,9 @@
 transaction-state shard is served again, by another node, then restart the node and time
 the handback. Nodes notice a death through its released flock (coordinator/membership.py),
 so the figure is detection plus shard loading plus the client finding the new owner.
+Then the same with SIGSTOP instead of SIGKILL: a paused node keeps its lock, so the others
+count it out only when its heartbeat has stood still for the session timeout, take its shards
+over under a new epoch, and it is fenced when SIGCONT wakes it; the handback is timed from there.
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from coordinator.config import NodeConfig
 from producer import Producer
 from proto import txnsim_pb2 as pb
 from proto.cluster_client import TRANSACTION
@@ -36,6 +40,8 @@ ROUND_TIMEOUT_S = 30.0
 #: ended, so the next round's kill comes this long after the previous restart: each round measures
 #: one crash in a settled cluster, not a second fault while a node is still starting.
 ROUND_SPACING_S = 1.0
+#: broker_session_timeout_ms of the bench cluster (the node default)
+PAUSE_SESSION_TIMEOUT_S = NodeConfig().broker_session_timeout_ms / 1000
 
 
 class NotServedYet(Exception):
@@ -116,6 +122,7 @@ class ShardProbe:
 
 @dataclass(frozen=True, slots=True)
 class Round:
+    fault: str               # "kill" or "pause"
     victim: int
     served_s: float          # kill -> the id served by another node
     commit_s: float | None   # kill -> an in-flight commit_transaction() returned (None: it failed)
@@ -124,10 +131,11 @@ class Round:
     restarted_at: float      # monotonic time of the restart (the next kill waits ROUND_SPACING_S from it)
 
 
-def one_round(cluster: LocalCluster, probe: ShardProbe, number: int, reasons: Counter, not_before: float) -> Round:
-    """Kill the coordinator of a fresh id (no earlier than `not_before`), time the takeover and an
-    in-flight commit, restart the node and time the handback."""
-    transactional_id = f"bench-failover-{number}"
+def one_round(cluster: LocalCluster, probe: ShardProbe, number: int, reasons: Counter, not_before: float,
+              fault: str = "kill") -> Round:
+    """Kill (or pause) the coordinator of a fresh id (no earlier than `not_before`), time the takeover
+    and an in-flight commit, restart (or resume) the node and time the handback."""
+    transactional_id = f"bench-failover-{fault}-{number}"
     victim = cluster.coordinator_for(transactional_id)
     survivors = [n for n in cluster.node_ids if n != victim]
     probe.served_by(transactional_id, survivors[0])  # the id has state in its shard before the crash
@@ -151,39 +159,47 @@ def one_round(cluster: LocalCluster, probe: ShardProbe, number: int, reasons: Co
 
         time.sleep(max(0.0, not_before - time.monotonic()))  # pacing: see ROUND_SPACING_S
         killed_at = time.monotonic()
-        cluster.kill(victim)
+        (cluster.kill if fault == "kill" else cluster.pause)(victim)
         committer = threading.Thread(target=commit, name="bench-commit")
         committer.start()
         served_at = probe.await_owner(transactional_id, lambda node: node != victim, survivors, reasons)
         committer.join(ROUND_TIMEOUT_S)
         reasons.update(commit_errors)
     restart_at = time.monotonic()
-    cluster.restart(victim)
+    (cluster.restart if fault == "kill" else cluster.resume)(victim)
     ready_at = time.monotonic()
     probe.reconnect(victim)
     handback_reasons: Counter = Counter()
     back_at = probe.await_owner(transactional_id, lambda node: node == victim, cluster.node_ids, handback_reasons)
     reasons.update({f"handback: {reason}": count for reason, count in handback_reasons.items()})
-    return Round(victim, served_at - killed_at, committed_at[0] - killed_at if committed_at else None,
+    return Round(fault, victim, served_at - killed_at, committed_at[0] - killed_at if committed_at else None,
                  back_at - restart_at, back_at - ready_at, restarted_at=restart_at)
 
 
-def run(rounds: int = 20, progress: Progress | None = None) -> BenchResult:
+def run(rounds: int = 20, progress: Progress | None = None, pause_rounds: int | None = None) -> BenchResult:
+    """`rounds` kills, then `pause_rounds` pauses (default a quarter as many, at least 3: each
+    waits out the session timeout)."""
     progress = progress or NullProgress()
+    pause_rounds = max(3, rounds // 4) if pause_rounds is None else pause_rounds
     results: list[Round] = []
     reasons: Counter = Counter()
     with bench_cluster({TOPIC: PARTITIONS}) as cluster, _quiet("producer"):
         probe = ShardProbe(cluster)
         not_before = time.monotonic() + ROUND_SPACING_S  # every node has just started
         try:
-            progress.phase(f"failover: {rounds} rounds of kill, serve elsewhere, restart, hand back", rounds)
-            for number in range(rounds):
-                results.append(one_round(cluster, probe, number, reasons, not_before))
-                not_before = results[-1].restarted_at + ROUND_SPACING_S
-                progress.advance()
+            for fault, count in (("kill", rounds), ("pause", pause_rounds)):
+                progress.phase(f"failover: {count} rounds of {fault}, serve elsewhere, "
+                               f"{'restart' if fault == 'kill' else 'resume'}, hand back", count)
+                for number in range(count):
+                    results.append(one_round(cluster, probe, number, reasons, not_before, fault))
+                    not_before = results[-1].restarted_at + ROUND_SPACING_S
+                    progress.advance()
         finally:
             probe.close()
-    return BenchResult("failover", (failover_table(results), attempts_table(reasons, rounds)), verdicts(results))
+    kills = [r for r in results if r.fault == "kill"]
+    pauses = [r for r in results if r.fault == "pause"]
+    tables = [failover_table(kills)] + ([pause_table(pauses)] if pauses else []) + [attempts_table(reasons, len(results))]
+    return BenchResult("failover", tuple(tables), verdicts(kills) + pause_verdicts(pauses))
 
 
 @contextlib.contextmanager
@@ -221,6 +237,36 @@ def failover_table(results: list[Round]) -> ResultTable:
          f"{ROUND_SPACING_S:g} s after the previous restart (a node ignores failures for its first 0.5 s). "
          "Nodes killed: "
          + ", ".join(f"node {n} x{c}" for n, c in sorted(victims.items())) + ".",))
+
+
+def pause_table(results: list[Round]) -> ResultTable:
+    commits = [r.commit_s for r in results if r.commit_s is not None]
+    rows = [("SIGSTOP -> shard served by a new owner", Summary.of([r.served_s for r in results]))]
+    if commits:
+        rows.append(("SIGSTOP -> in-flight commit_transaction() returns", Summary.of(commits)))
+    rows.append(("SIGCONT -> shard served by the woken node again", Summary.of([r.handback_s for r in results])))
+    return ResultTable(
+        f"Takeover from a paused transaction coordinator: {len(results)} rounds of SIGSTOP and SIGCONT",
+        ("interval", "rounds", "p50 ms", "p99 ms", "max ms"),
+        tuple((label, str(s.count), format_ms(s.p50), format_ms(s.p99), format_ms(s.maximum)) for label, s in rows),
+        (f"The paused node keeps its node lock; the others count it out after its heartbeat stood still for "
+         f"the session timeout ({PAUSE_SESSION_TIMEOUT_S:g} s, broker_session_timeout_ms), then claim its shards "
+         "at a higher epoch. After SIGCONT the woken node finds its logs fenced, drops them, and gets its shard "
+         "back once the others see its heartbeat and release it.",))
+
+
+def pause_verdicts(results: list[Round]) -> tuple[Verdict, ...]:
+    if not results:
+        return ()
+    worst = max(r.served_s for r in results)
+    bound = PAUSE_SESSION_TIMEOUT_S + TARGET_S
+    failed_commits = sum(1 for r in results if r.commit_s is None)
+    return (
+        Verdict(f"a paused coordinator's shards serve elsewhere within the session timeout + {TARGET_S:g} s",
+                worst < bound, f"max {format_ms(worst)} ms over {len(results)} rounds (bound {bound:g} s)"),
+        Verdict("every in-flight commit completes across the takeover from a paused node", failed_commits == 0,
+                f"{failed_commits} of {len(results)} failed"),
+    )
 
 
 def attempts_table(reasons: Counter, rounds: int) -> ResultTable:
