@@ -25,6 +25,8 @@ class NodeConfig:
     # over and it is fenced); a dead node is noticed at once through its node lock
     broker_session_timeout_ms: int = 2000
     broker_heartbeat_interval_ms: int = 100
+    #: a __consumer_offsets shard is snapshotted after this many writes, so loading stays short
+    offsets_snapshot_interval_records: int = 1000
     # log
     log_segment_bytes: int = 64 * 1024 * 1024
     #: internal shards roll small segments, so snapshots can delete the history they cover

@@ -104,7 +104,8 @@ class Node:
             self.config.offsets_shards, now_ms=now_ms,
             min_session_timeout_ms=self.config.group_min_session_timeout_ms,
             max_session_timeout_ms=self.config.group_max_session_timeout_ms,
-            partitions_for=self.partitions.partition_count)
+            partitions_for=self.partitions.partition_count,
+            snapshot_interval_records=self.config.offsets_snapshot_interval_records)
         self._server: grpc.Server | None = None
 
     # ------------------------------------------------------------ life cycle
@@ -203,6 +204,7 @@ class Node:
             self._server.stop(grace=0.5).wait(2)
         self.markers.close()
         self.txn.close()
+        self.groups.close()
         self.logs.close_all()
         self.channels.close()
         os.close(self._lock_fd)

@@ -893,3 +893,21 @@ class OffsetLogValue(_message.Message):
     metadata: str
     commit_time_ms: int
     def __init__(self, offset: _Optional[int] = ..., metadata: _Optional[str] = ..., commit_time_ms: _Optional[int] = ...) -> None: ...
+
+class OffsetsSnapshot(_message.Message):
+    __slots__ = ("records",)
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[OffsetsSnapshotRecord]
+    def __init__(self, records: _Optional[_Iterable[_Union[OffsetsSnapshotRecord, _Mapping]]] = ...) -> None: ...
+
+class OffsetsSnapshotRecord(_message.Message):
+    __slots__ = ("offset", "key", "value", "producer_id")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    key: bytes
+    value: bytes
+    producer_id: int
+    def __init__(self, offset: _Optional[int] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., producer_id: _Optional[int] = ...) -> None: ...

@@ -4,6 +4,8 @@ __consumer_offsets shards this node owns. No gRPC here; the clock is passed in.
 Every change is written to the shard's log before it is applied or answered (prepare, append,
 apply), under the group's lock, so memory always equals what a replay of the log rebuilds.
 Transactional offsets stay pending per producer id until its marker reaches the shard.
+Every `snapshot_interval_records` writes a background job snapshots the shard from its durable
+log (snapshots.py), so loading replays only the tail after the newest snapshot.
 Request-level failures are raised as KafkaError (the servicer turns them into error codes);
 per-partition failures come back in the response.
 """
@@ -15,6 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -31,10 +34,10 @@ from proto.errors import (
     UnstableOffsetCommitError,
 )
 from proto.hashing import partition_for
-from proto.records import ControlType, encode_batch
+from proto.records import encode_batch
 from proto.structs import TopicPartition
 
-from coordinator.group import log_format
+from coordinator.group import log_format, snapshots
 from coordinator.group.metadata import GroupMetadata, MemberMetadata, PartitionCount, range_assignment
 from coordinator.group.validation import (
     check_generation,
@@ -45,6 +48,7 @@ from coordinator.group.validation import (
     validate_group_id,
     validate_offsets,
 )
+from coordinator.shard_snapshots import SnapshottedLog
 from partitions.model import AppendOrigin
 
 logger = logging.getLogger(__name__)
@@ -59,16 +63,28 @@ class ShardStatus(enum.Enum):
     ACTIVE = "active"
 
 
+@dataclass(frozen=True, slots=True)
+class ShardLoad:
+    """How a shard was loaded: from which snapshot, and how many log records were replayed after it."""
+
+    snapshot_offset: int | None
+    replayed: int
+
+
 @dataclass(eq=False)
 class _Shard:
     number: int
-    log: Any  # partitions.PartitionLog: append(records, origin=...) and batches()
+    #: partitions.PartitionLog: append(records, origin=...) and what shard_snapshots.SnapshottedLog lists
+    #: (or, for a log that keeps no files, batches(): replayed whole and never snapshotted)
+    log: Any
     status: ShardStatus = ShardStatus.LOADING
     groups: dict[str, GroupMetadata] = field(default_factory=dict)
     #: producer id -> groups that may hold its pending offsets
     txn_groups: dict[int, set[str]] = field(default_factory=dict)
     #: markers that arrived while the shard was loading: (producer_id, committed, marker_offset)
     deferred: list[tuple[int, bool, int | None]] = field(default_factory=list)
+    snapshotted: bool = False
+    writes_since_snapshot: int = 0
 
 
 class GroupCoordinator:
@@ -76,9 +92,11 @@ class GroupCoordinator:
 
     def __init__(self, offsets_shards: int, *, now_ms: Callable[[], int] = _wall_clock_ms,
                  min_session_timeout_ms: int = 6000, max_session_timeout_ms: int = 1_800_000,
-                 partitions_for: PartitionCount | None = None) -> None:
+                 partitions_for: PartitionCount | None = None, snapshot_interval_records: int = 1000) -> None:
         if offsets_shards < 1:
             raise ValueError(f"offsets_shards must be at least 1, not {offsets_shards}")
+        if snapshot_interval_records < 1:
+            raise ValueError(f"snapshot_interval_records must be at least 1, not {snapshot_interval_records}")
         self.offsets_shards = offsets_shards
         self._now_ms = now_ms
         self.min_session_timeout_ms = min_session_timeout_ms
@@ -86,6 +104,9 @@ class GroupCoordinator:
         self._partitions_for = partitions_for
         self._lock = threading.Lock()
         self._shards: dict[int, _Shard] = {}
+        self._snapshot_interval = snapshot_interval_records
+        self._snapshotter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="group-snapshot")
+        self._closed = False
 
     # ------------------------------------------------------------ shards
 
@@ -97,13 +118,14 @@ class GroupCoordinator:
         with self._lock:
             return self.shard_of(group_id) in self._shards
 
-    def load_shard(self, shard: int, log: Any) -> None:
-        """Replay the shard's log, then serve it; meanwhile its groups get COORDINATOR_LOAD_IN_PROGRESS."""
-        state = _Shard(shard, log)
+    def load_shard(self, shard: int, log: Any) -> ShardLoad:
+        """Load the shard (newest snapshot + log tail), then serve it; meanwhile its groups get
+        COORDINATOR_LOAD_IN_PROGRESS."""
+        state = _Shard(shard, log, snapshotted=isinstance(log, SnapshottedLog))
         with self._lock:
             self._shards[shard] = state
         try:
-            self._replay(state)
+            loaded = self._replay(state)
         except Exception:
             with self._lock:
                 if self._shards.get(shard) is state:
@@ -119,52 +141,33 @@ class GroupCoordinator:
                     break
             for producer_id, committed, marker_offset in deferred:
                 self._complete(state, producer_id, committed, marker_offset)
-        logger.info("loaded __consumer_offsets-%d: %d groups", shard, len(state.groups))
+        logger.info("loaded __consumer_offsets-%d: %d groups, snapshot at %s, %d log records replayed", shard,
+                    len(state.groups), loaded.snapshot_offset, loaded.replayed)
+        return loaded
 
     def unload_shard(self, shard: int) -> None:
         with self._lock:
             self._shards.pop(shard, None)
+
+    def close(self, *, wait: bool = False) -> None:
+        """Stop snapshotting. With `wait`, snapshots already due are written first; without, they are
+        dropped (the log still holds everything, so only the next load's replay is longer)."""
+        with self._lock:
+            self._closed = True
+        self._snapshotter.shutdown(wait=wait, cancel_futures=not wait)
 
     def loaded_shards(self) -> list[int]:
         """Shards this coordinator owns now (loaded or loading)."""
         with self._lock:
             return list(self._shards)
 
-    def _replay(self, shard: _Shard) -> None:
-        now = self._now_ms()
-        for batch in shard.log.batches():
-            header = batch.header
-            if header.is_control:
-                marker = batch.control_record()
-                self._complete_unlocked(shard, header.producer_id, marker.type is ControlType.COMMIT,
-                                        header.base_offset)
-                continue
-            for record in batch.records():
-                try:
-                    key = log_format.parse_key(record.key)
-                except KafkaError as exc:  # not ours to interpret; the rest of the shard still loads
-                    logger.warning("__consumer_offsets-%d offset %d skipped: %s", shard.number, record.offset, exc)
-                    continue
-                group = shard.groups.get(key.group_id)
-                if group is None:
-                    group = shard.groups[key.group_id] = GroupMetadata(key.group_id)
-                if isinstance(key, log_format.GroupKey):
-                    if record.value is not None:
-                        value = log_format.decode_group(record.value)
-                        members = {m.member_id: replace(m, last_heartbeat_ms=now, generation=value.generation)
-                                   for m in value.members}
-                        group.generation = value.generation
-                        group.members = members
-                        group.assignment = range_assignment(members, self._partitions_for)
-                        group.rebalance_started_ms = now
-                elif header.is_transactional:
-                    if record.value is not None:
-                        group.add_pending(header.producer_id, key.tp, log_format.decode_offset(record.value, record.offset))
-                        shard.txn_groups.setdefault(header.producer_id, set()).add(key.group_id)
-                elif record.value is None:
-                    group.offsets.pop(key.tp, None)
-                else:
-                    group.apply_commit(key.tp, log_format.decode_offset(record.value, record.offset))
+    def _replay(self, shard: _Shard) -> ShardLoad:
+        """Rebuild the shard's groups from its newest snapshot and the log after it (replay.py)."""
+        contents = snapshots.restore(shard.log, shard.number, self._now_ms())
+        for group in contents.groups.values():
+            group.assignment = range_assignment(group.members, self._partitions_for)
+        shard.groups, shard.txn_groups = contents.groups, contents.txn_groups
+        return ShardLoad(contents.snapshot_offset, contents.replayed)
 
     def _group(self, group_id: str, *, create: bool) -> tuple[_Shard, GroupMetadata | None]:
         validate_group_id(group_id)
@@ -188,8 +191,9 @@ class GroupCoordinator:
                 raise NotCoordinatorError(f"[NOT_COORDINATOR] __consumer_offsets-{shard.number} moved away; "
                                           f"find the coordinator again")
 
-    def _append(self, shard: _Shard, batch: bytes, *, offsets: bool = False) -> int | None:
-        """Write `batch` durably; returns its base offset. Failures map to coordinator errors (§2)."""
+    def _append(self, shard: _Shard, batch: bytes, records: int, *, offsets: bool = False) -> int | None:
+        """Write `batch` (of `records` records) durably; returns its base offset. Failures map to
+        coordinator errors (§2)."""
         try:
             result = shard.log.append(batch, origin=AppendOrigin.COORDINATOR)
         except KafkaError as exc:
@@ -197,8 +201,36 @@ class GroupCoordinator:
         except OSError as exc:
             raise NotCoordinatorError(f"[NOT_COORDINATOR] __consumer_offsets-{shard.number} cannot be written: "
                                       f"{exc}") from None
+        self._wrote(shard, records)
         self._check_serving(shard)
         return getattr(result, "base_offset", None)
+
+    # ------------------------------------------------------------ snapshots
+
+    def _wrote(self, shard: _Shard, records: int) -> None:
+        """Count records written to the shard; every snapshot interval, snapshot it in the background."""
+        if not shard.snapshotted:
+            return
+        with self._lock:
+            shard.writes_since_snapshot += records
+            if self._closed or shard.writes_since_snapshot < self._snapshot_interval:
+                return
+            shard.writes_since_snapshot = 0
+            self._snapshotter.submit(self._snapshot, shard)  # under the lock: close() cannot slip in between
+
+    def _snapshot(self, shard: _Shard) -> None:
+        """Snapshot the shard from its durable log and drop the segments the previous snapshot covers."""
+        with self._lock:
+            if self._shards.get(shard.number) is not shard:
+                return  # moved away meanwhile: the next owner snapshots
+        try:
+            contents = snapshots.take_snapshot(shard.log, shard.number)
+            logger.info("__consumer_offsets-%d: snapshot of %d groups up to offset %d", shard.number,
+                        len(contents.groups), contents.next_offset)
+        except KafkaError as exc:  # the log was closed or fenced meanwhile
+            logger.info("__consumer_offsets-%d: snapshot skipped: %s", shard.number, exc)
+        except OSError as exc:  # the log keeps everything; the next interval tries again
+            logger.warning("__consumer_offsets-%d: snapshot failed: %s", shard.number, exc)
 
     # ------------------------------------------------------------ membership
 
@@ -311,7 +343,7 @@ class GroupCoordinator:
         """Bump the generation: log the new membership, then apply it. Caller holds group.lock."""
         generation = group.generation + 1
         value = log_format.encode_group(generation, list(members.values()))
-        self._append(shard, encode_batch([(now, log_format.group_key(group.group_id), value, ())]))
+        self._append(shard, encode_batch([(now, log_format.group_key(group.group_id), value, ())]), 1)
         group.generation = generation
         group.members = members
         group.assignment = assignment
@@ -331,7 +363,7 @@ class GroupCoordinator:
             if accepted:
                 records = [(now, log_format.offset_key(group.group_id, tp), log_format.encode_offset(v), ())
                            for tp, v in accepted]
-                base = self._append(shard, encode_batch(records), offsets=True)
+                base = self._append(shard, encode_batch(records), len(records), offsets=True)
                 for i, (tp, value) in enumerate(accepted):
                     group.apply_commit(tp, replace(value, log_offset=None if base is None else base + i))
             if req.member_id in group.members:
@@ -359,7 +391,7 @@ class GroupCoordinator:
                            for tp, v in accepted]
                 batch = encode_batch(records, producer_id=req.producer_id, producer_epoch=req.producer_epoch,
                                      transactional=True)
-                base = self._append(shard, batch, offsets=True)
+                base = self._append(shard, batch, len(records), offsets=True)
                 for i, (tp, value) in enumerate(accepted):
                     group.add_pending(req.producer_id, tp,
                                       replace(value, log_offset=None if base is None else base + i))
@@ -417,6 +449,7 @@ class GroupCoordinator:
                 state.deferred.append((producer_id, committed, marker_offset))
                 return
         self._complete(state, producer_id, committed, marker_offset)
+        self._wrote(state, 1)  # the node wrote the marker to the shard's log
 
     def _complete(self, shard: _Shard, producer_id: int, committed: bool, marker_offset: int | None) -> None:
         with self._lock:
@@ -437,11 +470,3 @@ class GroupCoordinator:
                             del shard.txn_groups[producer_id]
         logger.debug("__consumer_offsets-%d: %s of producer %d applied to %d groups", shard.number,
                   "COMMIT" if committed else "ABORT", producer_id, len(names))
-
-    def _complete_unlocked(self, shard: _Shard, producer_id: int, committed: bool, marker_offset: int) -> None:
-        """During replay nobody else sees the shard: no locks needed."""
-        for name in shard.txn_groups.pop(producer_id, ()):
-            group = shard.groups[name]
-            group.complete_pending(producer_id, committed, marker_offset)
-            if producer_id in group.pending:
-                shard.txn_groups.setdefault(producer_id, set()).add(name)

@@ -500,13 +500,15 @@ class TransactionCoordinator:
                 self._snapshotter.submit(self._snapshot, shard)
 
     def _snapshot(self, shard: TxnShard) -> None:
-        """Snapshot the shard from its durable log and drop the segments the snapshot covers."""
+        """Snapshot the shard from its durable log and drop the segments the previous snapshot covers."""
         try:
             image = state_log.take_snapshot(shard.log)
             log.info("shard %d: snapshot of %d ids up to offset %d", shard.shard, len(image.values),
                      image.next_offset)
         except KafkaError as exc:  # the shard moved away meanwhile: the next owner snapshots
             log.info("shard %d: snapshot skipped: %s", shard.shard, exc)
+        except OSError as exc:  # the log keeps everything; the next interval tries again
+            log.warning("shard %d: snapshot failed: %s", shard.shard, exc)
 
     def _owned(self, tid: str) -> tuple[TxnShard, int]:
         shard_id = self.shard_of(tid)

@@ -1,26 +1,26 @@
-"""Snapshots of a __transaction_state shard, so that loading it replays only a short tail.
+"""The payload of a __transaction_state shard snapshot: the raw log value of every live id.
 
-A snapshot is built from the durable log itself (the previous snapshot plus the records
-after it), never from memory, so it is exactly the replay of the log below `next_offset`.
-File: DATA/logs/__transaction_state-N/txn-snapshot = CRC-32C (4 bytes, big-endian) + a
-TransactionSnapshot message, replaced atomically. Segments below a snapshot are deleted only
-after it is durable. A damaged snapshot is ignored and said so (the shard then loads from the
-segments that remain).
+The files, their naming by offset and their safety against a fenced writer are
+coordinator/shard_snapshots.py's (kind "txn"); this module defines only what a file holds: a
+TransactionSnapshot message, built from the durable log (state_log.take_snapshot), never from
+memory. The single `txn-snapshot` file of earlier versions is converted to a named file the
+first time the shard is read, then deleted, so an upgraded node keeps the state it covers.
 """
 from __future__ import annotations
 
 import logging
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import crc32c
+from google.protobuf.message import DecodeError
 
-from coordinator.layout import write_atomically
+from coordinator import shard_snapshots
+from coordinator.shard_snapshots import SnapshottedLog
 from proto import txnsim_pb2 as pb
 
 log = logging.getLogger(__name__)
-SNAPSHOT_FILE = "txn-snapshot"
+KIND = "txn"
+LEGACY_FILE = "txn-snapshot"
 
 
 @dataclass
@@ -31,21 +31,40 @@ class ShardImage:
     values: dict[str, bytes] = field(default_factory=dict)
 
 
-def write(log_dir: Path, image: ShardImage) -> None:
-    message = pb.TransactionSnapshot(next_offset=image.next_offset, entries=[
-        pb.TransactionSnapshotEntry(transactional_id=tid, value=value) for tid, value in sorted(image.values.items())])
-    body = message.SerializeToString()
-    write_atomically(log_dir / SNAPSHOT_FILE, struct.pack(">I", crc32c.crc32c(body)) + body)
+def encode(image: ShardImage) -> bytes:
+    return pb.TransactionSnapshot(next_offset=image.next_offset, entries=[
+        pb.TransactionSnapshotEntry(transactional_id=tid, value=value)
+        for tid, value in sorted(image.values.items())]).SerializeToString()
 
 
-def read(log_dir: Path) -> ShardImage | None:
-    path = log_dir / SNAPSHOT_FILE
+def decode_values(payload: bytes) -> dict[str, bytes]:
+    return {entry.transactional_id: entry.value for entry in pb.TransactionSnapshot.FromString(payload).entries}
+
+
+def read(shard_log: SnapshottedLog) -> ShardImage | None:
+    """The newest usable snapshot of the shard (see shard_snapshots.newest), or None."""
+    convert_legacy(shard_log.directory)
+    found = shard_snapshots.newest(shard_log, KIND, decode_values)
+    return None if found is None else ShardImage(*found)
+
+
+def write(shard_log: SnapshottedLog, image: ShardImage) -> int:
+    """Make `image` durable, then drop the segments its fallback covers; returns how many went."""
+    return shard_snapshots.commit(shard_log, KIND, image.next_offset, encode(image))
+
+
+def convert_legacy(directory: Path) -> None:
+    """Rename-by-offset the single snapshot file of earlier versions (a damaged one is dropped)."""
+    path = directory / LEGACY_FILE
+    if not path.exists():
+        return
+    payload = shard_snapshots.unframe(path)
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    if len(data) < 4 or struct.unpack(">I", data[:4])[0] != crc32c.crc32c(data[4:]):
-        log.warning("ignoring damaged transaction snapshot %s (CRC mismatch); replaying the log", path)
-        return None
-    message = pb.TransactionSnapshot.FromString(data[4:])
-    return ShardImage(message.next_offset, {e.transactional_id: e.value for e in message.entries})
+        if payload is not None:
+            next_offset = pb.TransactionSnapshot.FromString(payload).next_offset
+            shard_snapshots.write(directory, KIND, next_offset, payload)
+            log.info("%s: converted %s to %s", directory.name, LEGACY_FILE,
+                     shard_snapshots.file_name(KIND, next_offset))
+    except DecodeError as error:
+        log.warning("dropping %s: it does not decode (%s)", path, error)
+    path.unlink(missing_ok=True)

@@ -2,11 +2,11 @@
 
 Records are keyed by transactional id; the last value per key wins and a null value
 (tombstone) deletes the id, as in Kafka's compacted transaction log. Loading starts from the
-shard's snapshot (if any) and replays only the records after it.
+shard's newest usable snapshot (if any; coordinator/shard_snapshots.py) and replays only the
+records after it.
 """
 from __future__ import annotations
 
-import logging
 import time
 
 from coordinator.txn import snapshots
@@ -16,8 +16,6 @@ from coordinator.txn.snapshots import ShardImage
 from partitions import AppendOrigin, PartitionLog
 from proto import records
 from proto import txnsim_pb2 as pb
-
-log = logging.getLogger(__name__)
 
 
 def decode_entry(key: str, data: bytes) -> TxnMetadata | BatchTxn:
@@ -40,6 +38,7 @@ def append_entry(shard_log: PartitionLog, transactional_id: str, metadata: TxnMe
 def advance(shard_log: PartitionLog, image: ShardImage) -> int:
     """Apply the durable records from image.next_offset on to `image`; returns how many records it read."""
     count = 0
+    image.next_offset = max(image.next_offset, shard_log.log_start_offset)  # below it nothing is left to read
     for batch in shard_log.batches(image.next_offset):
         if not batch.header.is_control:
             for record in batch.records():
@@ -58,20 +57,15 @@ def advance(shard_log: PartitionLog, image: ShardImage) -> int:
 def load(shard_log: PartitionLog) -> tuple[dict[str, TxnMetadata | BatchTxn], int]:
     """Every live transactional id (and batch transaction id) of the shard, and how many log records
     the load replayed."""
-    image = snapshots.read(shard_log.directory) or ShardImage()
-    if image.next_offset < shard_log.log_start_offset:
-        log.warning("%s: snapshot ends at %d but the log starts at %d; ids written in between are lost",
-                    shard_log.directory.name, image.next_offset, shard_log.log_start_offset)
-        image.next_offset = shard_log.log_start_offset
+    image = snapshots.read(shard_log) or ShardImage()  # a gap below the log start is logged there
     replayed = advance(shard_log, image)
     entries = {key: decode_entry(key, value) for key, value in image.values.items()}
     return entries, replayed
 
 
 def take_snapshot(shard_log: PartitionLog) -> ShardImage:
-    """Write a new snapshot up to the high watermark, then delete the segments it covers."""
-    image = snapshots.read(shard_log.directory) or ShardImage(next_offset=shard_log.log_start_offset)
+    """Write a new snapshot up to the high watermark, then delete the segments its fallback covers."""
+    image = snapshots.read(shard_log) or ShardImage()
     advance(shard_log, image)
-    snapshots.write(shard_log.directory, image)
-    shard_log.delete_segments_before(image.next_offset)
+    snapshots.write(shard_log, image)
     return image

@@ -16,6 +16,7 @@ FAST_SETTINGS = dict(
     log_segment_bytes=1024 * 1024,
     # snapshot and roll the shards often, so failovers load from snapshot + tail
     transaction_state_snapshot_interval_records=20,
+    offsets_snapshot_interval_records=20,
     internal_log_segment_bytes=8192,
 )
 

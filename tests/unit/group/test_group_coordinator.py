@@ -136,8 +136,8 @@ def gc(clock: Clock, shard_log: MemoryLog) -> GroupCoordinator:
 
 
 def join(gc: GroupCoordinator, topics: list[str], member_id: str = "", session_ms: int = 1000,
-         rebalance_ms: int = 5000) -> pb.JoinGroupResponse:
-    return gc.join_group(pb.JoinGroupRequest(group_id=GROUP, member_id=member_id, session_timeout_ms=session_ms,
+         rebalance_ms: int = 5000, group_id: str = GROUP) -> pb.JoinGroupResponse:
+    return gc.join_group(pb.JoinGroupRequest(group_id=group_id, member_id=member_id, session_timeout_ms=session_ms,
                                              rebalance_timeout_ms=rebalance_ms, topics=topics))
 
 
@@ -152,25 +152,25 @@ def heartbeat(gc: GroupCoordinator, member_id: str, generation_id: int) -> None:
 
 
 def commit(gc: GroupCoordinator, offsets: dict[TopicPartition, int], generation_id: int = -1,
-           member_id: str = "") -> pb.OffsetCommitResponse:
+           member_id: str = "", group_id: str = GROUP) -> pb.OffsetCommitResponse:
     return gc.offset_commit(pb.OffsetCommitRequest(
-        group_id=GROUP, generation_id=generation_id, member_id=member_id,
+        group_id=group_id, generation_id=generation_id, member_id=member_id,
         offsets=[pb.OffsetEntry(topic=tp.topic, partition=tp.partition, offset=o) for tp, o in offsets.items()]))
 
 
 def txn_commit(gc: GroupCoordinator, offsets: dict[TopicPartition, int], generation_id: int = -1,
-               member_id: str = "", producer_id: int = PID) -> pb.TxnOffsetCommitResponse:
+               member_id: str = "", producer_id: int = PID, group_id: str = GROUP) -> pb.TxnOffsetCommitResponse:
     return gc.txn_offset_commit(pb.TxnOffsetCommitRequest(
-        transactional_id="tx-1", group_id=GROUP, producer_id=producer_id, producer_epoch=EPOCH,
+        transactional_id="tx-1", group_id=group_id, producer_id=producer_id, producer_epoch=EPOCH,
         generation_id=generation_id, member_id=member_id,
         offsets=[pb.OffsetEntry(topic=tp.topic, partition=tp.partition, offset=o) for tp, o in offsets.items()]))
 
 
-def fetch(gc: GroupCoordinator, tps: list[TopicPartition], require_stable: bool = True
+def fetch(gc: GroupCoordinator, tps: list[TopicPartition], require_stable: bool = True, group_id: str = GROUP
           ) -> dict[TopicPartition, int | str]:
     """offset per partition, or the error name when the partition has one."""
     response = gc.offset_fetch(pb.OffsetFetchRequest(
-        group_id=GROUP, require_stable=require_stable,
+        group_id=group_id, require_stable=require_stable,
         partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition) for tp in tps]))
     out: dict[TopicPartition, int | str] = {}
     for r in response.results:
