@@ -23,17 +23,33 @@ def wait_until(condition: Callable[[], T], timeout_s: float = 10.0, what: str = 
 
 
 def read_all(bootstrap_servers: str, topic: str, *, partitions: int, isolation_level: str = "read_committed",
-             idle_ms: int = 300) -> list:
-    """Every record of `topic` from the start, read with a fresh consumer until a poll comes back empty."""
-    from txnsim import Consumer, TopicPartition
+             settle_s: float = 2.0, timeout_s: float = 30.0) -> list:
+    """Every record of `topic` from the start to its end as a consumer sees it (the LSO for
+    read_committed).
 
+    Markers are written after EndTxn answers, so first it gives open transactions up to
+    `settle_s` to be decided (LSO reaching the high watermark everywhere); a transaction still
+    open then holds the end where it is, as it would for any reader. Then it reads until every
+    partition's position reaches that end: a fetch held up by a failover is not mistaken for the
+    end of the topic (an empty poll proves nothing).
+    """
+    from txnsim import Admin, Consumer, TopicPartition
+
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    with Admin(bootstrap_servers) as admin:
+        settled_by = time.monotonic() + settle_s
+        while admin.last_stable_offsets(tps) != admin.end_offsets(tps) and time.monotonic() < settled_by:
+            time.sleep(0.02)
     with Consumer(bootstrap_servers=bootstrap_servers, isolation_level=isolation_level,
                   auto_offset_reset="earliest", enable_auto_commit=False) as consumer:
-        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+        consumer.assign(tps)
+        ends = consumer.end_offsets(tps)
+        deadline = time.monotonic() + timeout_s
         out = []
-        while True:
-            batch = consumer.poll(timeout_ms=idle_ms)
-            if not batch:
-                return out
-            for records in batch.values():
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            if time.monotonic() > deadline:
+                behind = {str(tp): (consumer.position(tp), ends[tp]) for tp in tps}
+                raise AssertionError(f"read_all: positions did not reach the ends within {timeout_s} s: {behind}")
+            for records in consumer.poll(timeout_ms=100).values():
                 out.extend(records)
+        return out

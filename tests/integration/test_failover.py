@@ -6,7 +6,7 @@ import threading
 import pytest
 
 from proto.structs import TRANSACTION_STATE_TOPIC
-from tests.helpers import wait_until
+from tests.helpers import read_all, wait_until
 from tests.integration.conftest import FAST_SETTINGS
 from txnsim import Admin, Consumer, LocalCluster, Producer, TopicPartition, errors
 
@@ -21,16 +21,8 @@ def fresh_cluster(tmp_path):
 
 
 def read_committed(bs, topic="t", partitions=3, with_partitions=False):
-    with Consumer(bootstrap_servers=bs, isolation_level="read_committed", auto_offset_reset="earliest",
-                  enable_auto_commit=False) as c:
-        c.assign([TopicPartition(topic, p) for p in range(partitions)])
-        out = []
-        while True:
-            batch = c.poll(timeout_ms=500)
-            if not batch:
-                return out
-            for records in batch.values():
-                out.extend((r.partition, r.value) if with_partitions else r.value for r in records)
+    records = read_all(bs, topic, partitions=partitions)
+    return [(r.partition, r.value) if with_partitions else r.value for r in records]
 
 
 def test_a_commit_survives_the_coordinator_killed_before_end_txn(fresh_cluster):
