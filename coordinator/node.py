@@ -81,6 +81,9 @@ class Node:
             internal_config=LogConfig(segment_bytes=self.config.internal_log_segment_bytes,
                                       message_max_bytes=self.config.message_max_bytes),
             node_id=node_id)
+        earlier = self.logs.release_earlier_lives()
+        if earlier:
+            log.info("released %d logs this node led before it stopped: %s", len(earlier), ", ".join(earlier))
         self.channels = NodeChannels()
         self.stopped = threading.Event()
         self._ready = threading.Event()

@@ -82,6 +82,22 @@ class LogManager:
                 self._opening.pop(key, None)
             return log
 
+    def release_earlier_lives(self) -> list[str]:
+        """Mark released every log whose newest claim is this node's from an earlier process.
+
+        Call once at start-up, holding the node's lock (so that earlier process is surely dead):
+        otherwise a log this node led before a crash, and that is now placed elsewhere, would
+        wait forever for a release only a process that no longer exists could give.
+        """
+        released = []
+        for log_dir in sorted(self.root.iterdir()) if self.root.is_dir() else []:
+            epochs = LeaderEpochs(log_dir)
+            latest = epochs.latest() if log_dir.is_dir() else None
+            if latest is not None and latest.node_id == self.node_id and not latest.released:
+                epochs.release(latest.epoch)
+                released.append(log_dir.name)
+        return released
+
     def get(self, topic: str, partition: int) -> PartitionLog | None:
         with self._lock:
             return self._logs.get((topic, partition))

@@ -209,3 +209,31 @@ def test_a_flipped_bit_is_detected_and_the_log_cut_back_to_the_last_good_batch(t
         with Admin(cluster.bootstrap_servers) as admin:
             assert admin.end_offsets([tp])[tp] == second.offset == first.offset + 1
         wait_until(lambda: "crc" in cluster.node_log(0).read_text().lower(), what="the node to report the CRC cut")
+
+
+def test_a_node_restarted_while_it_stood_in_for_another_does_not_hold_the_log_hostage(fresh_cluster):
+    """Node W dies; Z leads W's partition meanwhile; Z is restarted (its new process does not have
+    the log open); W comes back. The partition must move to W: Z's new life lets go of what its
+    earlier one led, so W does not wait for a release nobody would give."""
+    bs = fresh_cluster.bootstrap_servers
+    tp = TopicPartition("t", 0)
+
+    def leader() -> int:
+        with Admin(bs) as admin:
+            topics = admin.describe_cluster().topics
+        return next(pt.leader for t in topics if t.name == "t" for pt in t.partitions if pt.partition == 0)
+
+    with Producer(bootstrap_servers=bs, request_timeout_ms=2000, delivery_timeout_ms=20_000) as producer:
+        home = leader()
+        fresh_cluster.kill(home)
+        wait_until(lambda: leader() != home, what="another node to lead t-0")
+        stand_in = leader()
+        producer.send("t", value=b"while-away", partition=0).get(timeout=20)  # the stand-in claims t-0
+        fresh_cluster.kill(stand_in)
+        fresh_cluster.restart(stand_in)
+        fresh_cluster.restart(home)
+        wait_until(lambda: leader() == home, what="t-0 placed back on its home node")
+        producer.send("t", value=b"back-home", partition=0).get(timeout=20)
+    assert sorted(read_committed(bs)) == [b"back-home", b"while-away"]
+    with Admin(bs) as admin:
+        assert admin.end_offsets([tp])[tp] == 2

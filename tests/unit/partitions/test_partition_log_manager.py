@@ -56,6 +56,18 @@ def test_a_node_restarting_takes_back_what_its_earlier_life_led(tmp_path: Path):
     reborn.close_all()
 
 
+def test_a_restarted_node_lets_go_of_what_its_earlier_life_led(tmp_path: Path):
+    """Node 1 dies leading t-0, comes back, and t-0 is now placed on node 2: without the release
+    node 2 would wait forever for node 1, which is alive but no longer has the log open."""
+    LogManager(tmp_path / "logs", node_id=1).open_as_leader("t", 0)  # never closed: the process "died"
+    other = LogManager(tmp_path / "logs", node_id=2)
+    with pytest.raises(NotLeaderOrFollowerError):
+        other.open_as_leader("t", 0)
+    assert LogManager(tmp_path / "logs", node_id=1).release_earlier_lives() == ["t-0"]
+    assert other.open_as_leader("t", 0).leader_epoch == 1
+    other.close_all()
+
+
 def test_opening_an_open_log_returns_it_without_a_new_epoch(tmp_path: Path):
     manager = LogManager(tmp_path / "logs")
     try:
