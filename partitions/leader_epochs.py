@@ -2,23 +2,31 @@
 
 DATA/logs/<topic>-<partition>/epochs/ holds one file per claim, never rewritten or deleted:
   0000000007.claim     "node 2": node 2 leads at epoch 7 (created with link(), so exclusively)
-  0000000007.start     "1234": epoch 7's first offset; recorded before epoch 7 writes anything
+  0000000007.start     "1234": epoch 7's first offset, or "void": epoch 7 never wrote. Created
+                       exclusively too: by epoch 7 once it has read the log, before it writes,
+                       or by a later claimant for an epoch that has none yet (so an epoch that
+                       was superseded while opening can never start later and move the limits)
   0000000007.released  epoch 7's leader closed the log cleanly (a graceful handover)
 
 Why this is safe without trusting the old leader to stop (fencing, not leases):
-- Epochs are claimed one at a time: a claimant links `<latest+1>.claim` and loses if it exists.
+- Epochs are claimed one at a time: a claimant links `<n>.claim` for exactly the n after the
+  claim it checked, and loses if it exists.
 - A leader writes only to segment files named with its own epoch, so it never shares a file
   with a later leader, and acknowledges a write only after its fsync AND a check that
   `<epoch+1>.claim` does not exist (`superseded`).
 - The new leader claims first and reads the log after. So every write the old leader
   acknowledged (written, fsynced, then checked before the claim appeared) is in what the new
-  leader reads, and becomes part of its log below `<epoch+1>.start`.
-- Anything an old leader writes after the claim is never acknowledged, and recovery drops it:
-  batches of epoch e at or past the start of the first later epoch (`EpochLimits`) are cut.
+  leader reads, and becomes part of its log below `<n>.start`. (Unacknowledged writes that
+  landed before that read are adopted too, as a write whose answer was lost.)
+- Anything an old leader writes after the new leader's read lies at or past `<n>.start`; it is
+  never acknowledged, and recovery drops it: batches of epoch e at or past the start of the
+  first later epoch that started (`EpochLimits`) are cut. Once a later start exists, an
+  epoch's limit never moves again.
 """
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +34,7 @@ from partitions.segment import fsync_directory
 from proto.errors import KafkaStorageError, NotLeaderOrFollowerError
 
 EPOCHS_DIR = "epochs"
+_VOID = "void"
 _LEGACY_EPOCH_FILE = "leader-epoch"  # before claims, a log kept only its last epoch here
 
 
@@ -33,7 +42,8 @@ _LEGACY_EPOCH_FILE = "leader-epoch"  # before claims, a log kept only its last e
 class Claim:
     epoch: int
     node_id: int
-    start_offset: int | None  # None: the claimant died before it could write anything
+    #: None until the claimant has read the log (or forever, if it died, was superseded or voided first)
+    start_offset: int | None
     released: bool
 
 
@@ -65,20 +75,14 @@ class LeaderEpochs:
 
     def claims(self) -> list[Claim]:
         """Every claim, oldest first."""
-        try:
-            names = os.listdir(self.directory)
-        except FileNotFoundError:
-            return []
-        epochs = sorted(int(name[:10]) for name in names if name.endswith(".claim") and name[:10].isdigit())
-        present = set(names)
-        return [Claim(epoch, self._read_int(self._path(epoch, "claim"), "node "),
-                      self._read_int(self._path(epoch, "start"), "") if f"{epoch:010d}.start" in present else None,
-                      f"{epoch:010d}.released" in present)
-                for epoch in epochs]
+        names = self._names()
+        return [self._claim(epoch, names) for epoch in self._epochs(names)]
 
     def latest(self) -> Claim | None:
-        claims = self.claims()
-        return claims[-1] if claims else None
+        """The newest claim (reads only its files: the directory keeps every claim ever made)."""
+        names = self._names()
+        epochs = self._epochs(names)
+        return self._claim(epochs[-1], names) if epochs else None
 
     def limits(self) -> EpochLimits:
         return EpochLimits(tuple((c.epoch, c.start_offset) for c in self.claims() if c.start_offset is not None))
@@ -89,30 +93,33 @@ class LeaderEpochs:
 
     # ------------------------------------------------------------ writing
 
-    def claim(self, node_id: int) -> int:
-        """Claim the next epoch for `node_id`, durably; NOT_LEADER_OR_FOLLOWER if another node got it first."""
+    def claim(self, node_id: int, after: Claim | None) -> int:
+        """Claim the epoch right after `after` (the newest claim the caller checked) for `node_id`,
+        durably; NOT_LEADER_OR_FOLLOWER if another node claimed it first."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        latest = self.latest()
-        epoch = latest.epoch + 1 if latest is not None else self._legacy_epoch() + 1
-        tmp = self.directory / f".claim-{node_id}-{os.getpid()}.tmp"
-        _write_durably(tmp, f"node {node_id}\n")
-        try:
-            os.link(tmp, self._path(epoch, "claim"))  # atomic and exclusive: exactly one claimant wins
-        except FileExistsError:
+        epoch = after.epoch + 1 if after is not None else self._legacy_epoch() + 1
+        if not _link_new(self.directory, self._path(epoch, "claim"), f"node {node_id}\n"):
             raise NotLeaderOrFollowerError(
                 f"[NOT_LEADER_OR_FOLLOWER] epoch {epoch} of {self.directory.parent.name} was just claimed "
-                "by another node; retry") from None
-        finally:
-            tmp.unlink(missing_ok=True)
+                "by another node; retry")
         fsync_directory(self.directory)
         return epoch
 
+    def void_unstarted(self, before: int) -> None:
+        """Mark every earlier claim that has not started as never starting (done right after a claim)."""
+        names = self._names()
+        for epoch in self._epochs(names):
+            if epoch < before and f"{epoch:010d}.start" not in names:
+                _link_new(self.directory, self._path(epoch, "start"), _VOID + "\n")
+        fsync_directory(self.directory)
+
     def record_start(self, epoch: int, offset: int) -> None:
-        """Durably record where `epoch` starts writing; from then on earlier epochs end there."""
-        path = self._path(epoch, "start")
-        tmp = path.with_name(path.name + ".tmp")
-        _write_durably(tmp, f"{offset}\n")
-        os.replace(tmp, path)
+        """Durably record where `epoch` starts writing; from then on earlier epochs end there.
+        NOT_LEADER_OR_FOLLOWER if a later claimant voided it first (it was superseded while opening)."""
+        if not _link_new(self.directory, self._path(epoch, "start"), f"{offset}\n"):
+            raise NotLeaderOrFollowerError(
+                f"[NOT_LEADER_OR_FOLLOWER] epoch {epoch} of {self.directory.parent.name} was superseded "
+                "while it opened the log; retry")
         fsync_directory(self.directory)
 
     def release(self, epoch: int) -> None:
@@ -121,6 +128,24 @@ class LeaderEpochs:
         fsync_directory(self.directory)
 
     # ------------------------------------------------------------ helpers
+
+    def _names(self) -> set[str]:
+        try:
+            return set(os.listdir(self.directory))
+        except FileNotFoundError:
+            return set()
+
+    @staticmethod
+    def _epochs(names: set[str]) -> list[int]:
+        return sorted(int(name[:10]) for name in names if name.endswith(".claim") and name[:10].isdigit())
+
+    def _claim(self, epoch: int, names: set[str]) -> Claim:
+        start = None
+        if f"{epoch:010d}.start" in names:
+            text = self._path(epoch, "start").read_text().strip()
+            start = None if text == _VOID else self._read_int(self._path(epoch, "start"), "")
+        return Claim(epoch, self._read_int(self._path(epoch, "claim"), "node "), start,
+                     f"{epoch:010d}.released" in names)
 
     def _legacy_epoch(self) -> int:
         try:
@@ -137,6 +162,19 @@ class LeaderEpochs:
             return int(text[len(prefix):].strip())
         except ValueError:
             raise KafkaStorageError(f"{path} holds {text!r}; expected {prefix!r} and a number") from None
+
+
+def _link_new(directory: Path, path: Path, text: str) -> bool:
+    """Create `path` holding `text`, complete and durable the moment it appears, unless it exists."""
+    tmp = directory / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    _write_durably(tmp, text)
+    try:
+        os.link(tmp, path)  # atomic and exclusive: exactly one creator wins
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _write_durably(path: Path, text: str) -> None:

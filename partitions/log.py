@@ -29,7 +29,7 @@ from partitions.model import (AppendOrigin, AppendResult, FetchData, LogConfig, 
 from partitions.producer_snapshot import PartitionStateSnapshot, snapshot_name
 from partitions.producer_state import ProducerStateTable
 from partitions.producer_state_recovery import load_producer_state
-from partitions.recovery import recover_segments
+from partitions.recovery import clean_up, scan_segments
 from partitions.segment import Segment, delete_segment_files, fsync_directory
 from partitions.snapshot_files import delete_snapshots, list_snapshots, write_snapshot
 from partitions.txn_index import AbortedTxn, AbortedTxnIndex, index_abort
@@ -41,6 +41,8 @@ from proto.records import ControlType, RecordBatch
 from proto.structs import IsolationLevel
 
 logger = logging.getLogger(__name__)
+#: stands for "every epoch there is" when a log is opened without claims (a single writer)
+_ONLY_WRITER = 1 << 62
 
 
 def _now_ms() -> int:
@@ -82,22 +84,36 @@ class PartitionLog:
     @classmethod
     def open(cls, directory: Path, topic: str, partition: int, *, leader_epoch: int,
              config: LogConfig = LogConfig(), epochs: LeaderEpochs | None = None) -> PartitionLog:
-        """Open (creating if missing) the log in `directory`: cut a damaged tail, then load its state.
+        """Open (creating if missing) the log in `directory`: find its good prefix, cut what lies past
+        it, then load its state.
 
-        The producer state and aborted index come from the newest usable snapshot plus a replay of
-        the batches after it (producer_state_recovery.py); recovery_stats says which and how many.
-        With `epochs` (the log's claims, `leader_epoch` claimed in them) writes earlier leaders
-        made after they were cut off are dropped, and this log is fenced once a later epoch is claimed.
+        With `epochs` (the log's claims, `leader_epoch` just claimed in them) the good prefix
+        leaves out what earlier leaders wrote after they were cut off, its end is recorded as this
+        epoch's start before anything is cut (NOT_LEADER_OR_FOLLOWER if a later claimant came
+        first), and the log is fenced once a later epoch is claimed. Without, the caller is the
+        only writer there is. The producer state and aborted index come from the newest usable
+        snapshot plus a replay of the batches after it; recovery_stats says which and how many.
         """
         directory.mkdir(parents=True, exist_ok=True)
-        limits = epochs.limits() if epochs is not None else EpochLimits()
-        recovered = recover_segments(directory, limits=limits)
-        segments = recovered.segments or [Segment.create(directory, 0, leader_epoch)]
-        loaded = load_producer_state(directory, segments, f"{topic}-{partition}", limits)
-        stats = dataclasses.replace(loaded.stats, scanned_segments=recovered.scanned_segments,
-                                    indexed_segments=recovered.indexed_segments)
+        scanned = scan_segments(directory, epochs.limits() if epochs is not None else EpochLimits())
+        try:
+            end = scanned.end_offset
+            if epochs is not None:
+                epochs.record_start(leader_epoch, end)
+                limits, older = epochs.limits(), (lambda epoch: epoch is None or epoch < leader_epoch)
+            else:  # the only writer: everything on disk is older, and ends where the good prefix does
+                limits, older = EpochLimits(((_ONLY_WRITER, end),)), (lambda _epoch: True)
+            report = clean_up(directory, scanned, limits, older, sole_writer=epochs is None)
+            segments = scanned.segments or [Segment.create(directory, end, leader_epoch)]
+            loaded = load_producer_state(directory, segments, f"{topic}-{partition}", limits, older)
+        except BaseException:
+            for segment in scanned.segments:
+                segment.close()
+            raise
+        stats = dataclasses.replace(loaded.stats, scanned_segments=len(scanned.scanned),
+                                    indexed_segments=len(scanned.segments) - len(scanned.scanned))
         return cls(directory, topic, partition, leader_epoch, config, segments, loaded.state, loaded.aborted,
-                   recovered.report, stats, epochs)
+                   report, stats, epochs)
 
     def __repr__(self) -> str:
         return (f"PartitionLog({self.topic}-{self.partition}, epoch {self.leader_epoch}, "
@@ -217,7 +233,7 @@ class PartitionLog:
         """
         self._sync_active_segment()
         sealed = self._segments[-1]
-        if sealed.epoch == self.leader_epoch:  # an earlier leader's file may still grow: no index for it
+        if sealed.epoch == self.leader_epoch:  # an inherited file is indexed by recovery, which checks it first
             try:
                 sealed.write_index()
             except OSError as error:

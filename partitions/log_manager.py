@@ -60,27 +60,33 @@ class LogManager:
             with self._lock:
                 if key in self._logs:
                     return self._logs[key]
-            log_dir = self.log_dir(topic, partition)
-            log_dir.mkdir(parents=True, exist_ok=True)
-            epochs = LeaderEpochs(log_dir)
-            latest = epochs.latest()
-            if (latest is not None and not latest.released and latest.node_id != self.node_id
-                    and not may_cut_off(latest.node_id)):
-                raise NotLeaderOrFollowerError(
-                    f"[NOT_LEADER_OR_FOLLOWER] {topic}-{partition} is still led by node {latest.node_id} "
-                    f"(epoch {latest.epoch}); retry once it lets go")
-            epoch = epochs.claim(self.node_id)
-            config = self.internal_config if topic.startswith("__") else self.config
             try:
-                log = PartitionLog.open(log_dir, topic, partition, leader_epoch=epoch, config=config, epochs=epochs)
-                epochs.record_start(epoch, log.log_end_offset)
-            except BaseException:
-                epochs.release(epoch)  # nothing was written at this epoch; the next opener need not wait
-                raise
+                log = self._claim_and_open(topic, partition, may_cut_off)
+            finally:
+                with self._lock:
+                    self._opening.pop(key, None)
             with self._lock:
                 self._logs[key] = log
-                self._opening.pop(key, None)
             return log
+
+    def _claim_and_open(self, topic: str, partition: int, may_cut_off: Callable[[int], bool]) -> PartitionLog:
+        log_dir = self.log_dir(topic, partition)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        epochs = LeaderEpochs(log_dir)
+        latest = epochs.latest()
+        if (latest is not None and not latest.released and latest.node_id != self.node_id
+                and not may_cut_off(latest.node_id)):
+            raise NotLeaderOrFollowerError(
+                f"[NOT_LEADER_OR_FOLLOWER] {topic}-{partition} is still led by node {latest.node_id} "
+                f"(epoch {latest.epoch}); retry once it lets go")
+        epoch = epochs.claim(self.node_id, after=latest)
+        config = self.internal_config if topic.startswith("__") else self.config
+        try:
+            epochs.void_unstarted(before=epoch)
+            return PartitionLog.open(log_dir, topic, partition, leader_epoch=epoch, config=config, epochs=epochs)
+        except BaseException:
+            epochs.release(epoch)  # nothing was written at this epoch; the next opener need not wait
+            raise
 
     def release_earlier_lives(self) -> list[str]:
         """Mark released every log whose newest claim is this node's from an earlier process.
@@ -112,9 +118,11 @@ class LogManager:
             log = self._logs.pop((topic, partition), None)
         if log is None:
             return
-        log.close()
-        if not log.fenced:
-            LeaderEpochs(log.directory).release(log.leader_epoch)
+        try:
+            log.close()
+        finally:  # even if the last fsync failed: keeping the claim would only block the next leader
+            if not log.fenced:
+                LeaderEpochs(log.directory).release(log.leader_epoch)
 
     def close_all(self) -> None:
         with self._lock:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,12 +47,16 @@ def replay_batch(state: ProducerStateTable, aborted: AbortedTxnIndex, batch: Rec
 
 
 def load_producer_state(directory: Path, segments: list[Segment], name: str,
-                        limits: EpochLimits = EpochLimits()) -> LoadedState:
-    """The state of the log made of `segments` (recovered, non-empty): newest usable snapshot + tail."""
+                        limits: EpochLimits = EpochLimits(),
+                        older: Callable[[int | None], bool] = lambda _epoch: True) -> LoadedState:
+    """The state of the log made of `segments` (recovered, non-empty): newest usable snapshot + tail.
+
+    Snapshots that cannot be loaded are deleted only if an `older` epoch than the caller's took
+    them (a newer one's belong to a leader that has superseded the caller)."""
     log_start, log_end = segments[0].base_offset, segments[-1].next_offset
     try:
         delete_stray_temporaries(directory)
-        snapshot, discarded = _choose_snapshot(directory, segments, log_start, log_end, limits)
+        snapshot, discarded = _choose_snapshot(directory, segments, log_start, log_end, limits, older)
     except OSError as error:
         raise KafkaStorageError(f"cannot read or clean the producer snapshots of {name}: {error}") from error
     if snapshot is None:
@@ -71,8 +75,8 @@ def load_producer_state(directory: Path, segments: list[Segment], name: str,
     return LoadedState(state, aborted, stats)
 
 
-def _choose_snapshot(directory: Path, segments: list[Segment], log_start: int, log_end: int, limits: EpochLimits
-                     ) -> tuple[PartitionStateSnapshot | None, list[str]]:
+def _choose_snapshot(directory: Path, segments: list[Segment], log_start: int, log_end: int, limits: EpochLimits,
+                     older: Callable[[int | None], bool]) -> tuple[PartitionStateSnapshot | None, list[str]]:
     """The newest loadable snapshot; deletes (durably) those past the end, below the start, damaged,
     or taken by a leader past the offset where a later epoch took over."""
     chosen: PartitionStateSnapshot | None = None
@@ -80,9 +84,11 @@ def _choose_snapshot(directory: Path, segments: list[Segment], log_start: int, l
     discarded: list[str] = []
 
     def discard(file: SnapshotFile, why: str) -> None:
-        line = f"{file.path.parent.name}/{file.path.name}: not loaded, deleted: {why}"
+        deleted = older(file.epoch)
+        line = f"{file.path.parent.name}/{file.path.name}: not loaded, {'deleted' if deleted else 'kept'}: {why}"
         logger.warning("producer state recovery: %s", line)
-        doomed.append(file)
+        if deleted:
+            doomed.append(file)
         discarded.append(line)
 
     for file in reversed(list_snapshots(directory)):

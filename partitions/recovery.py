@@ -1,78 +1,140 @@
-"""Crash recovery of a log directory: keep the longest good prefix of the segments, cut the rest.
+"""Crash recovery of a log directory in two steps: find the good prefix, then clean up behind it.
 
-Sealed segments whose saved index still describes them are loaded from it (segment.py); only
-the others, and always the newest, are scanned: recovery verifies the tail, not the history.
-First, files a cut-off leader created after a later epoch took over are deleted whole (their
-name says their epoch, leader_epochs.py says where each epoch had to stop). Then every segment
-is scanned in offset order; at the first bad batch (torn, corrupt, or written by a cut-off
-leader past its limit) its segment is truncated there (fsynced). Scanning goes on with the
-next segment only if it starts exactly where the cut left the log (a later epoch's file after
-an old leader's torn or fenced tail); otherwise every later segment is deleted. Each cut is
-reported in words and logged. Invariant: what survives is a gap-free run of CRC-valid batches,
-each written by the epoch that owned its offset, and all of it is durable.
+1. `scan_segments` only reads. Files a cut-off leader created past the start of a later epoch
+   are left out (their name says their epoch, leader_epochs.py where each epoch had to stop).
+   Sealed segments whose saved index still describes them are loaded from it (segment.py);
+   the others, and always the newest, are scanned batch by batch, stopping at the first torn
+   or corrupt batch or at the epoch's limit. The next segment is used only if it starts
+   exactly where the previous one stopped. The newest segment is fsynced (its last writer may
+   have died before its own fsync). The result is the log's end.
+2. The caller records that end as its epoch's start (durably, exclusively), and only then
+   `clean_up` truncates and deletes, and only bytes that the recorded starts put beyond every
+   epoch's limit: nothing any leader acknowledged or adopted, whatever it was doing meanwhile.
+   A claimant that was itself superseded while scanning fails to record its start and never
+   gets to step 2, so a stale view can never cut a newer leader's files.
+Each cut is reported in words and logged.
 """
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from partitions.leader_epochs import EpochLimits
-from partitions.segment import INDEX_SUFFIX, Segment, delete_segment_files, fsync_directory, segment_files
+from partitions.segment import (INDEX_SUFFIX, ScanProblem, Segment, delete_segment_files, fsync_directory,
+                                segment_files)
 
 logger = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """Where the scan of one segment file stopped short of its end, and why."""
+
+    path: Path
+    epoch: int | None
+    problem: ScanProblem
+    #: the offset after the last good batch: every byte past the cut is at or beyond it
+    stop_offset: int
+
+
 @dataclass
-class RecoveredLog:
-    """The surviving segments (oldest first), one line per cut, and how they were indexed."""
+class ScannedLog:
+    """The good prefix of a log directory as segments (oldest first), and what lies outside it."""
 
     segments: list[Segment]
-    report: list[str] = field(default_factory=list)
-    scanned_segments: int = 0
-    indexed_segments: int = 0
+    cuts: list[Cut] = field(default_factory=list)
+    #: files left out: past their epoch's limit, or not continuing the log
+    left_out: list[tuple[Path, str]] = field(default_factory=list)
+    #: segments indexed by a scan (the others came from their saved index)
+    scanned: list[Segment] = field(default_factory=list)
+
+    @property
+    def end_offset(self) -> int:
+        return self.segments[-1].next_offset if self.segments else 0
 
 
-def recover_segments(directory: Path, limits: EpochLimits = EpochLimits()) -> RecoveredLog:
-    """Index every segment of `directory` (from its saved index if sealed and intact, else by a scan
-    that checks every batch's CRC) and cut what is damaged or was written by a fenced leader.
-
-    Producer state is rebuilt afterwards from a snapshot and the tail (producer_state_recovery.py).
-    The newest surviving segment is fsynced: its last writer may have died before its own fsync.
-    """
+def scan_segments(directory: Path, limits: EpochLimits = EpochLimits()) -> ScannedLog:
+    """Index the good prefix of the segments of `directory` without changing any file."""
     _delete_orphan_indexes(directory)
-    files = [((base, epoch), path) for base, epoch, path in segment_files(directory)]
-    recovered = RecoveredLog([])
-    files = _drop_fenced_files(files, limits, recovered)
+    files = segment_files(directory)
+    result = ScannedLog([])
     expected: int | None = None
-    for i, ((base, epoch), path) in enumerate(files):
-        if expected is not None and base != expected:
-            _delete(files[i:], recovered, f"it starts at offset {base} but the log before it ends at {expected}")
-            break
+    for i, (base, epoch, path) in enumerate(files):
         limit = limits.limit(epoch)
+        if epoch is not None and limit is not None and base >= limit:
+            result.left_out.append((path, f"epoch {epoch} created it after a later epoch took over at offset "
+                                          f"{limit} (never acknowledged)"))
+            continue
+        if expected is not None and base != expected:
+            result.left_out.append((path, f"it starts at offset {base} but the log before it ends at {expected}"))
+            continue
         segment = Segment.open_indexed(path, base, epoch) if i < len(files) - 1 else None
         if segment is not None and limit is not None and segment.next_offset > limit:
-            segment.close()  # indexed by a leader that wrote past its limit: scan and cut
+            segment.close()  # indexed by a leader that wrote past its limit: scan instead
             segment = None
-        problem = None
         if segment is None:
             segment = Segment.open_existing(path, base, epoch)
-            problem = segment.scan(base, lambda _batch: None, limit)
-            recovered.scanned_segments += 1
-            if problem is None and i < len(files) - 1:
-                _save_index(segment)
-        else:
-            recovered.indexed_segments += 1
-        recovered.segments.append(segment)
+            problem = segment.scan(base, limit)
+            result.scanned.append(segment)
+            if problem is not None:
+                result.cuts.append(Cut(path, epoch, problem, segment.next_offset))
+        result.segments.append(segment)
         expected = segment.next_offset
-        if problem is not None:
-            segment.truncate(problem.position)
-            _note(recovered, f"{_where(path)}: truncated at byte {problem.position}, cutting "
-                             f"{problem.cut_bytes} bytes ({problem.reason})")
-    _drop_emptied(recovered)
-    if recovered.segments:
-        recovered.segments[-1].sync()
-    return recovered
+    _leave_out_empty(result)
+    if result.segments:
+        result.segments[-1].sync()
+    return result
+
+
+def clean_up(directory: Path, scanned: ScannedLog, limits: EpochLimits,
+             older: Callable[[int | None], bool], sole_writer: bool = False) -> list[str]:
+    """Truncate and delete what `limits` (read after this epoch's start was recorded) put past the
+    end for good, in files of epochs `older` than the caller's; returns one line per change.
+
+    Safe from any process at any time: an epoch's limit never moves once a later start exists,
+    and no leader acknowledges or adopts bytes of an epoch at or past its limit. A `sole_writer`
+    (a log opened without claims) also cuts damage in the middle of the log.
+    """
+    report: list[str] = []
+    for cut in scanned.cuts:
+        limit = limits.limit(cut.epoch)
+        if sole_writer or (older(cut.epoch) and limit is not None and cut.stop_offset >= limit):
+            _truncate(cut.path, cut.problem.position)  # the in-memory index already stops there
+            _note(report, f"{_where(cut.path)}: truncated at byte {cut.problem.position}, cutting "
+                          f"{cut.problem.cut_bytes} bytes ({cut.problem.reason})")
+        else:
+            _note(report, f"{_where(cut.path)}: ignoring {cut.problem.cut_bytes} bytes from byte "
+                          f"{cut.problem.position} ({cut.problem.reason})")
+    kept = {segment.path for segment in scanned.segments}
+    reasons = dict(scanned.left_out)
+    doomed = [(path, limit) for _base, epoch, path in segment_files(directory)
+              if path not in kept and older(epoch) and (limit := limits.limit(epoch)) is not None
+              and _base >= limit]
+    for path, limit in doomed:
+        why = reasons.get(path, f"it lies past offset {limit}, where a later epoch started")
+        _note(report, f"{_where(path)}: deleted the whole segment ({path.stat().st_size} bytes): {why}")
+        delete_segment_files(path)
+    if doomed:
+        fsync_directory(directory)
+    for path, why in scanned.left_out:
+        if path not in {doomed_path for doomed_path, _ in doomed}:
+            _note(report, f"{_where(path)}: left out of the log, not deleted: {why}")
+    cut_paths = {cut.path for cut in scanned.cuts}
+    for segment in scanned.scanned:
+        sealed = segment is not scanned.segments[-1] and segment.path in kept
+        if sealed and segment.path not in cut_paths and older(segment.epoch):
+            _save_index(segment)
+    return report
+
+
+def _truncate(path: Path, size: int) -> None:
+    with open(path, "r+b") as f:
+        f.truncate(size)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _save_index(segment: Segment) -> None:
@@ -84,55 +146,27 @@ def _save_index(segment: Segment) -> None:
 
 
 def _delete_orphan_indexes(directory: Path) -> None:
-    for path in directory.glob(f"*{INDEX_SUFFIX}*"):
-        segment = path.with_name(path.name.split(INDEX_SUFFIX)[0] + ".log")
-        if path.name.endswith(".tmp") or not segment.exists():
+    for path in directory.glob(f"*{INDEX_SUFFIX}"):
+        segment = path.with_name(path.name[:-len(INDEX_SUFFIX)] + ".log")
+        if not segment.exists():
             path.unlink(missing_ok=True)
 
 
-def _drop_emptied(recovered: RecoveredLog) -> None:
-    """An empty segment with a successor at the same offset goes: an earlier leader's file that it
-    never wrote to, or that the cuts emptied. Losing it loses nothing, so it is not reported."""
+def _leave_out_empty(scanned: ScannedLog) -> None:
+    """An empty segment followed by another (an earlier leader's file it never wrote to, or one a
+    cut emptied) is left out of the in-memory log; the file stays (it may not be ours to delete)."""
     kept = []
-    for segment, successor in zip(recovered.segments, recovered.segments[1:] + [None]):
+    for segment, successor in zip(scanned.segments, scanned.segments[1:] + [None]):
         if successor is not None and segment.size == 0:
             segment.close()
-            delete_segment_files(segment.path)
-            logger.info("log recovery: %s: deleted, an empty segment with a successor", _where(segment.path))
         else:
             kept.append(segment)
-    recovered.segments = kept
+    scanned.segments = kept
+    scanned.scanned = [segment for segment in scanned.scanned if segment in kept]
 
 
-def _drop_fenced_files(files: list[tuple[tuple[int, int | None], Path]], limits: EpochLimits,
-                       recovered: RecoveredLog) -> list[tuple[tuple[int, int | None], Path]]:
-    """Delete the files an epoch created at or past the offset where a later epoch took over."""
-    kept, fenced = [], []
-    for (base, epoch), path in files:
-        limit = limits.limit(epoch)
-        (fenced if epoch is not None and limit is not None and base >= limit else kept).append(((base, epoch), path))
-    for (base, epoch), path in fenced:
-        size = path.stat().st_size
-        delete_segment_files(path)
-        _note(recovered, f"{_where(path)}: deleted the whole segment ({size} bytes): epoch {epoch} created it "
-                         f"after a later epoch took over at offset {limits.limit(epoch)} (never acknowledged)")
-    if fenced:
-        fsync_directory(fenced[0][1].parent)
-    return kept
-
-
-def _delete(files: list[tuple[tuple[int, int | None], Path]], recovered: RecoveredLog, why: str) -> None:
-    if not files:
-        return
-    for _base, path in files:
-        size = path.stat().st_size
-        delete_segment_files(path)
-        _note(recovered, f"{_where(path)}: deleted the whole segment ({size} bytes): {why}")
-    fsync_directory(files[0][1].parent)
-
-
-def _note(recovered: RecoveredLog, line: str) -> None:
-    recovered.report.append(line)
+def _note(report: list[str], line: str) -> None:
+    report.append(line)
     logger.warning("log recovery: %s", line)
 
 

@@ -18,7 +18,7 @@ import struct
 import sys
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -290,9 +290,8 @@ class Segment:
 
     # ------------------------------------------------------------ recovery
 
-    def scan(self, expected_offset: int, on_batch: Callable[[RecordBatch], None],
-             limit: int | None = None) -> ScanProblem | None:
-        """Index the good prefix of the file, calling `on_batch` for each good batch in order.
+    def scan(self, expected_offset: int, limit: int | None = None) -> ScanProblem | None:
+        """Index the good prefix of the file (reading only; the caller decides whether to cut).
 
         A batch is good if its header parses with magic 2, it fits in the file, its CRC-32C
         matches, its base offset is the one expected, a marker's control record parses, and it
@@ -323,7 +322,6 @@ class Segment:
             problem = _batch_problem(batch, expected)
             if problem is None:
                 self._index(header.base_offset, header.last_offset, position)
-                on_batch(batch)
                 position += header.size
                 expected = header.next_offset
         self._size = self._synced_size = position

@@ -46,8 +46,8 @@ def read_snapshot(file: SnapshotFile) -> PartitionStateSnapshot:
 
 
 def write_snapshot(directory: Path, snapshot: PartitionStateSnapshot, epoch: int, *, fsync: bool = True) -> Path:
-    """Write `snapshot` (taken by leader epoch `epoch`) atomically, then delete all but the newest
-    RETAINED_SNAPSHOTS; returns its path."""
+    """Write `snapshot` (taken by leader epoch `epoch`) atomically, then prune older ones so that
+    RETAINED_SNAPSHOTS of this epoch's line remain; returns its path."""
     path = directory / snapshot_name(snapshot.offset, epoch)
     tmp = path.with_name(path.name + _TMP_SUFFIX)
     data = encode(snapshot)
@@ -61,8 +61,11 @@ def write_snapshot(directory: Path, snapshot: PartitionStateSnapshot, epoch: int
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    older = list_snapshots(directory)[:-RETAINED_SNAPSHOTS]
-    delete_snapshots(directory, older, fsync=False)
+    # prune only what is below this one and taken by this epoch or an earlier one, keeping the
+    # newest of those as the fallback: a later leader's snapshots are never ours to delete
+    below = [file for file in list_snapshots(directory)
+             if file.offset < snapshot.offset and (file.epoch is None or file.epoch <= epoch)]
+    delete_snapshots(directory, below[:-(RETAINED_SNAPSHOTS - 1)], fsync=False)
     if fsync:
         fsync_directory(directory)
     return path

@@ -99,21 +99,70 @@ def test_a_snapshot_the_cut_off_leader_took_after_the_take_over_is_not_loaded(tm
     reopened.close()
 
 
-class _OneClaimBehind(LeaderEpochs):
-    """A claimant that listed the claims just before another node linked the newest one."""
-
-    def latest(self):
-        claims = self.claims()
-        return claims[-2] if len(claims) > 1 else None
-
-
 def test_a_claimant_racing_on_a_stale_listing_loses_and_overwrites_nothing(tmp_path: Path):
     log_dir = tmp_path / "t-0"
     log_dir.mkdir()
     epochs = LeaderEpochs(log_dir)
-    assert epochs.claim(1) == 0 and epochs.claim(2) == 1
-    assert epochs.superseded(0) and not epochs.superseded(1)
+    first = epochs.claim(1, after=None)
+    checked = epochs.latest()
+    assert epochs.claim(2, after=checked) == first + 1
+    assert epochs.superseded(first) and not epochs.superseded(first + 1)
+    # node 3 checked the same claim as node 2 (and decided about node 1, not about node 2): it loses
     with pytest.raises(NotLeaderOrFollowerError, match="epoch 1 of t-0 was just claimed"):
-        _OneClaimBehind(log_dir).claim(3)
+        epochs.claim(3, after=checked)
     assert [(c.epoch, c.node_id) for c in epochs.claims()] == [(0, 1), (1, 2)]
     assert not list(epochs.directory.glob("*.tmp"))
+
+
+def test_a_claimant_superseded_before_it_records_its_start_can_never_start(tmp_path: Path):
+    """Node 2 claims, reads the log end and is paused before recording its start; node 1 (the old
+    leader) writes once more; node 3 takes over and acknowledges writes. When node 2 resumes, its
+    start is refused: recorded late it would have moved epoch 0's limit below node 3's data."""
+    old_manager = LogManager(tmp_path, node_id=1)
+    old = old_manager.open_as_leader("t", 0)
+    for i in range(3):
+        old.append(batch(b"acked-%d" % i))
+    epochs = LeaderEpochs(tmp_path / "t-0")
+    paused_epoch = epochs.claim(2, after=epochs.latest())  # node 2, paused right after its claim
+    with pytest.raises(NotLeaderOrFollowerError):
+        old.append(batch(b"late"))  # not acknowledged; node 3's read below adopts it
+    new_manager = LogManager(tmp_path, node_id=3)
+    new = new_manager.open_as_leader("t", 0, may_cut_off=lambda node: node in (1, 2))
+    new.append(batch(b"new-0"))
+    new.append(batch(b"new-1"))
+    files_before = {path: path.read_bytes() for path in (tmp_path / "t-0").glob("*.log")}
+    with pytest.raises(NotLeaderOrFollowerError, match="superseded while it opened"):
+        PartitionLog.open(tmp_path / "t-0", "t", 0, leader_epoch=paused_epoch, epochs=epochs)  # node 2 resumes
+    assert {path: path.read_bytes() for path in (tmp_path / "t-0").glob("*.log")} == files_before
+    new_manager.close_all()
+    old_manager.close_all()
+    reopened = LogManager(tmp_path, node_id=4).open_as_leader("t", 0)
+    assert values(reopened) == [b"acked-0", b"acked-1", b"acked-2", b"late", b"new-0", b"new-1"]
+    assert reopened.recovery_report == []
+    reopened.close()
+
+
+def test_a_stale_claimant_never_cuts_the_file_a_newer_leader_is_writing(tmp_path: Path):
+    """Node 2 claims and is paused before it reads the log; node 3 takes over and is in the middle
+    of writing a batch (half of it on disk) when node 2 resumes and scans: the half batch looks
+    like a torn tail, but node 2 may not cut anything, and does not."""
+    epochs = LeaderEpochs(tmp_path / "t-0")
+    (tmp_path / "t-0").mkdir()
+    paused_epoch = epochs.claim(2, after=None)
+    new_manager = LogManager(tmp_path, node_id=3)
+    new = new_manager.open_as_leader("t", 0, may_cut_off=lambda node: node == 2)
+    for i in range(3):
+        new.append(batch(b"acked-%d" % i))
+    (active,) = (tmp_path / "t-0").glob(f"*-e{new.leader_epoch}.log")
+    acked_bytes = active.read_bytes()
+    with active.open("ab") as f:  # node 3's next batch, half written
+        f.write(batch(b"in-flight")[:30])
+    with pytest.raises(NotLeaderOrFollowerError):
+        PartitionLog.open(tmp_path / "t-0", "t", 0, leader_epoch=paused_epoch, epochs=epochs)
+    assert active.read_bytes()[:len(acked_bytes)] == acked_bytes
+    assert len(active.read_bytes()) == len(acked_bytes) + 30
+    with active.open("r+b") as f:  # let node 3's write "finish" as nothing, and carry on
+        f.truncate(len(acked_bytes))
+    new.append(batch(b"acked-3"))
+    assert values(new) == [b"acked-%d" % i for i in range(4)]
+    new_manager.close_all()
