@@ -21,7 +21,7 @@ from collections.abc import Callable
 import grpc
 
 from proto import txnsim_pb2 as pb
-from proto.cluster_client import ClusterClient
+from proto.cluster_client import LOOKUP_TIMEOUT_S, ClusterClient
 from proto.errors import (
     DuplicateSequenceError,
     KafkaConnectionError,
@@ -42,8 +42,6 @@ from producer.txn_requests import CoordinatorRequests, completing_backoff_s
 
 log = logging.getLogger(__name__)
 
-#: how long the I/O thread may block on a metadata or coordinator lookup in one round
-LOOKUP_TIMEOUT_S = 2.0
 
 
 _jitter = random.Random()

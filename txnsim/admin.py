@@ -97,14 +97,27 @@ class Admin:
     # ------------------------------------------------------------ offsets
 
     def _list_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, pb.PartitionOffsets]:
+        """Offsets of every partition; a leader that is moving (NOT_LEADER_OR_FOLLOWER, unreachable)
+        is looked up again and asked again until the request timeout, as Kafka's AdminClient does."""
+        wanted = list(tps)
         out: dict[TopicPartition, pb.PartitionOffsets] = {}
-        for address, group in self._by_leader(tps).items():
-            request = pb.ListOffsetsRequest(partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition)
-                                                        for tp in group])
-            response = call(self._client.stubs(address).partitions.ListOffsets, request, self._timeout_s)
-            for p in response.partitions:
-                raise_for(p.error_code, p.error_message)
-                out[TopicPartition(p.topic, p.partition)] = p
+        for attempt in retrying(self._timeout_s, before_retry=lambda _exc: self._client.invalidate()):
+            with attempt:
+                failure: KafkaError | None = None
+                for address, group in self._by_leader(tp for tp in wanted if tp not in out).items():
+                    request = pb.ListOffsetsRequest(partitions=[
+                        pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition) for tp in group])
+                    try:
+                        response = call(self._client.stubs(address).partitions.ListOffsets, request, self._timeout_s)
+                        for p in response.partitions:
+                            raise_for(p.error_code, p.error_message)
+                            out[TopicPartition(p.topic, p.partition)] = p
+                    except KafkaError as exc:
+                        if not exc.retriable:
+                            raise
+                        failure = failure or exc
+                if failure is not None:
+                    raise failure
         return out
 
     def end_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:

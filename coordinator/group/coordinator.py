@@ -231,6 +231,8 @@ class GroupCoordinator:
             logger.info("__consumer_offsets-%d: snapshot skipped: %s", shard.number, exc)
         except OSError as exc:  # the log keeps everything; the next interval tries again
             logger.warning("__consumer_offsets-%d: snapshot failed: %s", shard.number, exc)
+        except Exception:  # a bug: say so (an executor would swallow it), the log still keeps everything
+            logger.exception("__consumer_offsets-%d: snapshot failed", shard.number)
 
     # ------------------------------------------------------------ membership
 

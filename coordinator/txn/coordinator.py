@@ -509,6 +509,8 @@ class TransactionCoordinator:
             log.info("shard %d: snapshot skipped: %s", shard.shard, exc)
         except OSError as exc:  # the log keeps everything; the next interval tries again
             log.warning("shard %d: snapshot failed: %s", shard.shard, exc)
+        except Exception:  # a bug: say so (an executor would swallow it), the log still keeps everything
+            log.exception("shard %d: snapshot failed", shard.shard)
 
     def _owned(self, tid: str) -> tuple[TxnShard, int]:
         shard_id = self.shard_of(tid)
