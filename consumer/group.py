@@ -20,9 +20,9 @@ from proto.errors import (
     IllegalGenerationError,
     IllegalStateError,
     KafkaError,
-    KafkaTimeoutError,
     RebalanceInProgressError,
     UnknownMemberIdError,
+    needs_rediscovery,
 )
 from proto.structs import ConsumerGroupMetadata, TopicPartition
 from proto.transport import Deadline, call, retrying
@@ -70,7 +70,7 @@ class GroupCoordinatorClient:
         raise AssertionError("unreachable")
 
     def note_error(self, exc: KafkaError) -> None:
-        if exc.invalid_metadata or isinstance(exc, KafkaTimeoutError):
+        if needs_rediscovery(exc):
             self.cluster.invalidate_coordinator(GROUP, self.group_id)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from proto import txnsim_pb2 as pb
 from proto.cluster_client import TRANSACTION, ClusterClient
-from proto.errors import IllegalStateError, KafkaError, KafkaTimeoutError
+from proto.errors import IllegalStateError, needs_rediscovery
 from proto.structs import TopicPartition
 from proto.transport import Deadline, call, retrying
 
@@ -90,7 +90,7 @@ def end_batch_transaction(cluster: ClusterClient, batch_txn_id: str, batch_id: i
     deadline = Deadline(timeout_s)
 
     def before_retry(exc: BaseException) -> None:
-        if isinstance(exc, KafkaError) and (exc.invalid_metadata or isinstance(exc, KafkaTimeoutError)):
+        if needs_rediscovery(exc):
             cluster.invalidate_coordinator(TRANSACTION, batch_txn_id)
         log.info("EndBatchTxn of batch %d of %r failed, retrying: %s", batch_id, batch_txn_id, exc)
 

@@ -42,10 +42,8 @@ def classify_produce_error(error: KafkaError) -> Action:
         return Action.SUCCESS
     if isinstance(error, e.ProducerFencedError):
         return Action.FATAL
-    if isinstance(error, e.KafkaTimeoutError):
-        return Action.REFRESH_AND_RETRY  # no answer in time: the leader may be stalled or gone, look again
     if error.retriable:
-        return Action.REFRESH_AND_RETRY if error.invalid_metadata else Action.RETRY
+        return Action.REFRESH_AND_RETRY if e.needs_rediscovery(error) else Action.RETRY
     # KIP-588: INVALID_PRODUCER_EPOCH on produce is abortable; so are OUT_OF_ORDER_SEQUENCE,
     # INVALID_TXN_STATE, TRANSACTION_ABORTABLE, MESSAGE_TOO_LARGE, INVALID_RECORD and anything else
     return Action.ABORTABLE
@@ -55,8 +53,8 @@ def classify_coordinator_error(error: KafkaError) -> Action:
     """A transaction or group coordinator's answer (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn,
     TxnOffsetCommit, EndTxn)."""
     if error.retriable:
-        # NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, unreachable node: ask who the coordinator is now
-        return Action.REFRESH_AND_RETRY if error.invalid_metadata else Action.RETRY
+        # NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, unreachable or silent node: ask who the coordinator is now
+        return Action.REFRESH_AND_RETRY if e.needs_rediscovery(error) else Action.RETRY
     if isinstance(error, ABORTABLE_ON_COORDINATOR):
         return Action.ABORTABLE
     # PRODUCER_FENCED / INVALID_PRODUCER_EPOCH (fenced), INVALID_TXN_STATE, INVALID_TRANSACTION_TIMEOUT,

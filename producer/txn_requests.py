@@ -23,6 +23,7 @@ from proto.errors import (
     KafkaTimeoutError,
     OperationNotAttemptedError,
     for_code,
+    needs_rediscovery,
     raise_for,
 )
 from proto.structs import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
@@ -79,8 +80,7 @@ class CoordinatorRequests:
               deadline: Deadline) -> T:
         """Run `invoke` against the coordinator of `key`, retrying retriable errors until `deadline`."""
         def before_retry(exc: BaseException) -> None:
-            if isinstance(exc, KafkaError) and (exc.invalid_metadata or isinstance(exc, KafkaTimeoutError)):
-                # moved, unreachable or silent: ask any node who the coordinator is now
+            if needs_rediscovery(exc):  # moved, unreachable or silent: ask any node who the coordinator is now
                 self._cluster.invalidate_coordinator(key_type, key)
             level = logging.DEBUG if isinstance(exc, EXPECTED_WHILE_COMPLETING) else logging.WARNING
             log.log(level, "%s for %s failed, retrying: %s", what, self._tm.describe(), exc)
@@ -94,7 +94,7 @@ class CoordinatorRequests:
                     return invoke(self._cluster.stubs(address), self._rpc_timeout(deadline))
         except KafkaError as exc:
             if exc.retriable:
-                if exc.invalid_metadata or isinstance(exc, KafkaTimeoutError):
+                if needs_rediscovery(exc):
                     self._cluster.invalidate_coordinator(key_type, key)
                 raise KafkaTimeoutError(
                     f"{what} for {self._tm.describe()} did not complete within max_block_ms="
@@ -161,7 +161,7 @@ class CoordinatorRequests:
         if error is not None:
             action = classify_coordinator_error(error)
             if action in (Action.RETRY, Action.REFRESH_AND_RETRY):
-                if action is Action.REFRESH_AND_RETRY or isinstance(error, KafkaTimeoutError):
+                if action is Action.REFRESH_AND_RETRY:
                     self._cluster.invalidate_coordinator(TRANSACTION, self._tid)
                 self._tm.partitions_not_added(partitions)
                 if isinstance(error, ConcurrentTransactionsError):

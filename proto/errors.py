@@ -154,6 +154,13 @@ def for_code(code: int, message: str = "") -> BrokerResponseError:
     return cls(text)
 
 
+def needs_rediscovery(error: BaseException) -> bool:
+    """Whether to ask the cluster again who to talk to before a retry: the node said it is the
+    wrong one (invalid metadata), could not be reached, or did not answer in time (it may be
+    stalled or gone: a new owner may have taken over)."""
+    return isinstance(error, KafkaError) and (error.invalid_metadata or isinstance(error, KafkaTimeoutError))
+
+
 def raise_for(code: int, message: str = "") -> None:
     """Raise the error for `code`; do nothing for 0 (NONE)."""
     if code != NONE:

@@ -7,7 +7,7 @@ from producer.batch_participant import BatchParticipant, end_batch_transaction
 from proto.cluster_client import ClusterClient
 from tests.helpers import wait_until
 from tests.integration.test_transactions import read_values
-from txnsim import Admin, TopicPartition, errors
+from txnsim import Admin, errors
 
 
 def participant(bs, batch_key, **config):

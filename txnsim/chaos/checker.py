@@ -338,7 +338,7 @@ def totals(events: Sequence[Event], final: FinalRead, outcomes: dict[str, Outcom
     copied = set(output_values)
     result = {
         f"records sent to {input_topic} and acknowledged": acked[input_topic],
-        f"  of which in committed transactions": len(committed_values),
+        "  of which in committed transactions": len(committed_values),
         f"records read back from {input_topic}": len(input_read),
         f"records written to {output_topic} and acknowledged": acked[output_topic],
         f"records read back from {output_topic}": len(output_values),

@@ -33,7 +33,7 @@ COORDINATOR = [
     (e.KafkaConnectionError, Action.REFRESH_AND_RETRY),
     (e.CoordinatorLoadInProgressError, Action.RETRY),
     (e.ConcurrentTransactionsError, Action.RETRY),
-    (e.KafkaTimeoutError, Action.RETRY),
+    (e.KafkaTimeoutError, Action.REFRESH_AND_RETRY),  # no answer: ask who the coordinator is now
     (e.ProducerFencedError, Action.FATAL),
     (e.InvalidProducerEpochError, Action.FATAL),
     (e.InvalidTxnStateError, Action.FATAL),
