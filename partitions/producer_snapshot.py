@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import crc32c
 
+from partitions.file_names import offset_epoch_name, parse_offset_epoch_name
 from partitions.producer_state import RETAINED_BATCHES, BatchMetadata, ProducerEntry
 from partitions.txn_index import AbortedTxn
 
@@ -60,19 +61,12 @@ class PartitionStateSnapshot:
 
 def snapshot_name(offset: int, epoch: int) -> str:
     """`<offset>-e<leader epoch>.snapshot`: a leader that was cut off cannot overwrite a later one's."""
-    return f"{offset:020d}-e{epoch}{SUFFIX}"
+    return offset_epoch_name(offset, epoch, SUFFIX)
 
 
 def parse_snapshot_name(name: str) -> tuple[int, int | None] | None:
     """(offset, leader epoch) of a snapshot file name (epoch None for an older unnamed one), or None."""
-    if not name.endswith(SUFFIX):
-        return None
-    offset, separator, epoch = name[:-len(SUFFIX)].partition("-e")
-    if len(offset) != 20 or not offset.isdigit():
-        return None
-    if not separator:
-        return int(offset), None
-    return (int(offset), int(epoch)) if epoch.isdigit() else None
+    return parse_offset_epoch_name(name, SUFFIX)
 
 
 def encode(snapshot: PartitionStateSnapshot) -> bytes:

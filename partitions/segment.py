@@ -13,6 +13,7 @@ and the segment scanned.
 """
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import sys
@@ -24,9 +25,12 @@ from pathlib import Path
 
 import crc32c
 
+from partitions.file_names import log_order, offset_epoch_name, parse_offset_epoch_name
 from proto import records
 from proto.errors import CorruptMessageError
 from proto.records import HEADER_SIZE, RecordBatch
+
+logger = logging.getLogger(__name__)
 
 SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -37,27 +41,19 @@ _INDEX_MAGIC = b"TXI1"
 
 def segment_name(base_offset: int, epoch: int) -> str:
     """`<base offset>-e<leader epoch>.log`: each leader writes only files named with its own epoch."""
-    return f"{base_offset:020d}-e{epoch}{SUFFIX}"
+    return offset_epoch_name(base_offset, epoch, SUFFIX)
 
 
 def parse_segment_name(name: str) -> tuple[int, int | None] | None:
     """(base offset, leader epoch) of a segment file name (epoch None for an older unnamed one), or None."""
-    if not name.endswith(SUFFIX):
-        return None
-    stem = name[:-len(SUFFIX)]
-    base, separator, epoch = stem.partition("-e")
-    if len(base) != 20 or not base.isdigit():
-        return None
-    if not separator:
-        return int(base), None
-    return (int(base), int(epoch)) if epoch.isdigit() else None
+    return parse_offset_epoch_name(name, SUFFIX)
 
 
 def segment_files(directory: Path) -> list[tuple[int, int | None, Path]]:
     """(base offset, epoch, path) of every segment file in `directory`, in log order."""
     found = [(*parsed, path) for path in directory.iterdir()
              if path.is_file() and (parsed := parse_segment_name(path.name)) is not None]
-    return sorted(found, key=lambda item: (item[0], -1 if item[1] is None else item[1]))
+    return sorted(found, key=lambda item: log_order(item[0], item[1]))
 
 
 def index_path(segment_path: Path) -> Path:
@@ -174,8 +170,16 @@ class Segment:
         segment._size = segment._synced_size = size
         return segment
 
-    def write_index(self) -> None:
-        """Save the index of this sealed, fsynced segment (temp file and rename; a cache, not fsynced)."""
+    def save_index(self) -> None:
+        """Save the index of this sealed, fsynced segment, best effort: a failure is logged (the next
+        open then scans the segment). Temp file and rename; a cache, so not fsynced."""
+        try:
+            self._write_index()
+        except OSError as error:
+            logger.warning("cannot save the index of %s/%s (%s); the next open scans it",
+                           self.path.parent.name, self.path.name, error)
+
+    def _write_index(self) -> None:
         arrays = []
         for source in (self._bases, self._lasts, self._positions):
             copy = array("q", source)

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from partitions.file_names import log_order
 from partitions.producer_snapshot import (CorruptSnapshotError, PartitionStateSnapshot, decode, encode,
                                           parse_snapshot_name, snapshot_name)
 from partitions.segment import fsync_directory
@@ -34,7 +35,7 @@ def list_snapshots(directory: Path) -> list[SnapshotFile]:
     """The snapshot files of `directory`, oldest first."""
     found = [SnapshotFile(*parsed, path) for path in directory.iterdir()
              if path.is_file() and (parsed := parse_snapshot_name(path.name)) is not None]
-    return sorted(found, key=lambda file: (file.offset, -1 if file.epoch is None else file.epoch))
+    return sorted(found, key=lambda file: log_order(file.offset, file.epoch))
 
 
 def read_snapshot(file: SnapshotFile) -> PartitionStateSnapshot:
