@@ -234,11 +234,7 @@ class PartitionLog:
         self._sync_active_segment()
         sealed = self._segments[-1]
         if sealed.epoch == self.leader_epoch:  # an inherited file is indexed by recovery, which checks it first
-            try:
-                sealed.write_index()
-            except OSError as error:
-                logger.warning("%s-%s: cannot save the index of %s (%s); the next open scans it",
-                               self.topic, self.partition, sealed.path.name, error)
+            sealed.save_index()
         segment = Segment.create(self.directory, self._log_end_offset, self.leader_epoch)
         self._segments.append(segment)
         self._segment_bases.append(segment.base_offset)
@@ -283,10 +279,7 @@ class PartitionLog:
                     segment.sync()
         except OSError as error:
             raise KafkaStorageError(f"fsync of {self.topic}-{self.partition} failed: {error}") from error
-        if self._superseded():  # checked after the fsync: see leader_epochs.py for why that order
-            with self._lock:
-                self._fenced = True
-                self._data_ready.notify_all()
+        if self.fenced:  # checked after the fsync: see leader_epochs.py for why that order
             self._check_not_fenced()
         with self._lock:
             for segment, size in dirty:

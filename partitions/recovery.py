@@ -126,7 +126,7 @@ def clean_up(directory: Path, scanned: ScannedLog, limits: EpochLimits,
     for segment in scanned.scanned:
         sealed = segment is not scanned.segments[-1] and segment.path in kept
         if sealed and segment.path not in cut_paths and older(segment.epoch):
-            _save_index(segment)
+            segment.save_index()  # scanned this time; the next open need not
     return report
 
 
@@ -135,14 +135,6 @@ def _truncate(path: Path, size: int) -> None:
         f.truncate(size)
         f.flush()
         os.fsync(f.fileno())
-
-
-def _save_index(segment: Segment) -> None:
-    """A sealed segment that had to be scanned is indexed for the next open (best effort)."""
-    try:
-        segment.write_index()
-    except OSError as error:
-        logger.warning("log recovery: cannot save the index of %s: %s", _where(segment.path), error)
 
 
 def _delete_orphan_indexes(directory: Path) -> None:
