@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 from coordinator.layout import write_atomically
+from partitions.durable_files import create_exclusively
 from partitions.segment import fsync_directory
 
 _LEGACY_COUNTER = "next-block-start"  # the flock-guarded counter of earlier versions
@@ -55,15 +56,7 @@ class ProducerIdAllocator:
 
     def _stored_block_size(self) -> int:
         path = self._directory / "block-size"
-        if not path.exists():
-            tmp = path.with_name(f"block-size.{os.getpid()}.tmp")
-            tmp.write_text(str(self._wanted_block_size))
-            try:
-                os.link(tmp, path)  # the first node's size wins, whoever races
-            except FileExistsError:
-                pass
-            finally:
-                tmp.unlink()
+        if not path.exists() and create_exclusively(path, str(self._wanted_block_size)):  # the first size wins
             fsync_directory(self._directory)
         return int(path.read_text())
 

@@ -26,10 +26,10 @@ Why this is safe without trusting the old leader to stop (fencing, not leases):
 from __future__ import annotations
 
 import os
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from partitions.durable_files import create_exclusively, write_durably
 from partitions.segment import fsync_directory
 from proto.errors import KafkaStorageError, NotLeaderOrFollowerError
 
@@ -98,7 +98,7 @@ class LeaderEpochs:
         durably; NOT_LEADER_OR_FOLLOWER if another node claimed it first."""
         self.directory.mkdir(parents=True, exist_ok=True)
         epoch = after.epoch + 1 if after is not None else self._legacy_epoch() + 1
-        if not _link_new(self.directory, self._path(epoch, "claim"), f"node {node_id}\n"):
+        if not create_exclusively(self._path(epoch, "claim"), f"node {node_id}\n"):
             raise NotLeaderOrFollowerError(
                 f"[NOT_LEADER_OR_FOLLOWER] epoch {epoch} of {self.directory.parent.name} was just claimed "
                 "by another node; retry")
@@ -110,13 +110,13 @@ class LeaderEpochs:
         names = self._names()
         for epoch in self._epochs(names):
             if epoch < before and f"{epoch:010d}.start" not in names:
-                _link_new(self.directory, self._path(epoch, "start"), _VOID + "\n")
+                create_exclusively(self._path(epoch, "start"), _VOID + "\n")
         fsync_directory(self.directory)
 
     def record_start(self, epoch: int, offset: int) -> None:
         """Durably record where `epoch` starts writing; from then on earlier epochs end there.
         NOT_LEADER_OR_FOLLOWER if a later claimant voided it first (it was superseded while opening)."""
-        if not _link_new(self.directory, self._path(epoch, "start"), f"{offset}\n"):
+        if not create_exclusively(self._path(epoch, "start"), f"{offset}\n"):
             raise NotLeaderOrFollowerError(
                 f"[NOT_LEADER_OR_FOLLOWER] epoch {epoch} of {self.directory.parent.name} was superseded "
                 "while it opened the log; retry")
@@ -124,7 +124,7 @@ class LeaderEpochs:
 
     def release(self, epoch: int) -> None:
         """Say that `epoch`'s leader closed the log after its last durable write."""
-        _write_durably(self._path(epoch, "released"), "")
+        write_durably(self._path(epoch, "released"), "")
         fsync_directory(self.directory)
 
     # ------------------------------------------------------------ helpers
@@ -142,8 +142,9 @@ class LeaderEpochs:
     def _claim(self, epoch: int, names: set[str]) -> Claim:
         start = None
         if f"{epoch:010d}.start" in names:
-            text = self._path(epoch, "start").read_text().strip()
-            start = None if text == _VOID else self._read_int(self._path(epoch, "start"), "")
+            path = self._path(epoch, "start")
+            text = path.read_text()
+            start = None if text.strip() == _VOID else _parse_int(path, text, "")
         return Claim(epoch, self._read_int(self._path(epoch, "claim"), "node "), start,
                      f"{epoch:010d}.released" in names)
 
@@ -155,32 +156,14 @@ class LeaderEpochs:
 
     @staticmethod
     def _read_int(path: Path, prefix: str) -> int:
-        text = path.read_text()
-        if not text.startswith(prefix):
-            raise KafkaStorageError(f"{path} holds {text!r}; expected {prefix!r} and a number")
-        try:
-            return int(text[len(prefix):].strip())
-        except ValueError:
-            raise KafkaStorageError(f"{path} holds {text!r}; expected {prefix!r} and a number") from None
+        return _parse_int(path, path.read_text(), prefix)
 
 
-def _link_new(directory: Path, path: Path, text: str) -> bool:
-    """Create `path` holding `text`, complete and durable the moment it appears, unless it exists."""
-    tmp = directory / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
-    _write_durably(tmp, text)
+def _parse_int(path: Path, text: str, prefix: str) -> int:
+    """The number after `prefix` in `text` (read from `path`), or KAFKA_STORAGE_ERROR naming the file."""
+    if not text.startswith(prefix):
+        raise KafkaStorageError(f"{path} holds {text!r}; expected {prefix!r} and a number")
     try:
-        os.link(tmp, path)  # atomic and exclusive: exactly one creator wins
-        return True
-    except FileExistsError:
-        return False
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _write_durably(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, text.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        return int(text[len(prefix):].strip())
+    except ValueError:
+        raise KafkaStorageError(f"{path} holds {text!r}; expected {prefix!r} and a number") from None
