@@ -29,6 +29,15 @@ def fill(log: PartitionLog, count: int) -> list[int]:
     return positions
 
 
+def write_twelve_in_small_segments(open_log, log_dir: Path) -> list[Path]:
+    """Twelve one-record batches ("v0" * 30 ...) in 300-byte segments, closed; the segment files."""
+    log = open_log(segment_bytes=300)
+    for i in range(12):
+        log.append(data(f"v{i}".encode() * 30))
+    log.close()
+    return sorted(log_dir.glob("*.log"))
+
+
 def test_a_clean_log_reopens_without_a_report(open_log):
     log = open_log()
     fill(log, 3)
@@ -87,11 +96,7 @@ def test_a_flipped_bit_in_a_middle_batch_truncates_from_there(open_log, log_dir)
 
 
 def test_a_damaged_segment_takes_every_later_segment_with_it(open_log, log_dir):
-    log = open_log(segment_bytes=300)
-    for i in range(12):
-        log.append(data(f"v{i}".encode() * 30))
-    log.close()
-    segments = sorted(log_dir.glob("*.log"))
+    segments = write_twelve_in_small_segments(open_log, log_dir)
     assert len(segments) >= 4
     for index in log_dir.glob("*.index"):  # no saved index (lost, or written by an older version): scanned
         index.unlink()
@@ -181,12 +186,8 @@ def test_an_empty_directory_opens_as_an_empty_log(tmp_path: Path):
 
 
 def test_sealed_segments_load_from_their_saved_index_and_only_the_tail_is_scanned(open_log, log_dir):
-    log = open_log(segment_bytes=300)
-    for i in range(12):
-        log.append(data(f"v{i}".encode() * 30))
-    before = [r.value for b in log.batches() for r in b.records()]
-    log.close()
-    segments = sorted(log_dir.glob("*.log"))
+    segments = write_twelve_in_small_segments(open_log, log_dir)
+    before = [f"v{i}".encode() * 30 for i in range(12)]
     assert sorted(log_dir.glob("*.index")) == [p.with_suffix(".index") for p in segments[:-1]]
     log = open_log(leader_epoch=1, segment_bytes=300)
     stats = log.recovery_stats
@@ -196,11 +197,7 @@ def test_sealed_segments_load_from_their_saved_index_and_only_the_tail_is_scanne
 
 
 def test_an_index_that_no_longer_describes_its_segment_is_ignored_and_the_segment_scanned(open_log, log_dir):
-    log = open_log(segment_bytes=300)
-    for i in range(12):
-        log.append(data(f"v{i}".encode() * 30))
-    log.close()
-    segments = sorted(log_dir.glob("*.log"))
+    segments = write_twelve_in_small_segments(open_log, log_dir)
     damaged_index = segments[0].with_suffix(".index")
     damaged_index.write_bytes(damaged_index.read_bytes()[:-3] + b"xyz")  # its CRC no longer matches
     with segments[1].open("ab") as f:  # bytes appended after the index was saved: a torn write
