@@ -12,9 +12,11 @@ from proto import txnsim_pb2 as pb
 from proto import txnsim_pb2_grpc as rpc
 from proto.errors import CoordinatorNotAvailableError, InvalidRequestError
 from proto.hashing import partition_for
-from proto.structs import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from proto.structs import (CONSUMER_OFFSETS_TOPIC, HALF_MESSAGE_TOPICS, HALF_TOPIC, INTERNAL_TOPICS,
+                           TRANSACTION_STATE_TOPIC)
 
-GROUP, TRANSACTION = 0, 1
+#: FindCoordinator key types: Kafka's group and transaction, and txnsim's half-message shard of a producer group
+GROUP, TRANSACTION, HALF_MESSAGES = 0, 1, 100
 
 
 class ClusterServer:
@@ -38,6 +40,8 @@ class ClusterServer:
         if req.include_internal:
             topics[TRANSACTION_STATE_TOPIC] = self._spec.config.txn_shards
             topics[CONSUMER_OFFSETS_TOPIC] = self._spec.config.offsets_shards
+            for name in HALF_MESSAGE_TOPICS:
+                topics[name] = self._spec.config.half_shards
         names = list(req.topics) or sorted(topics)
         out = []
         for name in names:
@@ -46,8 +50,9 @@ class ClusterServer:
                 out.append(pb.TopicMetadata(name=name, error_code=3,
                                             error_message=f"[UNKNOWN_TOPIC_OR_PARTITION] topic {name!r} does not exist"))
                 continue
-            out.append(pb.TopicMetadata(name=name, internal=name.startswith("__"), partitions=[
-                pb.PartitionMetadata(partition=p, leader=self._membership.owner(name, p)) for p in range(count)]))
+            out.append(pb.TopicMetadata(name=name, internal=name in INTERNAL_TOPICS, configs=self._topics.configs(name),
+                                        partitions=[pb.PartitionMetadata(partition=p, leader=self._membership.owner(name, p))
+                                                    for p in range(count)]))
         return pb.MetadataResponse(nodes=self._nodes(), topics=out, txn_shards=self._spec.config.txn_shards,
                                    offsets_shards=self._spec.config.offsets_shards)
 
@@ -58,16 +63,18 @@ class ClusterServer:
             topic, shard = TRANSACTION_STATE_TOPIC, partition_for(req.key, self._spec.config.txn_shards)
         elif req.key_type == GROUP:
             topic, shard = CONSUMER_OFFSETS_TOPIC, partition_for(req.key, self._spec.config.offsets_shards)
+        elif req.key_type == HALF_MESSAGES:
+            topic, shard = HALF_TOPIC, partition_for(req.key, self._spec.config.half_shards)
         else:
-            raise InvalidRequestError(f"[INVALID_REQUEST] key_type must be 0 (group) or 1 (transaction), "
-                                      f"not {req.key_type}")
+            raise InvalidRequestError(f"[INVALID_REQUEST] key_type must be 0 (group), 1 (transaction) or "
+                                      f"100 (producer group's half messages), not {req.key_type}")
         owner = self._membership.owner(topic, shard)
         if owner < 0:
             raise CoordinatorNotAvailableError("[COORDINATOR_NOT_AVAILABLE] no live node can coordinate this key")
         return pb.FindCoordinatorResponse(node_id=owner, address=self._spec.nodes[owner], shard=shard)
 
     def create_topic(self, req: pb.CreateTopicRequest) -> pb.CreateTopicResponse:
-        self._topics.create(req.name, req.partitions)
+        self._topics.create(req.name, req.partitions, dict(req.configs))
         return pb.CreateTopicResponse()
 
     def status(self, req: pb.ClusterStatusRequest) -> pb.ClusterStatusResponse:

@@ -35,17 +35,31 @@ class NodeConfig:
     # group coordinator
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000
-    # RocketMQ-style check-back (planned; accepted now so cluster files stay valid)
-    transaction_check_interval_ms: int = 60_000
+    # RocketMQ-style transactional messages (half messages and check-back), RocketMQ 5's defaults:
+    #: shards of RMQ_SYS_TRANS_HALF_TOPIC (a producer group's half messages live in one)
+    half_shards: int = 10
+    #: how often an undecided half message is checked back (RocketMQ's transactionCheckInterval)
+    transaction_check_interval_ms: int = 30_000
+    #: checks before an undecided message is discarded to TRANS_CHECK_MAX_TIME_TOPIC (transactionCheckMax)
     transaction_check_max: int = 15
+    #: how old an undecided half message must be before its first check (RocketMQ's transactionTimeOut;
+    #: a message's own check immunity replaces it)
+    half_message_timeout_ms: int = 6_000
+    #: how topics without their own choice store undecided messages: "rocketmq" or "kafka"
+    half_message_storage: str = "rocketmq"
 
     def __post_init__(self) -> None:
+        if self.half_message_storage not in ("rocketmq", "kafka"):
+            raise KafkaConfigurationError(
+                f"node setting half_message_storage must be 'rocketmq' or 'kafka', not {self.half_message_storage!r}")
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name == "half_message_storage":
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise KafkaConfigurationError(f"node setting {f.name} must be a positive integer, not {value!r}")
-        if self.txn_shards > 10_000 or self.offsets_shards > 10_000:
-            raise KafkaConfigurationError("txn_shards and offsets_shards must be at most 10000")
+        if max(self.txn_shards, self.offsets_shards, self.half_shards) > 10_000:
+            raise KafkaConfigurationError("txn_shards, offsets_shards and half_shards must be at most 10000")
 
     @classmethod
     def from_settings(cls, settings: dict[str, Any]) -> NodeConfig:
@@ -55,5 +69,5 @@ class NodeConfig:
             raise KafkaConfigurationError(f"unknown node settings: {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         return cls(**settings)
 
-    def as_settings(self) -> dict[str, int]:
+    def as_settings(self) -> dict[str, int | str]:
         return dataclasses.asdict(self)

@@ -112,9 +112,13 @@ def read_cluster_spec(layout: ClusterLayout) -> ClusterSpec:
 def check_shard_counts(layout: ClusterLayout, config: NodeConfig) -> None:
     """Record the shard counts on first start; refuse a later start with different ones."""
     path = layout.metadata / "shards.json"
-    wanted = {"txn_shards": config.txn_shards, "offsets_shards": config.offsets_shards}
+    wanted = {"txn_shards": config.txn_shards, "offsets_shards": config.offsets_shards,
+              "half_shards": config.half_shards}
     if path.exists():
         stored = json.loads(path.read_text())
+        if "half_shards" not in stored:  # written before half messages existed: nothing is stored in them yet
+            stored["half_shards"] = config.half_shards
+            write_atomically(path, json.dumps(stored).encode())
         if stored != wanted:
             raise KafkaConfigurationError(
                 f"this data directory was created with {stored}; starting with {wanted} would move "

@@ -30,6 +30,10 @@ from coordinator.partition_service import PartitionServer, PartitionsServicer
 from coordinator.membership import Heartbeat, Membership
 from coordinator.ownership_log import OwnershipLog
 from coordinator.producer_ids import ProducerIdAllocator
+from coordinator.rocketmq.coordinator import HalfMessageCoordinator
+from coordinator.rocketmq.effects import PartitionWriter
+from coordinator.rocketmq.producers import ProducerRegistry
+from coordinator.rocketmq.service import HalfMessagesServicer
 from coordinator.topics import TopicStore
 from coordinator.txn.coordinator import TransactionCoordinator
 from coordinator.txn.markers import MarkerWriter
@@ -46,7 +50,8 @@ from proto.errors import (
     code_of,
 )
 from proto.hashing import partition_for
-from proto.structs import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicPartition
+from proto.structs import (CHECK_MAX_TOPIC, CONSUMER_OFFSETS_TOPIC, HALF_MESSAGE_TOPICS, HALF_TOPIC, OP_HALF_TOPIC,
+                           TRANSACTION_STATE_TOPIC, TopicPartition)
 from proto.transport import SERVER_OPTIONS, NodeChannels, call
 
 log = logging.getLogger("txnsim.node")
@@ -90,16 +95,29 @@ class Node:
         self.partitions = PartitionServer(
             node_id=node_id, logs=self.logs, membership=self.membership, topics=self.topics,
             offsets_shards=self.config.offsets_shards, txn_shards=self.config.txn_shards,
+            half_shards=self.config.half_shards,
             verify=self._verify_partition_in_txn, on_offsets_marker=self._on_offsets_marker)
         self.markers = MarkerWriter(
             local_node_id=node_id, owner_of=lambda tp: self.membership.owner(tp.topic, tp.partition),
             address_of=lambda n: self.spec.nodes[n], write_locally=self.partitions.write_txn_markers,
             channels=self.channels)
+        self.allocator = ProducerIdAllocator(layout.producer_ids, self.config.producer_id_block_size)
+        self.producers = ProducerRegistry()
+        self.half = HalfMessageCoordinator(
+            half_shards=self.config.half_shards, check_interval_ms=self.config.transaction_check_interval_ms,
+            check_max=self.config.transaction_check_max, half_message_timeout_ms=self.config.half_message_timeout_ms,
+            default_storage=self.config.half_message_storage, now_ms=now_ms, allocate_producer_id=self.allocator.allocate,
+            partitions_for=self.topics.partitions, topic_configs=self.topics.configs,
+            writer=PartitionWriter(
+                local_node_id=node_id, owner_of=lambda tp: self.membership.owner(tp.topic, tp.partition),
+                address_of=lambda n: self.spec.nodes[n], produce_locally=self.partitions.produce,
+                describe_locally=self.partitions.describe_producers, channels=self.channels),
+            find_producer=self._find_producer, message_max_bytes=self.config.message_max_bytes, node_id=node_id)
         self.txn = TransactionCoordinator(
             txn_shards=self.config.txn_shards, offsets_shards=self.config.offsets_shards,
             transaction_max_timeout_ms=self.config.transaction_max_timeout_ms,
             transactional_id_expiration_ms=self.config.transactional_id_expiration_ms,
-            allocator=ProducerIdAllocator(layout.producer_ids, self.config.producer_id_block_size),
+            allocator=self.allocator,
             markers=self.markers, partitions_for=self.partitions.partition_count, now_ms=now_ms,
             snapshot_interval_records=self.config.transaction_state_snapshot_interval_records,
             assigned_here=lambda shard: self.membership.owner(TRANSACTION_STATE_TOPIC, shard) == node_id)
@@ -121,6 +139,7 @@ class Node:
         rpc.add_PartitionsServicer_to_server(PartitionsServicer(self.partitions), server)
         rpc.add_TransactionCoordinatorServicer_to_server(TransactionServicer(self.txn, self.node_id), server)
         rpc.add_GroupCoordinatorServicer_to_server(GroupService(self.groups), server)
+        rpc.add_HalfMessagesServicer_to_server(HalfMessagesServicer(self.half, self.producers, self.stopped), server)
         if server.add_insecure_port(self.address) == 0:
             raise KafkaConfigurationError(f"node {self.node_id} cannot listen on {self.address}")
         server.start()
@@ -169,6 +188,13 @@ class Node:
                     missing += 1
                     continue
                 self.groups.load_shard(shard, shard_log)
+            half_wanted = set(self.membership.owned_by(self.node_id, HALF_TOPIC, self.config.half_shards))
+            for shard in sorted(half_wanted - set(self.half.owned_shards())):
+                half_logs = [self._acquire(topic, shard, reason) for topic in (HALF_TOPIC, OP_HALF_TOPIC, CHECK_MAX_TOPIC)]
+                if any(shard_log is None for shard_log in half_logs):
+                    missing += 1
+                    continue
+                self.half.load_shard(shard, *half_logs)
             if missing == 0 and not self._ready.is_set():
                 self._ready.set()
                 log.info("node %d owns %d transaction shards and %d group shards", self.node_id,
@@ -186,6 +212,8 @@ class Node:
                 self.txn.unload_shard(partition)
             elif topic == CONSUMER_OFFSETS_TOPIC:
                 self.groups.unload_shard(partition)
+            elif topic in HALF_MESSAGE_TOPICS:
+                self.half.unload_shard(partition)
             self.logs.close(topic, partition)
             action = "fenced" if fenced else "released"
             self.ownership_log.record(self.node_id, action, topic, partition, shard_log.leader_epoch, reason)
@@ -206,6 +234,7 @@ class Node:
         if self._server is not None:
             self._server.stop(grace=0.5).wait(2)
         self.markers.close()
+        self.half.close()
         self.txn.close()
         self.groups.close()
         self.logs.close_all()
@@ -251,6 +280,25 @@ class Node:
         if response.error_code:
             return response.error_code
         return response.results[0].error_code if response.results else 0
+
+    def _find_producer(self, group: str):
+        """How to hand a check to a live producer of `group`: connected here, or to a peer; None if none is."""
+        if self.producers.pick(group) is not None:
+            return self.producers.deliver
+        for peer in sorted(self.membership.live - {self.node_id}):
+            stubs = self.channels.stubs(self.spec.nodes[peer])
+            probe = pb.DeliverCheckRequest(check=pb.TransactionCheck(producer_group=group), probe_only=True)
+            try:
+                if call(stubs.half.DeliverCheck, probe, 2.0).delivered:
+                    def deliver(check: pb.TransactionCheck, stubs=stubs) -> bool:
+                        try:
+                            return call(stubs.half.DeliverCheck, pb.DeliverCheckRequest(check=check), 2.0).delivered
+                        except KafkaError:
+                            return False
+                    return deliver
+            except KafkaError:
+                continue
+        return None
 
     def _on_offsets_marker(self, shard: int, producer_id: int, committed: bool, marker_offset: int) -> None:
         self.groups.complete_transaction(shard, producer_id, committed, marker_offset=marker_offset)

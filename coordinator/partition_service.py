@@ -32,7 +32,7 @@ from proto.errors import (
     UnknownTopicOrPartitionError,
     code_of,
 )
-from proto.structs import CONSUMER_OFFSETS_TOPIC, INTERNAL_TOPICS, IsolationLevel, TopicPartition
+from proto.structs import CONSUMER_OFFSETS_TOPIC, HALF_MESSAGE_TOPICS, INTERNAL_TOPICS, IsolationLevel, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ Verifier = Callable[[str, int, int, TopicPartition], int]
 
 class PartitionServer:
     def __init__(self, *, node_id: int, logs: LogManager, membership: Membership, topics: TopicStore,
-                 offsets_shards: int, txn_shards: int, verify: Verifier,
+                 offsets_shards: int, txn_shards: int, verify: Verifier, half_shards: int = 10,
                  on_offsets_marker: Callable[[int, int, bool, int], None]) -> None:
         self.node_id = node_id
         self._logs = logs
@@ -50,6 +50,7 @@ class PartitionServer:
         self._topics = topics
         self._offsets_shards = offsets_shards
         self._txn_shards = txn_shards
+        self._half_shards = half_shards
         self._verify = verify
         self._on_offsets_marker = on_offsets_marker
         self._open_lock = threading.Lock()
@@ -63,6 +64,8 @@ class PartitionServer:
             return self._offsets_shards
         if topic == "__transaction_state":
             return self._txn_shards
+        if topic in HALF_MESSAGE_TOPICS:
+            return self._half_shards
         return self._topics.partitions(topic)
 
     def owned_log(self, topic: str, partition: int) -> PartitionLog:

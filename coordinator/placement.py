@@ -12,6 +12,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from proto.hashing import java_string_hash
+from proto.structs import INTERNAL_TOPICS
 
 NO_OWNER = -1
 
@@ -23,7 +24,7 @@ class Placement:
     def preferred_index(self, topic: str, partition: int) -> int:
         """Internal shards go round-robin; a data partition starts at a per-topic offset so topics spread too."""
         n = len(self.node_ids)
-        if topic.startswith("__"):
+        if topic.startswith("__") or topic in INTERNAL_TOPICS:
             return partition % n
         return ((java_string_hash(topic) & 0x7FFFFFFF) + partition) % n
 

@@ -59,6 +59,12 @@ class ProducerConfig:
     retries: int = MAX_INT32
     #: produce requests outstanding per node (one batch per partition at a time regardless)
     max_in_flight_requests_per_connection: int = 5
+    #: RocketMQ-style transactional messages: the producer group (check-backs go to one live member)
+    producer_group: str | None = None
+    #: runs the local transaction and answers check-backs (a txnsim.TransactionListener)
+    transaction_listener: Any = None
+    #: threads answering check-backs (RocketMQ's checkThreadPoolMinSize)
+    check_thread_pool_size: int = 1
     #: kafka-python style: turn keys and values into bytes
     key_serializer: Callable[[Any], bytes | None] | None = None
     value_serializer: Callable[[Any], bytes | None] | None = None
@@ -99,6 +105,14 @@ class ProducerConfig:
             raise KafkaConfigurationError(f"enable_idempotence must be a bool, not {self.enable_idempotence!r}")
         if not isinstance(self.client_id, str):
             raise KafkaConfigurationError(f"client_id must be a str, not {self.client_id!r}")
+        if self.producer_group is not None and (not isinstance(self.producer_group, str) or not self.producer_group):
+            raise KafkaConfigurationError("producer_group must be a non-empty string (or None)")
+        if self.transaction_listener is not None:
+            if self.producer_group is None:
+                raise KafkaConfigurationError("a transaction_listener needs a producer_group (check-backs go to the group)")
+            for method in ("execute_local_transaction", "check_local_transaction"):
+                if not callable(getattr(self.transaction_listener, method, None)):
+                    raise KafkaConfigurationError(f"transaction_listener must have a {method}(...) method")
         for name in ("key_serializer", "value_serializer"):
             if getattr(self, name) is not None and not callable(getattr(self, name)):
                 raise KafkaConfigurationError(f"{name} must be callable")
@@ -117,7 +131,8 @@ class ProducerConfig:
                     f"{MAX_TRANSACTIONAL_ID_LENGTH}")
         minimums = {"linger_ms": 0, "batch_size": 0, "buffer_memory": 1, "max_block_ms": 0, "max_request_size": 1,
                     "request_timeout_ms": 1, "delivery_timeout_ms": 1, "retry_backoff_ms": 0,
-                    "retry_backoff_max_ms": 0, "retries": 0, "max_in_flight_requests_per_connection": 1}
+                    "retry_backoff_max_ms": 0, "retries": 0, "max_in_flight_requests_per_connection": 1,
+                    "check_thread_pool_size": 1}
         for name, minimum in minimums.items():
             value = getattr(self, name)
             if value < minimum:

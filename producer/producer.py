@@ -31,6 +31,8 @@ from proto.transport import Deadline
 from producer.accumulator import RecordAccumulator, record_size
 from producer.config import ProducerConfig
 from producer.future import FutureRecordMetadata
+from producer.half_transactions import HalfTransactions
+from producer.local_transaction import TransactionSendResult
 from producer.partitioner import DefaultPartitioner
 from producer.sender import Sender
 from producer.transaction_manager import TransactionManager, TransactionState
@@ -83,6 +85,12 @@ class Producer:
         self._partition_counts: dict[str, int] = {}
         self._closed = False
         self._close_lock = threading.Lock()
+        self._half: HalfTransactions | None = None
+        if config.producer_group is not None:
+            self._half = HalfTransactions(self._cluster, producer_group=config.producer_group,
+                                          listener=config.transaction_listener, client_id=config.client_id,
+                                          request_timeout_s=config.request_timeout_ms / 1000,
+                                          check_threads=config.check_thread_pool_size)
         self._sender.start()
         log.debug("producer %s started (%s)", config.client_id, self._tm.describe())
 
@@ -152,6 +160,40 @@ class Producer:
                                     max_block_s=deadline.remaining(), size=size)
         assert future is not None
         return future
+
+    # ------------------------------------------------------------ RocketMQ-style transactions
+
+    def send_message_in_transaction(self, topic: str, value: Any = None, key: Any = None, arg: Any = None,
+                                    headers: Iterable[tuple[str, bytes | None]] | None = None,
+                                    partition: int | None = None, *, tag: str = "", keys: str = "",
+                                    check_immunity_ms: int = 0) -> TransactionSendResult:
+        """RocketMQ's transactional send: store a half message (invisible), run the listener's
+        execute_local_transaction(msg, arg) only once it is stored, then end the transaction one-way
+        with its answer. A lost end or an UNKNOW answer is resolved by check-back, which calls
+        check_local_transaction(msg) on a live producer of the group. Needs producer_group and
+        transaction_listener; `check_immunity_ms` delays this message's first check (RocketMQ's
+        CHECK_IMMUNITY_TIME_IN_SECONDS; default: the cluster's half_message_timeout_ms)."""
+        if self._closed:
+            raise IllegalStateError("cannot send: the producer is closed")
+        if self._half is None:
+            raise IllegalStateError("send_message_in_transaction needs Producer(producer_group=..., "
+                                    "transaction_listener=...)")
+        config = self.config
+        key_bytes = _to_bytes(config.key_serializer(key) if config.key_serializer else key, "key")
+        value_bytes = _to_bytes(config.value_serializer(value) if config.value_serializer else value, "value")
+        if not isinstance(check_immunity_ms, int) or check_immunity_ms < 0:
+            raise KafkaConfigurationError(f"check_immunity_ms must be a non-negative int, not {check_immunity_ms!r}")
+        num_partitions = self._num_partitions(topic, Deadline(self._max_block_s))
+        if partition is not None and (not isinstance(partition, int) or not 0 <= partition < num_partitions):
+            raise UnknownTopicOrPartitionError(
+                f"[UNKNOWN_TOPIC_OR_PARTITION] partition {partition!r} of topic {topic!r} does not exist "
+                f"(it has {num_partitions})")
+        return self._half.send(topic, value_bytes, key_bytes, arg, headers, partition, tag, keys, check_immunity_ms,
+                               num_partitions)
+
+    def wait_for_check_backs(self, timeout: float = 10.0) -> bool:
+        """Block until the cluster can reach this producer for check-backs (True), or `timeout` passed."""
+        return self._half is not None and self._half.wait_registered(timeout)
 
     def _num_partitions(self, topic: str, deadline: Deadline) -> int:
         count = self._partition_counts.get(topic)
@@ -262,6 +304,8 @@ class Producer:
                 self._abort(deadline if deadline is not None else self._deadline())
             except KafkaError as exc:
                 log.warning("closing %s: could not abort the open transaction: %s", self._tm.describe(), exc)
+        if self._half is not None:
+            self._half.close()
         self._sender.initiate_close()
         if threading.current_thread() is self._sender:
             # close() from a send callback: the I/O thread cannot wait for itself

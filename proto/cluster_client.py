@@ -23,6 +23,8 @@ from proto.transport import Deadline, NodeChannels, Stubs, call, retrying
 
 GROUP = 0
 TRANSACTION = 1
+#: txnsim's key type for the half-message shard of a producer group
+HALF_MESSAGES = 100
 #: the longest a metadata or coordinator lookup waits for one node before asking the next (and the
 #: producer's I/O thread blocks on one lookup in a round)
 LOOKUP_TIMEOUT_S = 2.0

@@ -105,6 +105,7 @@ RebalanceInProgressError = _code("RebalanceInProgressError", 27, "REBALANCE_IN_P
 InvalidCommitOffsetSizeError = _code("InvalidCommitOffsetSizeError", 28, "INVALID_COMMIT_OFFSET_SIZE", doc="The offset metadata is too large.")
 TopicAlreadyExistsError = _code("TopicAlreadyExistsError", 36, "TOPIC_ALREADY_EXISTS", doc="The topic already exists.")
 InvalidPartitionsError = _code("InvalidPartitionsError", 37, "INVALID_PARTITIONS", doc="The partition count is invalid.")
+InvalidConfigError = _code("InvalidConfigError", 40, "INVALID_CONFIG", doc="A topic setting is invalid.")
 InvalidRequestError = _code("InvalidRequestError", 42, "INVALID_REQUEST", doc="The request is malformed.")
 OutOfOrderSequenceError = _code("OutOfOrderSequenceError", 45, "OUT_OF_ORDER_SEQUENCE_NUMBER", abortable=True,
                                 doc="The batch's sequence number does not follow the last one.")
@@ -136,9 +137,45 @@ TransactionalIdNotFoundError = _code("TransactionalIdNotFoundError", 105, "TRANS
 TransactionAbortableError = _code("TransactionAbortableError", 120, "TRANSACTION_ABORTABLE", abortable=True,
                                   doc="The transaction cannot commit; abort it.")
 
+
+
+# RocketMQ's status codes (apache.rocketmq.v2.Code) for the half-message API: their numbers do not
+# collide with Kafka's, so one table serves both protocols.
+class RocketMQError(BrokerResponseError):
+    """An error of RocketMQ's half-message protocol (ROCKETMQ-REFERENCE §5)."""
+
+
+class InvalidTransactionIdError(RocketMQError):
+    """The transaction id is unknown, or that transaction was decided otherwise."""
+
+    errno = 40008
+    name = "INVALID_TRANSACTION_ID"
+
+
+class IllegalMessagePropertyKeyError(RocketMQError):
+    """A message property uses a name RocketMQ reserves for its own properties."""
+
+    errno = 40007
+    name = "ILLEGAL_MESSAGE_PROPERTY_KEY"
+
+
+class MessagePropertyConflictWithTypeError(RocketMQError):
+    """The topic does not accept messages of this type (e.g. TRANSACTION)."""
+
+    errno = 40014
+    name = "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE"
+
+
+class TopicNotFoundError(RocketMQError):
+    """The topic does not exist."""
+
+    errno = 40402
+    name = "TOPIC_NOT_FOUND"
+
 #: every wire code, both ways
 ERRORS_BY_CODE: dict[int, type[BrokerResponseError]] = {
-    cls.errno: cls for cls in BrokerResponseError.__subclasses__()
+    cls.errno: cls for cls in [*BrokerResponseError.__subclasses__(), *RocketMQError.__subclasses__()]
+    if cls is not RocketMQError
 }
 NONE = 0
 

@@ -10,7 +10,13 @@ from proto.records import Header
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
-INTERNAL_TOPICS = frozenset({TRANSACTION_STATE_TOPIC, CONSUMER_OFFSETS_TOPIC})
+#: RocketMQ's system topics for transactional messages (ROCKETMQ-REFERENCE §3): the half messages, the
+#: OP records that mark them decided, and the messages discarded after too many check-backs
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+CHECK_MAX_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+HALF_MESSAGE_TOPICS = frozenset({HALF_TOPIC, OP_HALF_TOPIC, CHECK_MAX_TOPIC})
+INTERNAL_TOPICS = frozenset({TRANSACTION_STATE_TOPIC, CONSUMER_OFFSETS_TOPIC}) | HALF_MESSAGE_TOPICS
 
 MAX_TOPIC_NAME_LENGTH = 249  # Kafka's limit
 MAX_TRANSACTIONAL_ID_LENGTH = 249

@@ -62,13 +62,14 @@ SERVER_OPTIONS: list[tuple[str, Any]] = [
 
 @dataclass(frozen=True, slots=True)
 class Stubs:
-    """The four services of one node."""
+    """The services of one node."""
 
     address: str
     cluster: rpc.ClusterStub
     partitions: rpc.PartitionsStub
     transactions: rpc.TransactionCoordinatorStub
     groups: rpc.GroupCoordinatorStub
+    half: rpc.HalfMessagesStub
 
 
 class NodeChannels:
@@ -86,7 +87,8 @@ class NodeChannels:
                 channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
                 self._channels[address] = channel
                 stubs = Stubs(address, rpc.ClusterStub(channel), rpc.PartitionsStub(channel),
-                              rpc.TransactionCoordinatorStub(channel), rpc.GroupCoordinatorStub(channel))
+                              rpc.TransactionCoordinatorStub(channel), rpc.GroupCoordinatorStub(channel),
+                              rpc.HalfMessagesStub(channel))
                 self._stubs[address] = stubs
             return stubs
 

@@ -1,10 +1,29 @@
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class TransactionResolution(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RESOLUTION_UNKNOWN: _ClassVar[TransactionResolution]
+    RESOLUTION_COMMIT: _ClassVar[TransactionResolution]
+    RESOLUTION_ROLLBACK: _ClassVar[TransactionResolution]
+
+class TransactionSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SOURCE_UNSPECIFIED: _ClassVar[TransactionSource]
+    SOURCE_CLIENT: _ClassVar[TransactionSource]
+    SOURCE_SERVER_CHECK: _ClassVar[TransactionSource]
+RESOLUTION_UNKNOWN: TransactionResolution
+RESOLUTION_COMMIT: TransactionResolution
+RESOLUTION_ROLLBACK: TransactionResolution
+SOURCE_UNSPECIFIED: TransactionSource
+SOURCE_CLIENT: TransactionSource
+SOURCE_SERVER_CHECK: TransactionSource
 
 class TopicPartitionRef(_message.Message):
     __slots__ = ("topic", "partition")
@@ -57,18 +76,27 @@ class PartitionMetadata(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., error_code: _Optional[int] = ...) -> None: ...
 
 class TopicMetadata(_message.Message):
-    __slots__ = ("name", "error_code", "error_message", "internal", "partitions")
+    __slots__ = ("name", "error_code", "error_message", "internal", "partitions", "configs")
+    class ConfigsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     INTERNAL_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    CONFIGS_FIELD_NUMBER: _ClassVar[int]
     name: str
     error_code: int
     error_message: str
     internal: bool
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionMetadata]
-    def __init__(self, name: _Optional[str] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., internal: _Optional[bool] = ..., partitions: _Optional[_Iterable[_Union[PartitionMetadata, _Mapping]]] = ...) -> None: ...
+    configs: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., internal: _Optional[bool] = ..., partitions: _Optional[_Iterable[_Union[PartitionMetadata, _Mapping]]] = ..., configs: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class MetadataResponse(_message.Message):
     __slots__ = ("error_code", "error_message", "nodes", "topics", "txn_shards", "offsets_shards")
@@ -109,12 +137,21 @@ class FindCoordinatorResponse(_message.Message):
     def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., node_id: _Optional[int] = ..., address: _Optional[str] = ..., shard: _Optional[int] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
-    __slots__ = ("name", "partitions")
+    __slots__ = ("name", "partitions", "configs")
+    class ConfigsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    CONFIGS_FIELD_NUMBER: _ClassVar[int]
     name: str
     partitions: int
-    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ...) -> None: ...
+    configs: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., configs: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CreateTopicResponse(_message.Message):
     __slots__ = ("error_code", "error_message")
@@ -911,3 +948,175 @@ class OffsetsSnapshotRecord(_message.Message):
     value: bytes
     producer_id: int
     def __init__(self, offset: _Optional[int] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., producer_id: _Optional[int] = ...) -> None: ...
+
+class MessageHeader(_message.Message):
+    __slots__ = ("key", "value")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    value: bytes
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+
+class HalfMessage(_message.Message):
+    __slots__ = ("topic", "partition", "key", "value", "headers", "message_id", "tag", "keys", "check_immunity_ms", "born_timestamp_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    TAG_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    CHECK_IMMUNITY_MS_FIELD_NUMBER: _ClassVar[int]
+    BORN_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    key: bytes
+    value: bytes
+    headers: _containers.RepeatedCompositeFieldContainer[MessageHeader]
+    message_id: str
+    tag: str
+    keys: str
+    check_immunity_ms: int
+    born_timestamp_ms: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., headers: _Optional[_Iterable[_Union[MessageHeader, _Mapping]]] = ..., message_id: _Optional[str] = ..., tag: _Optional[str] = ..., keys: _Optional[str] = ..., check_immunity_ms: _Optional[int] = ..., born_timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class SendHalfMessageRequest(_message.Message):
+    __slots__ = ("producer_group", "message")
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    producer_group: str
+    message: HalfMessage
+    def __init__(self, producer_group: _Optional[str] = ..., message: _Optional[_Union[HalfMessage, _Mapping]] = ...) -> None: ...
+
+class SendHalfMessageResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "transaction_id", "message_id", "half_offset", "shard", "storage")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    HALF_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    transaction_id: str
+    message_id: str
+    half_offset: int
+    shard: int
+    storage: str
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., transaction_id: _Optional[str] = ..., message_id: _Optional[str] = ..., half_offset: _Optional[int] = ..., shard: _Optional[int] = ..., storage: _Optional[str] = ...) -> None: ...
+
+class EndHalfTransactionRequest(_message.Message):
+    __slots__ = ("transaction_id", "producer_group", "message_id", "resolution", "source")
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    RESOLUTION_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: str
+    producer_group: str
+    message_id: str
+    resolution: TransactionResolution
+    source: TransactionSource
+    def __init__(self, transaction_id: _Optional[str] = ..., producer_group: _Optional[str] = ..., message_id: _Optional[str] = ..., resolution: _Optional[_Union[TransactionResolution, str]] = ..., source: _Optional[_Union[TransactionSource, str]] = ...) -> None: ...
+
+class EndHalfTransactionResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "already_decided")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ALREADY_DECIDED_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    already_decided: bool
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., already_decided: _Optional[bool] = ...) -> None: ...
+
+class CheckBackRequest(_message.Message):
+    __slots__ = ("producer_group", "client_id")
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    producer_group: str
+    client_id: str
+    def __init__(self, producer_group: _Optional[str] = ..., client_id: _Optional[str] = ...) -> None: ...
+
+class TransactionCheck(_message.Message):
+    __slots__ = ("transaction_id", "producer_group", "message", "check_times", "shard", "half_offset")
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CHECK_TIMES_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    HALF_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: str
+    producer_group: str
+    message: HalfMessage
+    check_times: int
+    shard: int
+    half_offset: int
+    def __init__(self, transaction_id: _Optional[str] = ..., producer_group: _Optional[str] = ..., message: _Optional[_Union[HalfMessage, _Mapping]] = ..., check_times: _Optional[int] = ..., shard: _Optional[int] = ..., half_offset: _Optional[int] = ...) -> None: ...
+
+class DeliverCheckRequest(_message.Message):
+    __slots__ = ("check", "probe_only")
+    CHECK_FIELD_NUMBER: _ClassVar[int]
+    PROBE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    check: TransactionCheck
+    probe_only: bool
+    def __init__(self, check: _Optional[_Union[TransactionCheck, _Mapping]] = ..., probe_only: _Optional[bool] = ...) -> None: ...
+
+class DeliverCheckResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "delivered")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    DELIVERED_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    delivered: bool
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., delivered: _Optional[bool] = ...) -> None: ...
+
+class ListHalfMessagesRequest(_message.Message):
+    __slots__ = ("producer_group",)
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    producer_group: str
+    def __init__(self, producer_group: _Optional[str] = ...) -> None: ...
+
+class HalfMessageListing(_message.Message):
+    __slots__ = ("transaction_id", "producer_group", "topic", "partition", "message_id", "store_time_ms", "check_times", "last_check_ms", "shard", "half_offset", "storage", "unanswered_checks", "node_id", "next_check_ms")
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    STORE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    CHECK_TIMES_FIELD_NUMBER: _ClassVar[int]
+    LAST_CHECK_MS_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    HALF_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_FIELD_NUMBER: _ClassVar[int]
+    UNANSWERED_CHECKS_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    NEXT_CHECK_MS_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: str
+    producer_group: str
+    topic: str
+    partition: int
+    message_id: str
+    store_time_ms: int
+    check_times: int
+    last_check_ms: int
+    shard: int
+    half_offset: int
+    storage: str
+    unanswered_checks: int
+    node_id: int
+    next_check_ms: int
+    def __init__(self, transaction_id: _Optional[str] = ..., producer_group: _Optional[str] = ..., topic: _Optional[str] = ..., partition: _Optional[int] = ..., message_id: _Optional[str] = ..., store_time_ms: _Optional[int] = ..., check_times: _Optional[int] = ..., last_check_ms: _Optional[int] = ..., shard: _Optional[int] = ..., half_offset: _Optional[int] = ..., storage: _Optional[str] = ..., unanswered_checks: _Optional[int] = ..., node_id: _Optional[int] = ..., next_check_ms: _Optional[int] = ...) -> None: ...
+
+class ListHalfMessagesResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "messages")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    messages: _containers.RepeatedCompositeFieldContainer[HalfMessageListing]
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[HalfMessageListing, _Mapping]]] = ...) -> None: ...

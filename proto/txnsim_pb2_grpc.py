@@ -1190,3 +1190,253 @@ class GroupCoordinator:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class HalfMessagesStub:
+    """RocketMQ-style transactional messages: served by the owner of the group's half-message shard
+    (DeliverCheck by every node).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.SendHalfMessage = channel.unary_unary(
+                '/txnsim.HalfMessages/SendHalfMessage',
+                request_serializer=proto_dot_txnsim__pb2.SendHalfMessageRequest.SerializeToString,
+                response_deserializer=proto_dot_txnsim__pb2.SendHalfMessageResponse.FromString,
+                _registered_method=True)
+        self.EndHalfTransaction = channel.unary_unary(
+                '/txnsim.HalfMessages/EndHalfTransaction',
+                request_serializer=proto_dot_txnsim__pb2.EndHalfTransactionRequest.SerializeToString,
+                response_deserializer=proto_dot_txnsim__pb2.EndHalfTransactionResponse.FromString,
+                _registered_method=True)
+        self.CheckBack = channel.unary_stream(
+                '/txnsim.HalfMessages/CheckBack',
+                request_serializer=proto_dot_txnsim__pb2.CheckBackRequest.SerializeToString,
+                response_deserializer=proto_dot_txnsim__pb2.TransactionCheck.FromString,
+                _registered_method=True)
+        self.DeliverCheck = channel.unary_unary(
+                '/txnsim.HalfMessages/DeliverCheck',
+                request_serializer=proto_dot_txnsim__pb2.DeliverCheckRequest.SerializeToString,
+                response_deserializer=proto_dot_txnsim__pb2.DeliverCheckResponse.FromString,
+                _registered_method=True)
+        self.ListHalfMessages = channel.unary_unary(
+                '/txnsim.HalfMessages/ListHalfMessages',
+                request_serializer=proto_dot_txnsim__pb2.ListHalfMessagesRequest.SerializeToString,
+                response_deserializer=proto_dot_txnsim__pb2.ListHalfMessagesResponse.FromString,
+                _registered_method=True)
+
+
+class HalfMessagesServicer:
+    """RocketMQ-style transactional messages: served by the owner of the group's half-message shard
+    (DeliverCheck by every node).
+    """
+
+    def SendHalfMessage(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EndHalfTransaction(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CheckBack(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeliverCheck(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListHalfMessages(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_HalfMessagesServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'SendHalfMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.SendHalfMessage,
+                    request_deserializer=proto_dot_txnsim__pb2.SendHalfMessageRequest.FromString,
+                    response_serializer=proto_dot_txnsim__pb2.SendHalfMessageResponse.SerializeToString,
+            ),
+            'EndHalfTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndHalfTransaction,
+                    request_deserializer=proto_dot_txnsim__pb2.EndHalfTransactionRequest.FromString,
+                    response_serializer=proto_dot_txnsim__pb2.EndHalfTransactionResponse.SerializeToString,
+            ),
+            'CheckBack': grpc.unary_stream_rpc_method_handler(
+                    servicer.CheckBack,
+                    request_deserializer=proto_dot_txnsim__pb2.CheckBackRequest.FromString,
+                    response_serializer=proto_dot_txnsim__pb2.TransactionCheck.SerializeToString,
+            ),
+            'DeliverCheck': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeliverCheck,
+                    request_deserializer=proto_dot_txnsim__pb2.DeliverCheckRequest.FromString,
+                    response_serializer=proto_dot_txnsim__pb2.DeliverCheckResponse.SerializeToString,
+            ),
+            'ListHalfMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListHalfMessages,
+                    request_deserializer=proto_dot_txnsim__pb2.ListHalfMessagesRequest.FromString,
+                    response_serializer=proto_dot_txnsim__pb2.ListHalfMessagesResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'txnsim.HalfMessages', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('txnsim.HalfMessages', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class HalfMessages:
+    """RocketMQ-style transactional messages: served by the owner of the group's half-message shard
+    (DeliverCheck by every node).
+    """
+
+    @staticmethod
+    def SendHalfMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/txnsim.HalfMessages/SendHalfMessage',
+            proto_dot_txnsim__pb2.SendHalfMessageRequest.SerializeToString,
+            proto_dot_txnsim__pb2.SendHalfMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndHalfTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/txnsim.HalfMessages/EndHalfTransaction',
+            proto_dot_txnsim__pb2.EndHalfTransactionRequest.SerializeToString,
+            proto_dot_txnsim__pb2.EndHalfTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CheckBack(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/txnsim.HalfMessages/CheckBack',
+            proto_dot_txnsim__pb2.CheckBackRequest.SerializeToString,
+            proto_dot_txnsim__pb2.TransactionCheck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeliverCheck(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/txnsim.HalfMessages/DeliverCheck',
+            proto_dot_txnsim__pb2.DeliverCheckRequest.SerializeToString,
+            proto_dot_txnsim__pb2.DeliverCheckResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListHalfMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/txnsim.HalfMessages/ListHalfMessages',
+            proto_dot_txnsim__pb2.ListHalfMessagesRequest.SerializeToString,
+            proto_dot_txnsim__pb2.ListHalfMessagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

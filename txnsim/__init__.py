@@ -13,7 +13,8 @@ from proto.structs import (
 )
 from txnsim.admin import Admin
 from txnsim.cluster import LocalCluster
-from txnsim.local_transactions import LocalTransactionState, TransactionListener
+from producer.local_transaction import (LocalTransactionState, TransactionListener, TransactionMessage,
+                                        TransactionSendResult)
 
 try:  # the clients land package by package; the facade must import while one is missing
     from producer import Producer
@@ -27,5 +28,5 @@ except ImportError:  # pragma: no cover
 __all__ = [
     "Admin", "Consumer", "ConsumerGroupMetadata", "ConsumerRecord", "LocalCluster", "LocalTransactionState",
     "OffsetAndMetadata", "Producer", "RecordMetadata", "TopicPartition", "TransactionListener",
-    "TransactionState", "errors",
+    "TransactionMessage", "TransactionSendResult", "TransactionState", "errors",
 ]

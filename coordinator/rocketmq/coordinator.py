@@ -1,0 +1,474 @@
+"""The half-message coordinator: the driver of the half shards this node owns (half_shard.py holds
+the logic). It stores half messages, writes decisions, carries out what they owe (copies to real
+topics), and checks back undecided messages with a live producer of their group.
+
+Per shard one writer thread owns RMQ_SYS_TRANS_OP_HALF_TOPIC: it takes every end waiting, writes
+their OP records in one batch (one fsync), installs them, then carries out the copies; copy
+sequences are fixed inside that batch, so they never leave a gap. One checker thread runs the
+check-backs of all shards: a checked message is appended again (count + 1) before the check is
+sent, and a message with no live producer of its group anywhere is retried without counting.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from coordinator.rocketmq import log_format
+from coordinator.rocketmq.effects import PartitionWriter
+from coordinator.rocketmq.half_shard import CheckAction, Decision, HalfShard, PendingHalf
+from coordinator.rocketmq.log_format import HalfRecord, OpRecord, Resolution, Storage
+from partitions import AppendOrigin, PartitionLog
+from proto import records
+from proto import txnsim_pb2 as pb
+from proto.errors import (
+    CoordinatorLoadInProgressError,
+    DuplicateSequenceError,
+    IllegalMessagePropertyKeyError,
+    InvalidRequestError,
+    InvalidTransactionIdError,
+    KafkaError,
+    MessagePropertyConflictWithTypeError,
+    NotCoordinatorError,
+    OutOfOrderSequenceError,
+    RecordTooLargeError,
+    UnknownTopicOrPartitionError,
+)
+from proto.hashing import partition_for
+from proto.structs import CHECK_MAX_TOPIC, TopicPartition
+
+log = logging.getLogger(__name__)
+
+#: a check is handed to a producer by this; None when no producer of the group is live anywhere
+FindProducer = Callable[[str], Callable[[pb.TransactionCheck], bool] | None]
+#: how long an end waits for the copy it caused before answering (the decision is durable already)
+_EFFECT_WAIT_S = 5.0
+_RESOLUTIONS = {pb.RESOLUTION_COMMIT: Resolution.COMMIT, pb.RESOLUTION_ROLLBACK: Resolution.ROLLBACK,
+                pb.RESOLUTION_UNKNOWN: None}
+
+
+@dataclass
+class _End:
+    op: OpRecord
+    decided: Future = field(default_factory=Future)     # the OP record is durable (or failed)
+    finished: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
+class _Loaded:
+    core: HalfShard
+    half_log: PartitionLog
+    op_log: PartitionLog
+    discard_log: PartitionLog
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    ends: list[_End] = field(default_factory=list)
+    waiting: dict[str, _End] = field(default_factory=dict)   # tid -> end waiting for its effect
+    wake: threading.Event = field(default_factory=threading.Event)
+    stopped: threading.Event = field(default_factory=threading.Event)
+    retry_at: float = 0.0
+
+
+class HalfMessageCoordinator:
+    def __init__(self, *, half_shards: int, check_interval_ms: int, check_max: int, half_message_timeout_ms: int,
+                 default_storage: str, now_ms: Callable[[], int], allocate_producer_id: Callable[[], int],
+                 partitions_for: Callable[[str], int | None], topic_configs: Callable[[str], dict[str, str]],
+                 writer: PartitionWriter, find_producer: FindProducer, message_max_bytes: int = 4 * 1024 * 1024,
+                 node_id: int = 0) -> None:
+        self.half_shards = half_shards
+        self.check_interval_ms = check_interval_ms
+        self.check_max = check_max
+        self.half_message_timeout_ms = half_message_timeout_ms
+        self.default_storage = Storage(default_storage)
+        self.node_id = node_id
+        self._now_ms = now_ms
+        self._allocate_producer_id = allocate_producer_id
+        self._partitions_for = partitions_for
+        self._topic_configs = topic_configs
+        self._writer = writer
+        self._find_producer = find_producer
+        self._message_max_bytes = message_max_bytes
+        self._lock = threading.Lock()
+        self._shards: dict[int, _Loaded] = {}
+        self._stopped = threading.Event()
+        self._checker_wake = threading.Event()
+        self._checker = threading.Thread(target=self._run_checks, name="half-checks", daemon=True)
+        self._checker.start()
+
+    # ------------------------------------------------------------ ownership
+
+    def shard_of(self, producer_group: str) -> int:
+        return partition_for(producer_group, self.half_shards)
+
+    def load_shard(self, shard: int, half_log: PartitionLog, op_log: PartitionLog, discard_log: PartitionLog) -> None:
+        """Rebuild the shard from its three logs (half, then OP, then discarded), then serve it."""
+        core = HalfShard(shard, self.check_interval_ms, self.check_max)
+        for batch in half_log.batches(half_log.log_start_offset):
+            for record in batch.records():
+                core.replay_half(record.offset, log_format.decode_half(record))
+        for batch in op_log.batches(op_log.log_start_offset):
+            for record in batch.records():
+                core.replay_op(log_format.decode_op(record))
+        for batch in discard_log.batches(discard_log.log_start_offset):
+            for record in batch.records():
+                core.replay_discard(record.offset, log_format.decode_half(record))
+        loaded = _Loaded(core, half_log, op_log, discard_log)
+        loaded.wake.set()  # redo what the previous owner left unfinished
+        with self._lock:
+            self._shards[shard] = loaded
+        threading.Thread(target=self._run_writer, args=(shard, loaded), name=f"half-writer-{shard}", daemon=True).start()
+        self._checker_wake.set()
+        log.info("half-message shard %d loaded: %d undecided, %d decisions, %d owing their copy", shard,
+                 len(core.pending), len(core.decided), len(core.unfinished))
+
+    def unload_shard(self, shard: int) -> None:
+        with self._lock:
+            loaded = self._shards.pop(shard, None)
+        if loaded is not None:
+            loaded.stopped.set()
+            loaded.wake.set()
+
+    def owned_shards(self) -> list[int]:
+        with self._lock:
+            return sorted(self._shards)
+
+    def close(self) -> None:
+        self._stopped.set()
+        self._checker_wake.set()
+        for shard in self.owned_shards():
+            self.unload_shard(shard)
+
+    def _owned(self, shard: int) -> _Loaded:
+        with self._lock:
+            loaded = self._shards.get(shard)
+        if loaded is None:
+            raise NotCoordinatorError(f"[NOT_COORDINATOR] node {self.node_id} does not own half-message shard {shard}")
+        return loaded
+
+    # ------------------------------------------------------------ send
+
+    def send(self, req: pb.SendHalfMessageRequest) -> pb.SendHalfMessageResponse:
+        """Store a half message durably; from then on it is invisible until decided, and checked back."""
+        msg = req.message
+        if not req.producer_group:
+            raise InvalidRequestError("[INVALID_REQUEST] a half message needs its producer group")
+        count = self._partitions_for(msg.topic)
+        if count is None:
+            raise UnknownTopicOrPartitionError(f"[UNKNOWN_TOPIC_OR_PARTITION] topic {msg.topic!r} does not exist")
+        if not 0 <= msg.partition < count:
+            raise UnknownTopicOrPartitionError(
+                f"[UNKNOWN_TOPIC_OR_PARTITION] partition {msg.partition} of topic {msg.topic!r} does not exist")
+        configs = self._topic_configs(msg.topic)
+        if configs.get("message.type", "MIXED") not in ("TRANSACTION", "MIXED"):
+            raise MessagePropertyConflictWithTypeError(
+                f"[MESSAGE_PROPERTY_CONFLICT_WITH_TYPE] topic {msg.topic!r} accepts {configs['message.type']} "
+                "messages, not TRANSACTION; create it with message.type=TRANSACTION (or MIXED)")
+        reserved = sorted({h.key for h in msg.headers} & log_format.SYSTEM_PROPERTIES)
+        if reserved:
+            raise IllegalMessagePropertyKeyError(
+                f"[ILLEGAL_MESSAGE_PROPERTY_KEY] property {reserved[0]!r} is reserved by RocketMQ")
+        size = len(msg.value) + len(msg.key) + sum(len(h.key) + len(h.value) for h in msg.headers)
+        if size > self._message_max_bytes:
+            raise RecordTooLargeError(f"[MESSAGE_TOO_LARGE] the message is {size} bytes; at most "
+                                      f"{self._message_max_bytes} are accepted")
+        if msg.check_immunity_ms < 0:
+            raise InvalidRequestError(f"[INVALID_REQUEST] check immunity must not be negative, not {msg.check_immunity_ms}")
+        shard = self.shard_of(req.producer_group)
+        loaded = self._owned(shard)
+        storage = Storage(configs.get("half.message.storage", self.default_storage.value))
+        if storage is Storage.KAFKA:
+            raise InvalidRequestError("[INVALID_REQUEST] half.message.storage=kafka is not served yet")
+        now = self._now_ms()
+        record = HalfRecord(
+            topic=msg.topic, partition=msg.partition, producer_group=req.producer_group,
+            message_id=msg.message_id or _message_id(shard, now), key=msg.key if msg.HasField("key") else None,
+            value=msg.value, user_headers=tuple((h.key, h.value) for h in msg.headers), store_time_ms=now,
+            check_immunity_ms=msg.check_immunity_ms or self.half_message_timeout_ms, storage=storage, tag=msg.tag,
+            keys=msg.keys, born_timestamp_ms=msg.born_timestamp_ms)
+        appended = loaded.half_log.append(log_format.encode([log_format.encode_half(record, now)]),
+                                          origin=AppendOrigin.COORDINATOR)
+        with loaded.lock:
+            pending = loaded.core.stored(appended.base_offset, record)
+        self._checker_wake.set()
+        return pb.SendHalfMessageResponse(transaction_id=pending.transaction_id, message_id=record.message_id,
+                                          half_offset=appended.base_offset, shard=shard, storage=storage.value)
+
+    # ------------------------------------------------------------ end
+
+    def end(self, req: pb.EndHalfTransactionRequest) -> pb.EndHalfTransactionResponse:
+        """Decide a half message (COMMIT or ROLLBACK; UNKNOWN does nothing). Answers once the decision
+        is durable and, for a commit, once the message is on its real topic (or after a few seconds)."""
+        parsed = log_format.parse_transaction_id(req.transaction_id)
+        if parsed is None or parsed[0] >= self.half_shards:
+            raise InvalidTransactionIdError(f"[INVALID_TRANSACTION_ID] {req.transaction_id!r} is not a transaction id")
+        if req.resolution not in _RESOLUTIONS:
+            raise InvalidRequestError(f"[INVALID_REQUEST] unknown resolution {req.resolution}")
+        resolution = _RESOLUTIONS[req.resolution]
+        source = "SERVER_CHECK" if req.source == pb.SOURCE_SERVER_CHECK else "CLIENT"
+        loaded = self._owned(parsed[0])
+        if resolution is Resolution.COMMIT:
+            self.ensure_copy_producer(parsed[0])
+        with loaded.lock:
+            outcome = loaded.core.end(req.transaction_id, resolution, source=source,
+                                      producer_group=req.producer_group, message_id=req.message_id)
+            if outcome.op is None:
+                if resolution is None:
+                    log.info("transaction %s: the producer does not know yet (UNKNOW, %s); it will be checked",
+                             req.transaction_id, source)
+                return pb.EndHalfTransactionResponse(already_decided=outcome.already_decided)
+            end = _End(outcome.op)
+            loaded.ends.append(end)
+        loaded.wake.set()
+        end.decided.result(timeout=30)  # raises what the write raised
+        end.finished.wait(_EFFECT_WAIT_S)
+        return pb.EndHalfTransactionResponse()
+
+    # ------------------------------------------------------------ the writer of one shard
+
+    def _run_writer(self, shard: int, loaded: _Loaded) -> None:
+        while not loaded.stopped.is_set() and not self._stopped.is_set():
+            loaded.wake.wait(1.0)
+            loaded.wake.clear()
+            if loaded.stopped.is_set():
+                break
+            try:
+                self._write_decisions(loaded)
+                if loaded.core.unfinished and time.monotonic() >= loaded.retry_at:
+                    self._carry_out(loaded)
+            except Exception:
+                log.exception("half-message shard %d: writer step failed", shard)
+                loaded.retry_at = time.monotonic() + 0.5
+        with loaded.lock:
+            ends, loaded.ends = loaded.ends, []
+        for end in ends:
+            end.decided.set_exception(NotCoordinatorError(
+                f"[NOT_COORDINATOR] half-message shard {shard} moved away from node {self.node_id}"))
+
+    def _write_decisions(self, loaded: _Loaded) -> None:
+        with loaded.lock:
+            ends, loaded.ends = loaded.ends, []
+        if not ends:
+            return
+        core = loaded.core
+        now = self._now_ms()
+        try:
+            loaded.op_log.append(log_format.encode([log_format.encode_op(e.op, now) for e in ends]),
+                                 origin=AppendOrigin.COORDINATOR)
+        except KafkaError as exc:
+            with loaded.lock:
+                core.restore_copy_sequences([e.op for e in ends])
+                for e in ends:
+                    core.decision_failed(e.op.transaction_id)
+            for e in ends:
+                e.decided.set_exception(exc)
+            return
+        with loaded.lock:
+            for e in ends:
+                decision = core.decided_durably(e.op)
+                if decision.needs_effect:
+                    loaded.waiting[e.op.transaction_id] = e
+                else:
+                    e.finished.set()
+        for e in ends:
+            e.decided.set_result(None)
+        self._checker_wake.set()
+
+    def _carry_out(self, loaded: _Loaded) -> None:
+        """Copy committed messages to their real partitions, in sequence order, then record them DONE."""
+        with loaded.lock:
+            owed = list(loaded.core.unfinished.values())
+        by_partition: dict[TopicPartition, list[Decision]] = defaultdict(list)
+        for decision in owed:
+            if decision.record.storage is Storage.ROCKETMQ and decision.resolution is Resolution.COMMIT:
+                by_partition[decision.topic_partition].append(decision)
+        done: list[str] = []
+        failed = False
+        for tp, decisions in by_partition.items():
+            decisions.sort(key=lambda d: d.copy_sequence)
+            copied = self._copy(tp, decisions)
+            done += copied
+            failed |= len(copied) < len(decisions)
+        if done:
+            with loaded.lock:
+                ops = loaded.core.done(done)
+            if ops:
+                loaded.op_log.append(log_format.encode([log_format.encode_op(op, self._now_ms()) for op in ops]),
+                                     origin=AppendOrigin.COORDINATOR)
+            with loaded.lock:
+                finished = [loaded.waiting.pop(tid) for tid in done if tid in loaded.waiting]
+            for end in finished:
+                end.finished.set()
+        if failed:
+            loaded.retry_at = time.monotonic() + 0.2
+            threading.Timer(0.2, loaded.wake.set).start()
+
+    def _copy(self, tp: TopicPartition, decisions: list[Decision]) -> list[str]:
+        """Copy `decisions` (consecutive sequences) to `tp`; the transaction ids copied."""
+        producer_id = decisions[0].copy_producer_id
+        now = self._now_ms()
+        data = b"".join(records.encode_batch(
+            [(now, d.record.key, d.record.value, list(d.record.committed_headers()))],
+            producer_id=producer_id, producer_epoch=0, base_sequence=d.copy_sequence) for d in decisions)
+        code, message = self._writer.produce(tp, data)
+        if code == 0 or code == DuplicateSequenceError.errno:
+            return [d.transaction_id for d in decisions]
+        if code == OutOfOrderSequenceError.errno:
+            # some of these landed before (a previous owner copied them and died before its DONE record)
+            last = self._writer.last_sequence(tp, producer_id)
+            if last is not None:
+                landed = [d for d in decisions if d.copy_sequence <= last]
+                rest = [d for d in decisions if d.copy_sequence > last]
+                log.info("copies to %s up to sequence %d had landed already; %d left", tp, last, len(rest))
+                return [d.transaction_id for d in landed] + (self._copy(tp, rest) if rest else [])
+        log.info("copy of %d committed message(s) to %s failed, will retry: %s", len(decisions), tp, message)
+        return []
+
+    # ------------------------------------------------------------ check-back
+
+    def _run_checks(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                wait_ms = self.check_due()
+            except Exception:
+                log.exception("check-back pass failed")
+                wait_ms = 1000
+            self._checker_wake.wait(min(max(wait_ms, 5), 1000) / 1000)
+            self._checker_wake.clear()
+
+    def check_due(self) -> int:
+        """One pass over every owned shard; returns how many ms until the next check is due."""
+        now = self._now_ms()
+        with self._lock:
+            shards = list(self._shards.values())
+        producers: dict[str, Callable[[pb.TransactionCheck], bool] | None] = {}
+        for loaded in shards:
+            if not loaded.stopped.is_set():
+                self._check_shard(loaded, now, producers)
+        next_due = [d for d in (loaded.core.next_due_ms() for loaded in shards) if d is not None]
+        return (min(next_due) - self._now_ms()) if next_due else 1000
+
+    def _check_shard(self, loaded: _Loaded, now: int,
+                     producers: dict[str, Callable[[pb.TransactionCheck], bool] | None]) -> None:
+        core = loaded.core
+        with loaded.lock:
+            due = [d for d in core.due(now) if d.pending.deciding is None and not d.pending.checking]
+        if not due:
+            return
+        discards = [d for d in due if d.action is CheckAction.DISCARD]
+        checks = []
+        for d in due:
+            if d.action is not CheckAction.CHECK:
+                continue
+            group = d.record.producer_group
+            if group not in producers:
+                producers[group] = self._find_producer(group)
+            if producers[group] is None:
+                with loaded.lock:
+                    core.unanswered(d.pending.transaction_id, now)
+                log.info("transaction %s: no live producer of group %r to check with; trying again in %d ms",
+                         d.pending.transaction_id, group, self.check_interval_ms)
+            else:
+                checks.append(d)
+        if discards:
+            self._discard(loaded, [d.pending for d in discards], now)
+        if not checks:
+            return
+        with loaded.lock:
+            for d in checks:
+                d.pending.checking = True
+        try:
+            appended = loaded.half_log.append(
+                log_format.encode([log_format.encode_half(d.record, d.record.store_time_ms) for d in checks]),
+                origin=AppendOrigin.COORDINATOR)
+        except KafkaError as exc:
+            log.warning("half-message shard %d: could not count %d check(s): %s", core.shard, len(checks), exc)
+            with loaded.lock:
+                for d in checks:
+                    d.pending.checking = False
+            return
+        sent = []
+        with loaded.lock:
+            for i, d in enumerate(checks):
+                d.pending.checking = False
+                pending = core.checked_durably(d.pending.transaction_id, appended.base_offset + i, d.record)
+                if pending is not None and pending.deciding is None:
+                    sent.append(pending)
+        for pending in sent:
+            check = _check_message(core.shard, pending)
+            deliver = producers.get(pending.record.producer_group)
+            delivered = deliver is not None and deliver(check)
+            log.info("transaction %s: check-back %d/%d to group %r%s", pending.transaction_id,
+                     pending.record.check_times, self.check_max, pending.record.producer_group,
+                     "" if delivered else " was not delivered (the producer went away)")
+
+    def _discard(self, loaded: _Loaded, discarded: list[PendingHalf], now: int) -> None:
+        """Too many checks: copy to TRANS_CHECK_MAX_TIME_TOPIC, then decide DISCARD (never delivered)."""
+        rows = [log_format.encode_half(dataclasses.replace(p.record, first_offset=p.first_offset), now)
+                for p in discarded]
+        try:
+            loaded.discard_log.append(log_format.encode(rows), origin=AppendOrigin.COORDINATOR)
+        except KafkaError as exc:
+            log.warning("could not discard %d half message(s): %s", len(discarded), exc)
+            return
+        with loaded.lock:
+            for pending in discarded:
+                outcome_op = loaded.core.discard_op(pending)
+                if loaded.core.pending.get(pending.transaction_id) is pending and pending.deciding is None:
+                    pending.deciding = Resolution.DISCARD
+                    loaded.ends.append(_End(outcome_op))
+                log.warning("transaction %s: still undecided after %d checks; discarded to %s, never delivered",
+                            pending.transaction_id, pending.record.check_times, CHECK_MAX_TOPIC)
+        loaded.wake.set()
+
+    # ------------------------------------------------------------ listing
+
+    def list(self, req: pb.ListHalfMessagesRequest) -> pb.ListHalfMessagesResponse:
+        out = []
+        with self._lock:
+            shards = list(self._shards.values())
+        for loaded in shards:
+            with loaded.lock:
+                pendings = list(loaded.core.pending.values())
+            for p in pendings:
+                r = p.record
+                if req.producer_group and r.producer_group != req.producer_group:
+                    continue
+                out.append(pb.HalfMessageListing(
+                    transaction_id=p.transaction_id, producer_group=r.producer_group, topic=r.topic,
+                    partition=r.partition, message_id=r.message_id, store_time_ms=r.store_time_ms,
+                    check_times=r.check_times, last_check_ms=r.last_check_ms, shard=loaded.core.shard,
+                    half_offset=p.latest_offset, storage=r.storage.value, unanswered_checks=p.unanswered,
+                    node_id=self.node_id, next_check_ms=p.next_check_ms(self.check_interval_ms)))
+        return pb.ListHalfMessagesResponse(messages=out)
+
+    def ensure_copy_producer(self, shard: int) -> None:
+        """Give the shard its idempotent producer id for copies before it decides its first commit."""
+        loaded = self._owned(shard)
+        with loaded.lock:
+            if loaded.core.copy_producer_id >= 0:
+                return
+        producer_id = self._allocate_producer_id()
+        with loaded.lock:
+            if loaded.core.copy_producer_id < 0:
+                loaded.core.copy_producer_id = producer_id
+
+
+def _check_message(shard: int, pending: PendingHalf) -> pb.TransactionCheck:
+    r = pending.record
+    return pb.TransactionCheck(
+        transaction_id=pending.transaction_id, producer_group=r.producer_group, check_times=r.check_times,
+        shard=shard, half_offset=pending.latest_offset,
+        message=pb.HalfMessage(topic=r.topic, partition=r.partition, key=r.key, value=r.value or b"",
+                               headers=[pb.MessageHeader(key=k, value=v or b"") for k, v in r.user_headers],
+                               message_id=r.message_id, tag=r.tag, keys=r.keys,
+                               check_immunity_ms=r.check_immunity_ms, born_timestamp_ms=r.born_timestamp_ms))
+
+
+def _message_id(shard: int, now_ms: int) -> str:
+    """A unique message id when the client sent none (RocketMQ's clients always send one)."""
+    return f"{now_ms:012X}{shard:04X}{uuid.uuid4().hex[:16].upper()}"

@@ -1,0 +1,269 @@
+"""One shard of half messages as plain logic: what is undecided, what to check back and when,
+what a decision writes. No I/O, no clock: the driver passes the time and carries out the writes.
+
+Invariants (ROCKETMQ-REFERENCE §4, and the bugs of RocketMQ's tracker it must not have):
+- a message is checked at most once per check interval, never before its immunity time, and
+  never once it is decided; its check count and the time of its last check are in the half log
+  (a checked message is appended again with both), so a restart or a failover neither resets
+  nor repeats them;
+- a decision is durable (an OP record) before anything is done about it, and what it leaves to
+  do (the copy to the real topic, or the marker) is redone after a crash until a DONE record
+  says it is finished; copies carry an idempotent producer id and a sequence fixed in the
+  decision, so a redone copy is recognised as a duplicate by the partition;
+- after `check_max` checks the message is discarded, never delivered.
+A check that finds no live producer of the group is not counted (see docs/rocketmq-transactions.md).
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from coordinator.rocketmq.log_format import HalfRecord, OpKind, OpRecord, Resolution, Storage, transaction_id
+from proto.errors import InvalidTransactionIdError
+from proto.structs import TopicPartition
+
+
+@dataclass(slots=True)
+class PendingHalf:
+    """An undecided half message: its newest record (count and last check included)."""
+
+    transaction_id: str
+    first_offset: int
+    latest_offset: int
+    record: HalfRecord
+    #: check passes that found no live producer of the group (in memory only: they are not counted)
+    unanswered: int = 0
+    #: after an unanswered pass: when to look for a producer again
+    retry_at_ms: int = 0
+    #: an OP record for it is being written (a second, different decision is refused meanwhile)
+    deciding: Resolution | None = None
+    #: its re-append for a check is being written (no second check is planned meanwhile)
+    checking: bool = False
+
+    def next_check_ms(self, check_interval_ms: int) -> int:
+        first = self.record.store_time_ms + self.record.check_immunity_ms
+        due = first if self.record.last_check_ms == 0 else max(first, self.record.last_check_ms + check_interval_ms)
+        return max(due, self.retry_at_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A durable decision whose effect may still be owed."""
+
+    transaction_id: str
+    first_offset: int
+    resolution: Resolution
+    record: HalfRecord
+    copy_producer_id: int = -1
+    copy_sequence: int = -1
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.record.topic, self.record.partition)
+
+    @property
+    def needs_effect(self) -> bool:
+        """A RocketMQ-stored commit owes its copy; a Kafka-stored message owes its marker either way."""
+        if self.record.storage is Storage.KAFKA:
+            return True
+        return self.resolution is Resolution.COMMIT
+
+
+class CheckAction(enum.Enum):
+    CHECK = "check"        # append again with the count + 1, then ask a producer of the group
+    DISCARD = "discard"    # too many checks: to TRANS_CHECK_MAX_TIME_TOPIC, never delivered
+
+
+@dataclass(frozen=True, slots=True)
+class DueCheck:
+    pending: PendingHalf
+    action: CheckAction
+    #: CHECK: the record to append (count + 1, last check = now); DISCARD: the record to discard
+    record: HalfRecord
+
+
+@dataclass(frozen=True, slots=True)
+class EndOutcome:
+    """What an end of transaction asks for: an OP record to write, or nothing."""
+
+    op: OpRecord | None
+    already_decided: bool = False
+
+
+@dataclass
+class HalfShard:
+    shard: int
+    check_interval_ms: int
+    check_max: int
+    pending: dict[str, PendingHalf] = field(default_factory=dict)
+    #: every decision seen (transaction id -> resolution): repeated ends and late answers are recognised
+    decided: dict[str, Resolution] = field(default_factory=dict)
+    #: decisions whose effect is owed, in decision order
+    unfinished: dict[str, Decision] = field(default_factory=dict)
+    #: the shard's idempotent producer id for copies to real topics (-1: none yet)
+    copy_producer_id: int = -1
+    _next_copy_sequence: dict[TopicPartition, int] = field(default_factory=dict)
+
+    # ------------------------------------------------------------ replay (loading the shard)
+
+    def replay_half(self, offset: int, record: HalfRecord) -> None:
+        first = offset if record.first_offset is None else record.first_offset
+        tid = transaction_id(self.shard, first)
+        if tid in self.decided:
+            return  # a re-append racing its decision: the OP record wins
+        self.pending[tid] = PendingHalf(tid, first, offset, record)
+
+    def replay_op(self, op: OpRecord) -> None:
+        if op.kind is OpKind.DONE:
+            self.unfinished.pop(op.transaction_id, None)
+            return
+        pending = self.pending.pop(op.transaction_id, None)
+        if pending is not None and op.copy_sequence >= 0:
+            self.copy_producer_id = op.copy_producer_id
+            tp = TopicPartition(pending.record.topic, pending.record.partition)
+            self._next_copy_sequence[tp] = max(self._next_copy_sequence.get(tp, 0), op.copy_sequence + 1)
+        self._install(op, pending.record if pending is not None else None)
+
+    def replay_discard(self, offset: int, record: HalfRecord) -> None:
+        """A discarded message is decided, even if the crash came before its OP record."""
+        first = offset if record.first_offset is None else record.first_offset
+        tid = transaction_id(self.shard, first)
+        pending = self.pending.pop(tid, None)
+        if pending is not None:
+            self._install(self.discard_op(pending), pending.record)
+
+    # ------------------------------------------------------------ sending
+
+    def stored(self, offset: int, record: HalfRecord) -> PendingHalf:
+        """A half message is durable at `offset`: from now on it is checked back until decided."""
+        tid = transaction_id(self.shard, offset)
+        pending = PendingHalf(tid, offset, offset, record)
+        self.pending[tid] = pending
+        return pending
+
+    # ------------------------------------------------------------ ending
+
+    def end(self, tid: str, resolution: Resolution | None, *, source: str, producer_group: str = "",
+            message_id: str = "") -> EndOutcome:
+        """The OP record that decides `tid` (None for UNKNOW: nothing is done, it is checked later)."""
+        previous = self.decided.get(tid)
+        if previous is not None:
+            if resolution is None or previous is resolution:
+                return EndOutcome(None, already_decided=True)
+            raise InvalidTransactionIdError(
+                f"transaction {tid} was already decided as {previous.value}; it cannot be {resolution.value} now")
+        pending = self.pending.get(tid)
+        if pending is None:
+            raise InvalidTransactionIdError(f"transaction {tid} is unknown to half-message shard {self.shard}")
+        record = pending.record
+        if producer_group and producer_group != record.producer_group:
+            raise InvalidTransactionIdError(
+                f"transaction {tid} belongs to producer group {record.producer_group!r}, not {producer_group!r}")
+        if message_id and message_id != record.message_id:
+            raise InvalidTransactionIdError(
+                f"transaction {tid} holds message {record.message_id!r}, not {message_id!r}")
+        if resolution is None:
+            return EndOutcome(None)
+        if pending.deciding is not None:
+            if pending.deciding is resolution:
+                return EndOutcome(None, already_decided=True)
+            raise InvalidTransactionIdError(
+                f"transaction {tid} is being decided as {pending.deciding.value}; it cannot be {resolution.value}")
+        op = self._op_for(pending, resolution, source)
+        pending.deciding = resolution
+        return EndOutcome(op)
+
+    def restore_copy_sequences(self, ops: Iterable[OpRecord]) -> None:
+        """OP records that were not written give their copy sequences back (no gap is left)."""
+        for op in ops:
+            pending = self.pending.get(op.transaction_id)
+            if op.copy_sequence >= 0 and pending is not None:
+                tp = TopicPartition(pending.record.topic, pending.record.partition)
+                self._next_copy_sequence[tp] = min(self._next_copy_sequence.get(tp, 0), op.copy_sequence)
+
+    def decision_failed(self, tid: str) -> None:
+        """Its OP record could not be written: it is undecided again (a check-back will ask)."""
+        pending = self.pending.get(tid)
+        if pending is not None:
+            pending.deciding = None
+
+    def _op_for(self, pending: PendingHalf, resolution: Resolution, source: str) -> OpRecord:
+        producer_id, sequence = -1, -1
+        if resolution is Resolution.COMMIT and pending.record.storage is Storage.ROCKETMQ:
+            if self.copy_producer_id < 0:
+                raise ValueError("the shard needs a copy producer id before it decides a commit")
+            tp = TopicPartition(pending.record.topic, pending.record.partition)
+            producer_id, sequence = self.copy_producer_id, self._next_copy_sequence.get(tp, 0)
+            self._next_copy_sequence[tp] = sequence + 1  # fixed now: a failed write leaves a gap nobody sends
+        return OpRecord(pending.transaction_id, pending.first_offset, resolution, source=source,
+                        copy_producer_id=producer_id, copy_sequence=sequence)
+
+    def decided_durably(self, op: OpRecord) -> Decision:
+        """Install a decision once its OP record is durable; returns what it leaves to do."""
+        pending = self.pending.pop(op.transaction_id, None)
+        decision = self._install(op, pending.record if pending is not None else None)
+        if decision is None:
+            raise InvalidTransactionIdError(f"transaction {op.transaction_id} is unknown to shard {self.shard}")
+        return decision
+
+    def _install(self, op: OpRecord, record: HalfRecord | None) -> Decision | None:
+        self.decided[op.transaction_id] = op.resolution
+        if record is None:
+            return None
+        decision = Decision(op.transaction_id, op.first_offset, op.resolution, record, op.copy_producer_id,
+                            op.copy_sequence)
+        if decision.needs_effect:
+            self.unfinished[op.transaction_id] = decision
+        return decision
+
+    def done(self, tids: Iterable[str]) -> list[OpRecord]:
+        """DONE records for effects carried out (to append; replay then owes nothing for them)."""
+        out = []
+        for tid in tids:
+            decision = self.unfinished.pop(tid, None)
+            if decision is not None:
+                out.append(OpRecord(tid, decision.first_offset, decision.resolution, kind=OpKind.DONE))
+        return out
+
+    # ------------------------------------------------------------ check-back
+
+    def due(self, now_ms: int) -> list[DueCheck]:
+        """The messages whose check is due at `now_ms`, oldest first: each to check or to discard."""
+        out = []
+        for pending in sorted(self.pending.values(), key=lambda p: p.first_offset):
+            if pending.next_check_ms(self.check_interval_ms) > now_ms:
+                continue
+            record = pending.record
+            if record.check_times >= self.check_max:
+                out.append(DueCheck(pending, CheckAction.DISCARD, record))
+            else:
+                checked = dataclasses.replace(record, check_times=record.check_times + 1, last_check_ms=now_ms,
+                                              first_offset=pending.first_offset)
+                out.append(DueCheck(pending, CheckAction.CHECK, checked))
+        return out
+
+    def next_due_ms(self) -> int | None:
+        if not self.pending:
+            return None
+        return min(p.next_check_ms(self.check_interval_ms) for p in self.pending.values())
+
+    def checked_durably(self, tid: str, offset: int, record: HalfRecord) -> PendingHalf | None:
+        """The re-appended record is durable: the count moved on. None if it was decided meanwhile."""
+        pending = self.pending.get(tid)
+        if pending is None:
+            return None
+        pending.latest_offset, pending.record = offset, record
+        pending.unanswered, pending.retry_at_ms = 0, 0
+        return pending
+
+    def unanswered(self, tid: str, now_ms: int) -> None:
+        """No live producer of the group: look again after an interval, without counting a check."""
+        pending = self.pending.get(tid)
+        if pending is not None:
+            pending.unanswered += 1
+            pending.retry_at_ms = now_ms + self.check_interval_ms
+
+    def discard_op(self, pending: PendingHalf) -> OpRecord:
+        return OpRecord(pending.transaction_id, pending.first_offset, Resolution.DISCARD, source="CHECK_MAX")
