@@ -19,6 +19,25 @@ from proto.transport import Deadline, call, retrying
 
 
 @dataclass(frozen=True, slots=True)
+class HalfMessageListing:
+    """An undecided RocketMQ-style half message, as its shard's owner sees it."""
+
+    transaction_id: str
+    producer_group: str
+    topic: str
+    partition: int
+    message_id: str
+    store_time_ms: int
+    check_times: int
+    last_check_ms: int        # 0: never checked
+    next_check_ms: int
+    unanswered_checks: int    # passes that found no live producer of the group (not counted)
+    storage: str
+    shard: int
+    node_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class TransactionListing:
     transactional_id: str
     producer_id: int
@@ -76,9 +95,11 @@ class Admin:
 
     # ------------------------------------------------------------ topics
 
-    def create_topic(self, name: str, partitions: int = 1) -> None:
+    def create_topic(self, name: str, partitions: int = 1, configs: dict[str, str] | None = None) -> None:
+        """`configs`: "message.type" (RocketMQ's NORMAL, FIFO, DELAY, TRANSACTION or MIXED, the default) and
+        "half.message.storage" ("rocketmq" or "kafka": how undecided transactional messages wait)."""
         validate_topic_name(name)
-        request = pb.CreateTopicRequest(name=name, partitions=partitions)
+        request = pb.CreateTopicRequest(name=name, partitions=partitions, configs=configs or {})
         self._client.any_node(lambda s: call(s.cluster.CreateTopic, request, self._timeout_s))
         self._client.refresh_metadata([name])
 
@@ -149,6 +170,23 @@ class Admin:
                 listings[t.transactional_id] = TransactionListing(t.transactional_id, t.producer_id,
                                                                   TransactionState(t.state))
         return sorted(listings.values(), key=lambda t: t.transactional_id)
+
+    def list_half_messages(self, producer_group: str | None = None) -> list[HalfMessageListing]:
+        """Undecided half messages of every shard (each node answers for the shards it owns), oldest first."""
+        request = pb.ListHalfMessagesRequest(producer_group=producer_group or "")
+        listings: dict[str, HalfMessageListing] = {}
+        for node in self._client.refresh_metadata().nodes:
+            if not node.alive:
+                continue
+            try:
+                response = call(self._client.stubs(node.address).half.ListHalfMessages, request, self._timeout_s)
+            except KafkaError:
+                continue
+            for m in response.messages:
+                listings[m.transaction_id] = HalfMessageListing(
+                    m.transaction_id, m.producer_group, m.topic, m.partition, m.message_id, m.store_time_ms,
+                    m.check_times, m.last_check_ms, m.next_check_ms, m.unanswered_checks, m.storage, m.shard, m.node_id)
+        return sorted(listings.values(), key=lambda m: (m.store_time_ms, m.transaction_id))
 
     def describe_transaction(self, transactional_id: str) -> TransactionDescription:
         if not transactional_id:

@@ -356,7 +356,7 @@ class HalfMessageCoordinator:
                      producers: dict[str, Callable[[pb.TransactionCheck], bool] | None]) -> None:
         core = loaded.core
         with loaded.lock:
-            due = [d for d in core.due(now) if d.pending.deciding is None and not d.pending.checking]
+            due = core.due(now)
         if not due:
             return
         discards = [d for d in due if d.action is CheckAction.DISCARD]

@@ -233,6 +233,8 @@ class HalfShard:
         """The messages whose check is due at `now_ms`, oldest first: each to check or to discard."""
         out = []
         for pending in sorted(self.pending.values(), key=lambda p: p.first_offset):
+            if pending.deciding is not None or pending.checking:
+                continue  # its decision or its count is being written
             if pending.next_check_ms(self.check_interval_ms) > now_ms:
                 continue
             record = pending.record

@@ -330,6 +330,39 @@ def test_dump_log_shows_producer_fields_and_both_markers(cli_cluster, ledger):
     assert re.findall(r"payload: (\S+)", with_records) == ["l1", "l2", "l3"]
 
 
+def test_half_messages_are_listed_and_their_system_topics_decoded(cli_cluster, monkeypatch):
+    """An undecided RocketMQ-style message (its end lost) shows in `transactions list --half`, and
+    `dump-log` decodes the half-message shard it sits in."""
+    from coordinator.layout import ClusterLayout, read_cluster_spec
+    from producer.half_transactions import LOSE_END_ENV
+    from proto.hashing import partition_for
+    from txnsim import LocalTransactionState, Producer, TransactionListener
+
+    class Undecided(TransactionListener):
+        def execute_local_transaction(self, msg, arg):
+            return LocalTransactionState.COMMIT_MESSAGE
+
+        def check_local_transaction(self, msg):
+            return LocalTransactionState.UNKNOW
+
+    spec = read_cluster_spec(ClusterLayout(cli_cluster.data_dir))
+    ok("topics", "create", "rmq-points", "--partitions", "1", "--config", "message.type=TRANSACTION",
+       *cli_cluster.cluster_args())
+    monkeypatch.setenv(LOSE_END_ENV, "1")
+    with Producer(bootstrap_servers=spec.bootstrap_servers, producer_group="cli-orders",
+                  transaction_listener=Undecided()) as p:
+        sent = p.send_message_in_transaction("rmq-points", value=b"order-7", key=b"7", arg=None)
+    listed = table_rows(ok("transactions", "list", "--half", *cli_cluster.cluster_args()))
+    row = next(cells for cells in listed if cells and cells[0] == sent.transaction_id)
+    assert row[1:4] == ["cli-orders", "rmq-points", "0"] and row[6] == "0", row
+    shard = partition_for("cli-orders", spec.config.half_shards)
+    dumped = ok("dump-log", "RMQ_SYS_TRANS_HALF_TOPIC", str(shard), *cli_cluster.cluster_args())
+    assert f"halfMessage: transactionId: {sent.transaction_id} producerGroup: cli-orders realTopic: rmq-points" \
+        in dumped and "payload: order-7" in dumped, dumped
+    bad = txnsim("topics", "create", "rmq-bad", "--config", "message.type=SOMETIMES", *cli_cluster.cluster_args())
+    fails_cleanly(bad, "INVALID_CONFIG")
+
+
 # ------------------------------------------------------------ bad input
 
 

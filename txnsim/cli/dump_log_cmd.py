@@ -1,6 +1,7 @@
 """`txnsim dump-log TOPIC PARTITION`: the batches on disk, like kafka-dump-log.sh.
 
 Reads the segment files directly (the cluster need not run); a torn tail is shown, not fatal.
+RocketMQ's system topics (half messages, OP records, discarded messages) are always decoded.
 """
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from pathlib import Path
 
 from coordinator.layout import ClusterLayout
 from partitions.segment import segment_files
-from proto.errors import CorruptMessageError, UnknownTopicOrPartitionError
-from proto.records import RecordBatch, read_header
+from coordinator.rocketmq import log_format
+from proto.errors import CorruptMessageError, InvalidRecordError, UnknownTopicOrPartitionError
+from proto.records import Record, RecordBatch, read_header
+from proto.structs import CHECK_MAX_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
 from txnsim.cli.common import exits_cleanly, print_data
 
 
@@ -36,12 +39,13 @@ def dump_log(args: argparse.Namespace) -> int:
                                            f"in {layout.logs}")
     for segment in segments:
         print_data(f"Dumping {segment}")
-        for line in describe_segment(segment.read_bytes(), print_records=args.print_records):
+        for line in describe_segment(segment.read_bytes(), print_records=args.print_records, topic=args.topic,
+                                     partition=args.partition):
             print_data(line)  # one batch per line, never wrapped; payloads are data, not markup
     return 0
 
 
-def describe_segment(data: bytes, *, print_records: bool = False) -> list[str]:
+def describe_segment(data: bytes, *, print_records: bool = False, topic: str = "", partition: int = 0) -> list[str]:
     lines = []
     pos = 0
     while pos < len(data):
@@ -64,6 +68,8 @@ def describe_segment(data: bytes, *, print_records: bool = False) -> list[str]:
             marker = batch.control_record()
             lines.append(f"| offset: {h.base_offset} endTxnMarker: {marker.type.name} "
                          f"coordinatorEpoch: {marker.coordinator_epoch}")
+        elif topic in (HALF_TOPIC, OP_HALF_TOPIC, CHECK_MAX_TOPIC) and batch.crc_ok():
+            lines.extend(_describe_system_record(topic, partition, r) for r in batch.records())
         elif print_records and batch.crc_ok():
             for r in batch.records():
                 key = None if r.key is None else r.key.decode(errors="replace")
@@ -71,3 +77,25 @@ def describe_segment(data: bytes, *, print_records: bool = False) -> list[str]:
                 lines.append(f"| offset: {r.offset} key: {key} payload: {value}")
         pos += header.size
     return lines
+
+
+def _describe_system_record(topic: str, shard: int, r: Record) -> str:
+    """One record of RocketMQ's system topics, decoded (kafka-dump-log's --transaction-log-decoder, for them)."""
+    try:
+        if topic == OP_HALF_TOPIC:
+            op = log_format.decode_op(r)
+            copy = f" copyProducerId: {op.copy_producer_id} copySequence: {op.copy_sequence}" if op.copy_sequence >= 0 else ""
+            return (f"| offset: {r.offset} op: {op.kind.value} {op.resolution.value} transactionId: {op.transaction_id} "
+                    f"halfOffset: {op.first_offset} source: {op.source}{copy}")
+        half = log_format.decode_half(r)
+    except InvalidRecordError as exc:
+        return f"| offset: {r.offset} (not decodable: {exc})"
+    first = r.offset if half.first_offset is None else half.first_offset
+    kind = "discarded" if topic == CHECK_MAX_TOPIC else "halfMessage" if half.first_offset is None else "checked"
+    payload = None if half.value is None else half.value[:200].decode(errors="replace")
+    key = None if half.key is None else half.key.decode(errors="replace")
+    return (f"| offset: {r.offset} {kind}: transactionId: {log_format.transaction_id(shard, first)} "
+            f"producerGroup: {half.producer_group} realTopic: {half.topic} realQueue: {half.partition} "
+            f"messageId: {half.message_id} checkTimes: {half.check_times} lastCheckMs: {half.last_check_ms} "
+            f"storeTimeMs: {half.store_time_ms} storage: {half.storage.value} key: {key} payload: {payload} "
+            f"properties: {log_format.describe(half.user_headers)}")

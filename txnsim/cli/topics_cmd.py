@@ -7,6 +7,7 @@ from rich.table import Table
 
 from proto.errors import UnknownTopicOrPartitionError, raise_for
 from proto.structs import TopicPartition
+from proto.errors import InvalidConfigError
 from txnsim.cli.common import add_cluster_args, admin_client, console, exits_cleanly, print_data
 
 
@@ -16,6 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     create = verbs.add_parser("create")
     create.add_argument("name")
     create.add_argument("--partitions", type=int, default=1)
+    create.add_argument("--config", action="append", default=[], metavar="NAME=VALUE",
+                        help="a topic setting, as kafka-topics.sh --config: message.type=NORMAL|FIFO|DELAY|"
+                             "TRANSACTION|MIXED, half.message.storage=rocketmq|kafka (repeatable)")
     add_cluster_args(create)
     create.set_defaults(func=create_topic)
     listing = verbs.add_parser("list")
@@ -30,8 +34,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 @exits_cleanly
 def create_topic(args: argparse.Namespace) -> int:
+    configs = {}
+    for item in args.config:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise InvalidConfigError(f"[INVALID_CONFIG] --config takes NAME=VALUE, not {item!r}")
+        configs[name] = value
     with admin_client(args) as admin:
-        admin.create_topic(args.name, partitions=args.partitions)
+        admin.create_topic(args.name, partitions=args.partitions, configs=configs)
     console.print(f"created topic {args.name} with {args.partitions} partition(s)")
     return 0
 

@@ -15,6 +15,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     txns = sub.add_parser("transactions", help="list, describe, find hanging and abort transactions")
     verbs = txns.add_subparsers(dest="verb", required=True)
     listing = verbs.add_parser("list")
+    listing.add_argument("--half", action="store_true",
+                         help="list undecided RocketMQ-style half messages (producer group, age, check count)")
+    listing.add_argument("--producer-group", help="with --half: only this producer group's")
     add_cluster_args(listing)
     listing.set_defaults(func=list_transactions)
     describe = verbs.add_parser("describe")
@@ -47,11 +50,28 @@ def _table(title: str, *columns: str) -> Table:
 
 @exits_cleanly
 def list_transactions(args: argparse.Namespace) -> int:
+    if args.half:
+        return list_half_messages(args)
     with admin_client(args) as admin:
         table = _table("transactions", "TransactionalId", "ProducerId", "TransactionState")
         for t in admin.list_transactions():
             table.add_row(escape(t.transactional_id), str(t.producer_id), str(t.state))
         console.print(table)
+    return 0
+
+
+def list_half_messages(args: argparse.Namespace) -> int:
+    with admin_client(args) as admin:
+        messages = admin.list_half_messages(args.producer_group)
+    now = int(time.time() * 1000)
+    table = _table("undecided half messages", "TransactionId", "ProducerGroup", "Topic", "Partition", "MessageId",
+                   "AgeMs", "CheckTimes", "LastCheckAgoMs", "NextCheckInMs", "UnansweredPasses", "Storage", "Node")
+    for m in messages:
+        table.add_row(m.transaction_id, escape(m.producer_group), escape(m.topic), str(m.partition), m.message_id,
+                      str(now - m.store_time_ms), str(m.check_times),
+                      str(now - m.last_check_ms) if m.last_check_ms else "never", str(max(0, m.next_check_ms - now)),
+                      str(m.unanswered_checks), m.storage, str(m.node_id))
+    console.print(table if messages else "no undecided half messages")
     return 0
 
 

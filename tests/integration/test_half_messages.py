@@ -1,0 +1,224 @@
+"""RocketMQ-style transactional messages through txnsim's own producer, on real nodes: a message is
+visible exactly when its local transaction committed, whatever is lost or killed on the way."""
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import defaultdict
+
+import pytest
+
+from tests.helpers import read_all, wait_until
+from tests.integration.conftest import FAST_SETTINGS
+from txnsim import Admin, LocalCluster, LocalTransactionState, Producer, TransactionListener, errors
+from producer.half_transactions import LOSE_END_ENV
+
+CHECK_INTERVAL_MS, CHECK_MAX, HALF_TIMEOUT_MS = 300, 4, 300
+HALF_SETTINGS = dict(FAST_SETTINGS, half_shards=4, transaction_check_interval_ms=CHECK_INTERVAL_MS,
+                     transaction_check_max=CHECK_MAX, half_message_timeout_ms=HALF_TIMEOUT_MS)
+_names = itertools.count()
+COMMIT, ROLLBACK, UNKNOW = (LocalTransactionState.COMMIT_MESSAGE, LocalTransactionState.ROLLBACK_MESSAGE,
+                            LocalTransactionState.UNKNOW)
+
+
+class Orders(TransactionListener):
+    """A local 'database': the order rows a local transaction committed, looked up on check-back.
+
+    `answers` scripts check-backs per order id (a list consumed in turn; the last one repeats)."""
+
+    def __init__(self) -> None:
+        self.committed: set[bytes] = set()
+        self.answers: dict[bytes, list[LocalTransactionState]] = {}
+        self.checks: dict[bytes, list[int]] = defaultdict(list)
+        self.lock = threading.Lock()
+        self.seen_during_local_txn: list | None = None
+        self.peek = None
+
+    def execute_local_transaction(self, msg, arg):
+        if self.peek is not None:
+            self.seen_during_local_txn = self.peek()
+        if arg is COMMIT:
+            self.committed.add(msg.key)
+        return arg
+
+    def check_local_transaction(self, msg):
+        with self.lock:
+            self.checks[msg.key].append(msg.check_times)
+            scripted = self.answers.get(msg.key)
+            if scripted:
+                return scripted.pop(0) if len(scripted) > 1 else scripted[0]
+        return COMMIT if msg.key in self.committed else ROLLBACK
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with LocalCluster(nodes=3, data_dir=tmp_path_factory.mktemp("half"), **HALF_SETTINGS) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def admin(cluster):
+    with Admin(cluster.bootstrap_servers) as a:
+        yield a
+
+
+@pytest.fixture
+def topic(admin):
+    name = f"points-{next(_names)}"
+    admin.create_topic(name, partitions=2)
+    return name
+
+
+@pytest.fixture
+def group():
+    return f"order-service-{next(_names)}"
+
+
+def producer(cluster, group, listener) -> Producer:
+    p = Producer(bootstrap_servers=cluster.bootstrap_servers, producer_group=group, transaction_listener=listener)
+    assert p.wait_for_check_backs(10), "the producer never registered for check-backs"
+    return p
+
+
+def values(cluster, topic, partitions=2, isolation_level="read_committed"):
+    return sorted(r.value for r in read_all(cluster.bootstrap_servers, topic, partitions=partitions,
+                                            isolation_level=isolation_level, settle_s=0.2))
+
+
+def pending(admin, group):
+    return admin.list_half_messages(group)
+
+
+def test_a_message_is_visible_exactly_when_its_local_transaction_committed(cluster, admin, topic, group):
+    orders = Orders()
+    with producer(cluster, group, orders) as p:
+        orders.peek = lambda: values(cluster, topic, isolation_level="read_uncommitted")
+        committed = p.send_message_in_transaction(topic, value=b"order-1", key=b"1", arg=COMMIT,
+                                                  headers=[("orderId", b"1")])
+        assert orders.seen_during_local_txn == [], "a half message is invisible, even to read_uncommitted"
+        rolled_back = p.send_message_in_transaction(topic, value=b"order-2", key=b"2", arg=ROLLBACK)
+    assert committed.local_transaction_state is COMMIT and committed.send_status == "SEND_OK"
+    assert committed.transaction_id and committed.message_id and committed.queue_offset >= 0
+    assert rolled_back.local_transaction_state is ROLLBACK
+    records = read_all(cluster.bootstrap_servers, topic, partitions=2, settle_s=0.2)
+    assert [r.value for r in records] == [b"order-1"]
+    headers = dict(records[0].headers)
+    assert headers["orderId"] == b"1" and headers["UNIQ_KEY"] == committed.message_id.encode()
+    assert pending(admin, group) == []
+
+
+def test_a_lost_end_is_resolved_by_check_back(cluster, admin, topic, group, monkeypatch):
+    orders = Orders()
+    with producer(cluster, group, orders) as p:
+        monkeypatch.setenv(LOSE_END_ENV, "1")
+        lost_commit = p.send_message_in_transaction(topic, value=b"kept", key=b"1", arg=COMMIT)
+        lost_rollback = p.send_message_in_transaction(topic, value=b"dropped", key=b"2", arg=ROLLBACK)
+        monkeypatch.delenv(LOSE_END_ENV)
+        listed = {m.transaction_id for m in pending(admin, group)}
+        assert {lost_commit.transaction_id, lost_rollback.transaction_id} <= listed
+        wait_until(lambda: not pending(admin, group), 15, "check-backs to decide both")
+    assert orders.checks[b"1"] == [1] and orders.checks[b"2"] == [1]
+    assert values(cluster, topic) == [b"kept"]
+
+
+def test_unknow_is_asked_again_each_interval_until_the_producer_knows(cluster, admin, topic, group):
+    orders = Orders()
+    orders.answers[b"1"] = [UNKNOW, UNKNOW, COMMIT]
+    with producer(cluster, group, orders) as p:
+        p.send_message_in_transaction(topic, value=b"slow", key=b"1", arg=UNKNOW)
+        wait_until(lambda: not pending(admin, group), 15, "the third check to commit")
+    assert orders.checks[b"1"] == [1, 2, 3], "one check per interval, counted, none repeated"
+    assert values(cluster, topic) == [b"slow"]
+
+
+def test_a_message_never_resolved_is_discarded_after_check_max(cluster, admin, topic, group):
+    orders = Orders()
+    orders.answers[b"1"] = [UNKNOW]
+    with producer(cluster, group, orders) as p:
+        p.send_message_in_transaction(topic, value=b"undecided", key=b"1", arg=UNKNOW)
+        wait_until(lambda: not pending(admin, group), 20, "the discard")
+    assert orders.checks[b"1"] == list(range(1, CHECK_MAX + 1)), "exactly check_max checks, then none"
+    assert values(cluster, topic, isolation_level="read_uncommitted") == [], "a discarded message is never delivered"
+
+
+def test_checks_wait_for_a_producer_of_the_group_without_counting(cluster, admin, topic, group, monkeypatch):
+    first = Orders()
+    with producer(cluster, group, first) as p:
+        monkeypatch.setenv(LOSE_END_ENV, "1")
+        sent = p.send_message_in_transaction(topic, value=b"late", key=b"1", arg=COMMIT)
+        monkeypatch.delenv(LOSE_END_ENV)
+        p.close()  # the group has no live producer now
+        wait_until(lambda: [m.unanswered_checks for m in pending(admin, group)] >= [2], 15,
+                   "two passes without a producer")
+        [waiting] = pending(admin, group)
+        assert waiting.check_times == 0, "a check that reached nobody is not counted"
+    second = Orders()
+    second.committed.add(b"1")  # the order row is in the database the restarted service reads
+    with producer(cluster, group, second):
+        wait_until(lambda: not pending(admin, group), 15, "the returning producer to be asked")
+    assert second.checks[b"1"] == [1] and first.checks == {}
+    assert values(cluster, topic) == [b"late"] and sent.transaction_id
+
+
+def test_check_counts_survive_a_sigkill_of_the_shard_owner(cluster, admin, topic, group):
+    orders = Orders()
+    orders.answers[b"1"] = [UNKNOW, UNKNOW, UNKNOW, COMMIT]
+    with producer(cluster, group, orders) as p:
+        p.send_message_in_transaction(topic, value=b"survivor", key=b"1", arg=UNKNOW)
+        wait_until(lambda: len(orders.checks[b"1"]) >= 2, 15, "two checks before the crash")
+        [before] = pending(admin, group)
+        cluster.kill(before.node_id)
+        try:
+            wait_until(lambda: not pending(admin, group), 20, "the new owner to finish the checks")
+        finally:
+            cluster.restart(before.node_id)
+    seen = orders.checks[b"1"]
+    assert seen == list(range(1, len(seen) + 1)), f"counts went on from the log, never reset or repeated: {seen}"
+    assert seen[-1] == 4
+    assert values(cluster, topic) == [b"survivor"]
+
+
+def test_commits_survive_a_sigkill_of_the_shard_owner_and_are_copied_once(cluster, admin, topic, group):
+    orders = Orders()
+    with producer(cluster, group, orders) as p:
+        for i in range(20):
+            p.send_message_in_transaction(topic, value=f"m{i}".encode(), key=str(i).encode(), arg=COMMIT)
+        shard_owner = _owner_of_group(cluster, group)
+        cluster.kill(shard_owner)
+        try:
+            after = p.send_message_in_transaction(topic, value=b"after", key=b"99", arg=COMMIT)
+        finally:
+            cluster.restart(shard_owner)
+    assert after.local_transaction_state is COMMIT and after.send_status == "SEND_OK"
+    assert values(cluster, topic) == sorted([f"m{i}".encode() for i in range(20)] + [b"after"])
+
+
+def test_bad_input_gets_rocketmq_and_kafka_error_names(cluster, admin, topic, group):
+    orders = Orders()
+    admin.create_topic(f"normal-only-{group}", partitions=1, configs={"message.type": "NORMAL"})
+    with producer(cluster, group, orders) as p:
+        with pytest.raises(errors.MessagePropertyConflictWithTypeError, match="accepts NORMAL"):
+            p.send_message_in_transaction(f"normal-only-{group}", value=b"x", arg=COMMIT)
+        with pytest.raises(errors.IllegalMessagePropertyKeyError, match="UNIQ_KEY"):
+            p.send_message_in_transaction(topic, value=b"x", arg=COMMIT, headers=[("UNIQ_KEY", b"forged")])
+        with pytest.raises(errors.UnknownTopicOrPartitionError):
+            p.send_message_in_transaction("no-such-topic", value=b"x", arg=COMMIT)
+        with pytest.raises(errors.UnknownTopicOrPartitionError):
+            p.send_message_in_transaction(topic, value=b"x", arg=COMMIT, partition=7)
+    with pytest.raises(errors.IllegalStateError, match="producer_group"):
+        with Producer(bootstrap_servers=cluster.bootstrap_servers) as plain:
+            plain.send_message_in_transaction(topic, value=b"x")
+    with pytest.raises(errors.KafkaConfigurationError, match="producer_group"):
+        Producer(bootstrap_servers=cluster.bootstrap_servers, transaction_listener=orders)
+    with pytest.raises(errors.InvalidConfigError):
+        admin.create_topic(f"bad-config-{group}", partitions=1, configs={"message.type": "SOMETIMES"})
+    assert values(cluster, topic, isolation_level="read_uncommitted") == []
+    assert pending(admin, group) == []
+
+
+def _owner_of_group(cluster, group) -> int:
+    from proto import txnsim_pb2 as pb
+    from proto.cluster_client import HALF_MESSAGES
+    from proto.transport import call
+    request = pb.FindCoordinatorRequest(key_type=HALF_MESSAGES, key=group)
+    return cluster.client.any_node(lambda s: call(s.cluster.FindCoordinator, request, 5.0)).node_id
