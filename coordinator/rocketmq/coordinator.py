@@ -183,6 +183,13 @@ class HalfMessageCoordinator:
         storage = Storage(configs.get("half.message.storage", self.default_storage.value))
         if storage is Storage.KAFKA:
             raise InvalidRequestError("[INVALID_REQUEST] half.message.storage=kafka is not served yet")
+        if msg.message_id:
+            with loaded.lock:
+                stored = loaded.core.find(req.producer_group, msg.message_id)
+            if stored is not None:  # a retry of a send whose answer was lost: one half message, not two
+                return pb.SendHalfMessageResponse(transaction_id=stored.transaction_id, message_id=msg.message_id,
+                                                  half_offset=stored.first_offset, shard=shard,
+                                                  storage=stored.record.storage.value)
         now = self._now_ms()
         record = HalfRecord(
             topic=msg.topic, partition=msg.partition, producer_group=req.producer_group,

@@ -105,6 +105,23 @@ class HalfShard:
     #: the shard's idempotent producer id for copies to real topics (-1: none yet)
     copy_producer_id: int = -1
     _next_copy_sequence: dict[TopicPartition, int] = field(default_factory=dict)
+    #: (producer group, message id) -> transaction id of undecided messages: a retried send is recognised
+    _by_message_id: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def _add_pending(self, pending: PendingHalf) -> None:
+        self.pending[pending.transaction_id] = pending
+        self._by_message_id[(pending.record.producer_group, pending.record.message_id)] = pending.transaction_id
+
+    def _pop_pending(self, tid: str) -> PendingHalf | None:
+        pending = self.pending.pop(tid, None)
+        if pending is not None:
+            self._by_message_id.pop((pending.record.producer_group, pending.record.message_id), None)
+        return pending
+
+    def find(self, producer_group: str, message_id: str) -> PendingHalf | None:
+        """The undecided message a producer already stored under this id (its send is being retried)."""
+        tid = self._by_message_id.get((producer_group, message_id))
+        return None if tid is None else self.pending.get(tid)
 
     # ------------------------------------------------------------ replay (loading the shard)
 
@@ -113,13 +130,17 @@ class HalfShard:
         tid = transaction_id(self.shard, first)
         if tid in self.decided:
             return  # a re-append racing its decision: the OP record wins
-        self.pending[tid] = PendingHalf(tid, first, offset, record)
+        existing = self.pending.get(tid)
+        if existing is not None:
+            existing.latest_offset, existing.record = offset, record
+        else:
+            self._add_pending(PendingHalf(tid, first, offset, record))
 
     def replay_op(self, op: OpRecord) -> None:
         if op.kind is OpKind.DONE:
             self.unfinished.pop(op.transaction_id, None)
             return
-        pending = self.pending.pop(op.transaction_id, None)
+        pending = self._pop_pending(op.transaction_id)
         if pending is not None and op.copy_sequence >= 0:
             self.copy_producer_id = op.copy_producer_id
             tp = TopicPartition(pending.record.topic, pending.record.partition)
@@ -130,7 +151,7 @@ class HalfShard:
         """A discarded message is decided, even if the crash came before its OP record."""
         first = offset if record.first_offset is None else record.first_offset
         tid = transaction_id(self.shard, first)
-        pending = self.pending.pop(tid, None)
+        pending = self._pop_pending(tid)
         if pending is not None:
             self._install(self.discard_op(pending), pending.record)
 
@@ -140,7 +161,7 @@ class HalfShard:
         """A half message is durable at `offset`: from now on it is checked back until decided."""
         tid = transaction_id(self.shard, offset)
         pending = PendingHalf(tid, offset, offset, record)
-        self.pending[tid] = pending
+        self._add_pending(pending)
         return pending
 
     # ------------------------------------------------------------ ending
@@ -202,7 +223,7 @@ class HalfShard:
 
     def decided_durably(self, op: OpRecord) -> Decision:
         """Install a decision once its OP record is durable; returns what it leaves to do."""
-        pending = self.pending.pop(op.transaction_id, None)
+        pending = self._pop_pending(op.transaction_id)
         decision = self._install(op, pending.record if pending is not None else None)
         if decision is None:
             raise InvalidTransactionIdError(f"transaction {op.transaction_id} is unknown to shard {self.shard}")

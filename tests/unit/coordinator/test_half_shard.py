@@ -162,3 +162,11 @@ def test_a_discard_without_its_op_record_is_still_a_decision_after_replay():
     replayed.replay_half(0, half())
     replayed.replay_discard(0, half(check_times=CHECK_MAX, first_offset=0))
     assert replayed.pending == {} and replayed.decided == {"TX-3-0": Resolution.DISCARD}
+
+
+def test_a_retried_send_finds_the_message_already_stored():
+    core = shard()
+    pending = core.stored(0, half())
+    assert core.find("orders", "m1") is pending and core.find("orders", "other") is None
+    core.decided_durably(core.end(pending.transaction_id, Resolution.ROLLBACK, source="CLIENT").op)
+    assert core.find("orders", "m1") is None
