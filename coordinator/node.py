@@ -32,7 +32,9 @@ from coordinator.ownership_log import OwnershipLog
 from coordinator.producer_ids import ProducerIdAllocator
 from coordinator.rocketmq.coordinator import HalfMessageCoordinator
 from coordinator.rocketmq.effects import PartitionWriter
+from coordinator.rocketmq.front_door import MessagingFrontDoor
 from coordinator.rocketmq.producers import ProducerRegistry
+from coordinator.rocketmq.rmq_wire import rmq_grpc
 from coordinator.rocketmq.service import HalfMessagesServicer
 from coordinator.topics import TopicStore
 from coordinator.txn.coordinator import TransactionCoordinator
@@ -140,6 +142,12 @@ class Node:
         rpc.add_TransactionCoordinatorServicer_to_server(TransactionServicer(self.txn, self.node_id), server)
         rpc.add_GroupCoordinatorServicer_to_server(GroupService(self.groups), server)
         rpc.add_HalfMessagesServicer_to_server(HalfMessagesServicer(self.half, self.producers, self.stopped), server)
+        # RocketMQ 5's front door, on the same port: the official clients reach the same logic
+        rmq_grpc.add_MessagingServiceServicer_to_server(MessagingFrontDoor(
+            node_id=self.node_id, address_of=lambda n: self.spec.nodes[n], membership=self.membership,
+            topics=self.topics, partitions=self.partitions, half=self.half, producers=self.producers,
+            channels=self.channels, half_shards=self.config.half_shards,
+            message_max_bytes=self.config.message_max_bytes, stopped=self.stopped, now_ms=now_ms), server)
         if server.add_insecure_port(self.address) == 0:
             raise KafkaConfigurationError(f"node {self.node_id} cannot listen on {self.address}")
         server.start()
