@@ -61,6 +61,7 @@ def start_cluster(args: argparse.Namespace) -> int:
                           escape(str(cluster.node_log(node_id))))
         console.print(table)
         console.print(f"bootstrap servers: [bold]{cluster.bootstrap_servers}[/bold]")
+        console.print(f"RocketMQ 5 endpoints: [bold]{cluster.rocketmq_endpoints}[/bold]")
         console.print("other commands find this cluster through --data-dir; Ctrl-C stops it.")
         threading.Event().wait()
     except KeyboardInterrupt:
