@@ -10,7 +10,7 @@ import pytest
 
 from tests.helpers import read_all, wait_until
 from tests.integration.conftest import FAST_SETTINGS
-from txnsim import Admin, LocalCluster, LocalTransactionState, Producer, TransactionListener, errors
+from txnsim import LocalCluster, LocalTransactionState, Producer, TransactionListener, errors
 from producer.half_transactions import LOSE_END_ENV
 
 CHECK_INTERVAL_MS, CHECK_MAX, HALF_TIMEOUT_MS = 300, 4, 300
@@ -52,14 +52,9 @@ class Orders(TransactionListener):
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
+    """conftest's `admin` uses this cluster: checks every 300 ms, so check-back happens within a test."""
     with LocalCluster(nodes=3, data_dir=tmp_path_factory.mktemp("half"), **HALF_SETTINGS) as c:
         yield c
-
-
-@pytest.fixture(scope="module")
-def admin(cluster):
-    with Admin(cluster.bootstrap_servers) as a:
-        yield a
 
 
 @pytest.fixture
