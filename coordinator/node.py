@@ -33,8 +33,10 @@ from coordinator.producer_ids import ProducerIdAllocator
 from coordinator.rocketmq.coordinator import HalfMessageCoordinator
 from coordinator.rocketmq.effects import PartitionWriter
 from coordinator.rocketmq.front_door import MessagingFrontDoor
+from coordinator.rocketmq.pop_service import PopService
 from coordinator.rocketmq.producers import ProducerRegistry
 from coordinator.rocketmq.rmq_wire import rmq_grpc
+from coordinator.rocketmq.routing import OwnerRouter
 from coordinator.rocketmq.service import HalfMessagesServicer
 from coordinator.topics import TopicStore
 from coordinator.txn.coordinator import TransactionCoordinator
@@ -143,11 +145,15 @@ class Node:
         rpc.add_GroupCoordinatorServicer_to_server(GroupService(self.groups), server)
         rpc.add_HalfMessagesServicer_to_server(HalfMessagesServicer(self.half, self.producers, self.stopped), server)
         # RocketMQ 5's front door, on the same port: the official clients reach the same logic
+        router = OwnerRouter(node_id=self.node_id, membership=self.membership, channels=self.channels,
+                             address_of=lambda n: self.spec.nodes[n])
+        pop = PopService(partitions=self.partitions, groups=self.groups, router=router,
+                         offsets_shards=self.config.offsets_shards, now_ms=now_ms, stopped=self.stopped)
         rmq_grpc.add_MessagingServiceServicer_to_server(MessagingFrontDoor(
             node_id=self.node_id, address_of=lambda n: self.spec.nodes[n], membership=self.membership,
             topics=self.topics, partitions=self.partitions, half=self.half, producers=self.producers,
             channels=self.channels, half_shards=self.config.half_shards,
-            message_max_bytes=self.config.message_max_bytes, stopped=self.stopped, now_ms=now_ms), server)
+            message_max_bytes=self.config.message_max_bytes, stopped=self.stopped, now_ms=now_ms, pop=pop), server)
         if server.add_insecure_port(self.address) == 0:
             raise KafkaConfigurationError(f"node {self.node_id} cannot listen on {self.address}")
         server.start()

@@ -15,7 +15,7 @@ import logging
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 from coordinator.membership import Membership
 from coordinator.partition_service import PartitionServer
@@ -23,12 +23,15 @@ from coordinator.rocketmq import rmq_messages
 from coordinator.rocketmq.coordinator import HalfMessageCoordinator
 from coordinator.rocketmq.log_format import parse_transaction_id
 from coordinator.rocketmq.producers import ProducerRegistry
-from coordinator.rocketmq.rmq_wire import (UnsupportedError, rmq, rmq_grpc, rmq_service, status, status_for)
+from coordinator.rocketmq.pop_service import PopService
+from coordinator.rocketmq.rmq_errors import IllegalInvisibleTimeError, UnsupportedError
+from coordinator.rocketmq.rmq_messages import tag_filter
+from coordinator.rocketmq.rmq_wire import rmq, rmq_grpc, rmq_service, status, status_for
+from coordinator.rocketmq.routing import OwnerRouter
 from coordinator.rocketmq.telemetry import TelemetrySession
 from coordinator.topics import TopicStore
 from proto import txnsim_pb2 as pb
 from proto.errors import (
-    CoordinatorNotAvailableError,
     InvalidRequestError,
     InvalidTransactionIdError,
     KafkaError,
@@ -39,12 +42,16 @@ from proto.errors import (
 )
 from proto.hashing import partition_for, partition_for_key
 from proto.structs import HALF_TOPIC, TopicPartition
-from proto.transport import Deadline, NodeChannels, Stubs, call, retrying
+from proto.transport import NodeChannels, Stubs, call
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 CLIENT_ID = "x-mq-client-id"
+_DEFAULT_LONG_POLL_S = 20.0
+_MAX_LONG_POLL_S = 30.0
+#: a receive answers this long before the client's deadline
+_ANSWER_MARGIN_S = 0.5
+_MAX_BATCH = 1024
 _RESOLUTIONS = {rmq.COMMIT: pb.RESOLUTION_COMMIT, rmq.ROLLBACK: pb.RESOLUTION_ROLLBACK,
                 rmq.TRANSACTION_RESOLUTION_UNSPECIFIED: pb.RESOLUTION_UNKNOWN}
 _SOURCES = {rmq.SOURCE_CLIENT: pb.SOURCE_CLIENT, rmq.SOURCE_SERVER_CHECK: pb.SOURCE_SERVER_CHECK,
@@ -75,7 +82,7 @@ class MessagingFrontDoor(rmq_grpc.MessagingServiceServicer):
     def __init__(self, *, node_id: int, address_of: Callable[[int], str], membership: Membership,
                  topics: TopicStore, partitions: PartitionServer, half: HalfMessageCoordinator,
                  producers: ProducerRegistry, channels: NodeChannels, half_shards: int, message_max_bytes: int,
-                 stopped: threading.Event, now_ms: Callable[[], int], pop: Any = None,
+                 stopped: threading.Event, now_ms: Callable[[], int], pop: PopService | None = None,
                  request_timeout_s: float = 5.0) -> None:
         self._node_id = node_id
         self._address_of = address_of
@@ -91,6 +98,8 @@ class MessagingFrontDoor(rmq_grpc.MessagingServiceServicer):
         self._now_ms = now_ms
         self._pop = pop
         self._timeout_s = request_timeout_s
+        self._router = OwnerRouter(node_id=node_id, membership=membership, channels=channels, address_of=address_of,
+                                   request_timeout_s=request_timeout_s)
         self._turns: dict[str, itertools.count] = defaultdict(itertools.count)
         self._lock = threading.Lock()
         self._sessions: dict[str, set[TelemetrySession]] = defaultdict(set)
@@ -232,7 +241,7 @@ class MessagingFrontDoor(rmq_grpc.MessagingServiceServicer):
             raise_for(result.error_code, result.error_message)
             return result
 
-        return self._on_owner(lambda: self._membership.owner(tp.topic, tp.partition), produce, str(tp)).base_offset
+        return self._router.call(tp.topic, tp.partition, produce).base_offset
 
     def _send_half(self, message: rmq.Message, partition: int) -> rmq_service.SendResultEntry:
         topic = message.topic.name
@@ -243,7 +252,7 @@ class MessagingFrontDoor(rmq_grpc.MessagingServiceServicer):
             return self._half.send(request) if stubs is None else call(stubs.half.SendHalfMessage, request, timeout_s)
 
         shard = partition_for(topic, self._half_shards)
-        response = self._on_owner(lambda: self._membership.owner(HALF_TOPIC, shard), send, f"half shard {shard}")
+        response = self._router.call(HALF_TOPIC, shard, send)
         return rmq_service.SendResultEntry(status=status(), message_id=message.system_properties.message_id,
                                            transaction_id=response.transaction_id, offset=response.half_offset)
 
@@ -265,22 +274,87 @@ class MessagingFrontDoor(rmq_grpc.MessagingServiceServicer):
         def decide(stubs: Stubs | None, timeout_s: float) -> pb.EndHalfTransactionResponse:
             return self._half.end(end) if stubs is None else call(stubs.half.EndHalfTransaction, end, timeout_s)
 
-        shard = parsed[0]
-        self._on_owner(lambda: self._membership.owner(HALF_TOPIC, shard), decide, f"half shard {shard}")
+        self._router.call(HALF_TOPIC, parsed[0], decide)
         return rmq_service.EndTransactionResponse(status=status())
 
-    def _on_owner(self, owner_of: Callable[[], int], fn: Callable[[Stubs | None, float], T], what: str) -> T:
-        """Run `fn` on the current owner (stubs None: this node), retrying retriable errors while
-        ownership moves, within one request timeout."""
-        deadline = Deadline(self._timeout_s)
-        for attempt in retrying(deadline.remaining()):
-            with attempt:
-                owner = owner_of()
-                if owner < 0:
-                    raise CoordinatorNotAvailableError(f"[COORDINATOR_NOT_AVAILABLE] no live node owns {what}")
-                stubs = None if owner == self._node_id else self._channels.stubs(self._address_of(owner))
-                return fn(stubs, max(deadline.remaining(), 0.05))
-        raise AssertionError("unreachable")
+    # ------------------------------------------------------------ SimpleConsumer (pop)
+
+    def ReceiveMessage(self, request: rmq_service.ReceiveMessageRequest,
+                       context: Any) -> Iterator[rmq_service.ReceiveMessageResponse]:
+        """Messages, then a status (MESSAGE_NOT_FOUND when the long poll ended empty), then the
+        delivery time; the stream ends within the long-polling timeout (the client reads to its end)."""
+        try:
+            deliveries, invisible_ms = self._receive(request, context)
+        except KafkaError as exc:
+            yield rmq_service.ReceiveMessageResponse(status=status_for(exc))
+            return
+        except Exception as exc:  # a node bug: answer, log, keep serving
+            log.exception("RocketMQ receive failed")
+            yield rmq_service.ReceiveMessageResponse(status=status(rmq.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"))
+            return
+        if not deliveries:
+            yield rmq_service.ReceiveMessageResponse(status=status(rmq.MESSAGE_NOT_FOUND, "no new message"))
+            return
+        for delivery in deliveries:
+            message = rmq_messages.message_of_record(delivery.handle.topic, delivery.handle.partition, delivery.message)
+            message.system_properties.receipt_handle = delivery.handle.encode()
+            message.system_properties.delivery_attempt = delivery.attempt
+            message.system_properties.invisible_duration.FromMilliseconds(invisible_ms)
+            yield rmq_service.ReceiveMessageResponse(message=message)
+        yield rmq_service.ReceiveMessageResponse(status=status())
+        now = rmq_service.ReceiveMessageResponse()
+        now.delivery_timestamp.FromMilliseconds(self._now_ms())
+        yield now
+
+    def _receive(self, request: rmq_service.ReceiveMessageRequest, context: Any) -> tuple[list[Any], int]:
+        if self._pop is None:
+            raise UnsupportedError("[UNSUPPORTED] this node serves no SimpleConsumer")
+        group, topic = request.group.name, request.message_queue.topic.name
+        if not group:
+            raise InvalidRequestError("[INVALID_REQUEST] a receive needs its consumer group")
+        self._partition_count(topic)
+        invisible_ms = request.invisible_duration.ToMilliseconds() if request.HasField("invisible_duration") else 0
+        if invisible_ms <= 0:
+            raise IllegalInvisibleTimeError(f"[ILLEGAL_INVISIBLE_TIME] invisible duration must be positive, not "
+                                            f"{invisible_ms} ms")
+        wait_s = (request.long_polling_timeout.ToMilliseconds() / 1000
+                  if request.HasField("long_polling_timeout") else _DEFAULT_LONG_POLL_S)
+        remaining = context.time_remaining()
+        if remaining is not None:  # end before the client's deadline, or the batch is lost
+            wait_s = min(wait_s, max(remaining - _ANSWER_MARGIN_S, 0.0))
+        batch_size = min(max(request.batch_size, 1), _MAX_BATCH)
+        matches = tag_filter(request.filter_expression)
+        deliveries = self._pop.receive(group, topic, request.message_queue.id, batch_size, invisible_ms,
+                                       min(wait_s, _MAX_LONG_POLL_S), matches)
+        return deliveries, invisible_ms
+
+    @answers_with_status(rmq_service.AckMessageResponse)
+    def AckMessage(self, request: rmq_service.AckMessageRequest, context: Any) -> rmq_service.AckMessageResponse:
+        """Per-entry statuses; the response's is the first failure's. An ack answers once durable."""
+        if self._pop is None:
+            raise UnsupportedError("[UNSUPPORTED] this node serves no SimpleConsumer")
+        if not request.group.name or not request.entries:
+            raise InvalidRequestError("[INVALID_REQUEST] an ack needs its consumer group and at least one entry")
+        errors = self._pop.ack(request.group.name, request.topic.name, [e.receipt_handle for e in request.entries])
+        entries = [rmq_service.AckMessageResultEntry(
+            message_id=entry.message_id, receipt_handle=entry.receipt_handle,
+            status=status() if error is None else status_for(error)) for entry, error in zip(request.entries, errors)]
+        failed = next((e.status for e in entries if e.status.code != rmq.OK), None)
+        return rmq_service.AckMessageResponse(status=failed or status(), entries=entries)
+
+    @answers_with_status(rmq_service.ChangeInvisibleDurationResponse)
+    def ChangeInvisibleDuration(self, request: rmq_service.ChangeInvisibleDurationRequest,
+                                context: Any) -> rmq_service.ChangeInvisibleDurationResponse:
+        """A new receipt handle (the client stores it before it looks at the status); the old one is void."""
+        if self._pop is None:
+            raise UnsupportedError("[UNSUPPORTED] this node serves no SimpleConsumer")
+        invisible_ms = request.invisible_duration.ToMilliseconds()
+        if invisible_ms <= 0:
+            raise IllegalInvisibleTimeError(f"[ILLEGAL_INVISIBLE_TIME] invisible duration must be positive, not "
+                                            f"{invisible_ms} ms")
+        handle = self._pop.change_invisible(request.group.name, request.topic.name, request.receipt_handle,
+                                            invisible_ms)
+        return rmq_service.ChangeInvisibleDurationResponse(status=status(), receipt_handle=handle.encode())
 
     # ------------------------------------------------------------ what txnsim does not serve
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import gzip
 import zlib
+from collections.abc import Callable
 
 from coordinator.rocketmq import log_format
-from coordinator.rocketmq.rmq_wire import UnsupportedError, rmq, rmq_service
+from coordinator.rocketmq.rmq_errors import UnsupportedError
+from coordinator.rocketmq.rmq_wire import rmq, rmq_service
 from proto import records
 from proto import txnsim_pb2 as pb
 from proto.errors import IllegalMessagePropertyKeyError, InvalidRequestError
@@ -138,3 +140,19 @@ def message_of_record(topic: str, partition: int, record: records.Record) -> rmq
     props.store_timestamp.FromMilliseconds(record.timestamp)
     return rmq.Message(topic=rmq.Resource(name=topic), body=record.value or b"", user_properties=_properties(user),
                        system_properties=props)
+
+
+def tag_filter(expression: rmq.FilterExpression) -> Callable[[records.Record], bool]:
+    """Whether a stored record matches a subscription's TAG expression ("*", or "a || b")."""
+    if expression.type not in (rmq.TAG, rmq.FILTER_TYPE_UNSPECIFIED):
+        raise UnsupportedError("[UNSUPPORTED] only TAG filter expressions are served, not SQL")
+    text = expression.expression.strip()
+    if text in ("", "*"):
+        return lambda record: True
+    wanted = {tag.strip() for tag in text.split("||") if tag.strip()}
+
+    def matches(record: records.Record) -> bool:
+        tag = next(((value or b"").decode(errors="replace") for name, value in record.headers
+                    if name == log_format.TAGS), "")
+        return tag in wanted
+    return matches

@@ -27,35 +27,7 @@ from proto.errors import (
     UnknownTopicOrPartitionError,
 )
 
-__all__ = ["rmq", "rmq_service", "rmq_grpc", "FrontDoorError", "IllegalInvisibleTimeError", "InvalidReceiptHandleError",
-           "UnsupportedError", "code_for", "status",
-           "status_for", "OK"]
-
-
-class FrontDoorError(RocketMQError):
-    """A request only the RocketMQ front door refuses. These never travel on txnsim's own wire, so
-    proto/errors.py's table of wire codes need not know them; `errno` is RocketMQ's Code."""
-
-
-class InvalidReceiptHandleError(FrontDoorError):
-    """The receipt handle is malformed, or no longer names the message's latest delivery."""
-
-    errno = rmq.INVALID_RECEIPT_HANDLE
-    name = "INVALID_RECEIPT_HANDLE"
-
-
-class IllegalInvisibleTimeError(FrontDoorError):
-    """The invisible duration is missing or out of range."""
-
-    errno = rmq.ILLEGAL_INVISIBLE_TIME
-    name = "ILLEGAL_INVISIBLE_TIME"
-
-
-class UnsupportedError(FrontDoorError):
-    """A RocketMQ feature txnsim does not serve."""
-
-    errno = rmq.UNSUPPORTED
-    name = "UNSUPPORTED"
+__all__ = ["rmq", "rmq_service", "rmq_grpc", "code_for", "status", "status_for", "OK"]
 
 
 #: txnsim's errors that have a RocketMQ counterpart (checked in order; subclasses first)

@@ -227,3 +227,137 @@ def test_a_send_to_an_unknown_topic_raises_in_the_client(config):
             producer.send(message("no-such-topic", b"x"))
     finally:
         producer.shutdown()
+
+
+# ------------------------------------------------------------ SimpleConsumer (pop)
+
+
+@pytest.fixture
+def group():
+    return f"readers-{next(_names)}"
+
+
+def send_all(config, topic: str, payloads: list[bytes]) -> list[str]:
+    producer = Producer(config, (topic,))
+    try:
+        started(producer)
+        return [producer.send(message(topic, body)).message_id for body in payloads]
+    finally:
+        producer.shutdown()
+
+
+def receive_until(consumer, count: int, invisible_s: int, timeout_s: float = 20) -> list:
+    """Receive until `count` messages came (a receive goes to one node, which serves its own partitions)."""
+    got: list = []
+
+    def enough():
+        got.extend(consumer.receive(16, invisible_s))
+        return len(got) >= count
+    wait_until(enough, timeout_s, f"{count} messages")
+    return got
+
+
+def one_partition_topic(admin) -> str:
+    name = f"queue-{next(_names)}"
+    admin.create_topic(name, partitions=1)
+    return name
+
+
+def test_a_simple_consumer_receives_and_acks_each_message_once(cluster, config, topic, group):
+    ids = send_all(config, topic, [f"m{i}".encode() for i in range(6)])
+    consumer = SimpleConsumer(config, group, {topic: FilterExpression()}, await_duration=1)
+    try:
+        started(consumer)
+        got = receive_until(consumer, 6, invisible_s=30)
+        assert sorted(m.message_id for m in got) == sorted(ids)
+        assert all(m.delivery_attempt == 1 and m.receipt_handle for m in got)
+        for m in got:
+            consumer.ack(m)
+        for _ in range(2 * PARTITIONS):  # every node's partitions: nothing left anywhere
+            assert consumer.receive(16, 30) == []
+    finally:
+        consumer.shutdown()
+
+
+def test_an_unacked_message_is_delivered_again_after_its_invisible_duration(cluster, config, admin, group):
+    topic = one_partition_topic(admin)
+    send_all(config, topic, [b"again"])
+    consumer = SimpleConsumer(config, group, {topic: FilterExpression()}, await_duration=3)
+    try:
+        started(consumer)
+        first = receive_until(consumer, 1, invisible_s=1)
+        assert [(m.body, m.delivery_attempt) for m in first] == [(b"again", 1)]
+        second = receive_until(consumer, 1, invisible_s=30)  # visible again after 1 s
+        assert [(m.body, m.delivery_attempt) for m in second] == [(b"again", 2)]
+        with pytest.raises(Exception, match="40013"):  # the first delivery's handle is void
+            consumer.ack(first[0])
+        consumer.ack(second[0])
+        assert consumer.receive(16, 30) == []
+    finally:
+        consumer.shutdown()
+
+
+def test_change_invisible_duration_gives_a_new_handle_and_voids_the_old(cluster, config, admin, group):
+    topic = one_partition_topic(admin)
+    send_all(config, topic, [b"held"])
+    consumer = SimpleConsumer(config, group, {topic: FilterExpression()}, await_duration=1)
+    try:
+        started(consumer)
+        [msg] = receive_until(consumer, 1, invisible_s=1)
+        old = msg.receipt_handle
+        consumer.change_invisible_duration(msg, 30)
+        new = msg.receipt_handle
+        assert new and new != old
+        assert consumer.receive(16, 30) == [], "still invisible past the first duration"
+        msg.receipt_handle = old
+        with pytest.raises(Exception, match="40013"):
+            consumer.ack(msg)
+        msg.receipt_handle = new
+        consumer.ack(msg)
+    finally:
+        consumer.shutdown()
+
+
+def routes(cluster, topic) -> list[set[str]]:
+    """The broker addresses each live node's QueryRoute names for `topic`."""
+    out = []
+    for node_id in cluster.node_ids:
+        if not cluster.is_alive(node_id):
+            continue
+        with grpc.insecure_channel(cluster.spec.nodes[node_id]) as channel:
+            route = rmq_grpc.MessagingServiceStub(channel).QueryRoute(
+                rmq_service.QueryRouteRequest(topic=rmq.Resource(name=topic)), timeout=5)
+        out.append({f"{a.host}:{a.port}" for q in route.message_queues for a in q.broker.endpoints.addresses})
+    return out
+
+
+def test_acks_survive_a_sigkill_of_the_partition_owner(cluster, config, admin, group):
+    """Acked beyond the committed prefix (m0 and m2, not m1) and the owner killed: its successor
+    delivers m1 again, and never m0 or m2."""
+    topic = one_partition_topic(admin)
+    send_all(config, topic, [b"m0", b"m1", b"m2"])
+    consumer = SimpleConsumer(config, group, {topic: FilterExpression()}, await_duration=1)
+    try:
+        started(consumer)
+        got = {m.body: m for m in receive_until(consumer, 3, invisible_s=60)}
+        consumer.ack(got[b"m0"])
+        consumer.ack(got[b"m2"])
+    finally:
+        consumer.shutdown()
+    owner = cluster.client.refresh_metadata([topic]).topics[0].partitions[0].leader
+    cluster.kill(owner)
+    try:
+        dead = cluster.spec.nodes[owner]
+        wait_until(lambda: all(dead not in brokers for brokers in routes(cluster, topic)), 10,
+                   "every live node to route the queue to the new owner")
+        consumer = SimpleConsumer(config, group, {topic: FilterExpression()}, await_duration=1)
+        try:
+            started(consumer)
+            again = receive_until(consumer, 1, invisible_s=60)
+            assert [m.body for m in again] == [b"m1"], "only the unacked message comes back"
+            consumer.ack(again[0])
+            assert consumer.receive(16, 60) == []
+        finally:
+            consumer.shutdown()
+    finally:
+        cluster.restart(owner)
