@@ -34,6 +34,7 @@ from coordinator.rocketmq.coordinator import HalfMessageCoordinator
 from coordinator.rocketmq.effects import PartitionWriter
 from coordinator.rocketmq.front_door import MessagingFrontDoor
 from coordinator.rocketmq.pop_service import PopService
+from coordinator.rocketmq.log_format import shard_of_transactional_id
 from coordinator.rocketmq.producers import ProducerRegistry
 from coordinator.rocketmq.rmq_wire import rmq_grpc
 from coordinator.rocketmq.routing import OwnerRouter
@@ -116,7 +117,8 @@ class Node:
                 local_node_id=node_id, owner_of=lambda tp: self.membership.owner(tp.topic, tp.partition),
                 address_of=lambda n: self.spec.nodes[n], produce_locally=self.partitions.produce,
                 describe_locally=self.partitions.describe_producers, channels=self.channels),
-            find_producer=self._find_producer, message_max_bytes=self.config.message_max_bytes, node_id=node_id)
+            find_producer=self._find_producer, write_markers=self.markers.write,
+            message_max_bytes=self.config.message_max_bytes, node_id=node_id)
         self.txn = TransactionCoordinator(
             txn_shards=self.config.txn_shards, offsets_shards=self.config.offsets_shards,
             transaction_max_timeout_ms=self.config.transaction_max_timeout_ms,
@@ -279,6 +281,9 @@ class Node:
     # ------------------------------------------------------------ cross-component calls
 
     def _verify_partition_in_txn(self, tid: str, producer_id: int, producer_epoch: int, tp: TopicPartition) -> int:
+        half_shard = shard_of_transactional_id(tid)
+        if half_shard is not None:
+            return self._verify_half_write(half_shard, producer_id, tp)
         request = pb.AddPartitionsToTxnRequest(
             transactional_id=tid, producer_id=producer_id, producer_epoch=producer_epoch, verify_only=True,
             partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition)])
@@ -294,6 +299,19 @@ class Node:
         if response.error_code:
             return response.error_code
         return response.results[0].error_code if response.results else 0
+
+    def _verify_half_write(self, shard: int, producer_id: int, tp: TopicPartition) -> int:
+        """Ask the owner of a half-message shard whether a message stored in place may open its transaction."""
+        request = pb.VerifyHalfWriteRequest(shard=shard, producer_id=producer_id, topic=tp.topic, partition=tp.partition)
+        try:
+            if self.membership.owner(HALF_TOPIC, shard) == self.node_id:
+                response = self.half.verify_write(request)
+            else:
+                stubs = self.channels.stubs(self.spec.nodes[self.membership.owner(HALF_TOPIC, shard)])
+                response = call(stubs.half.VerifyHalfWrite, request, 5.0, check=False)
+        except KafkaError as exc:
+            return code_of(exc) if isinstance(exc, BrokerResponseError) else CoordinatorNotAvailableError.errno
+        return response.error_code
 
     def _find_producer(self, group: str):
         """How to hand a check to a live producer of `group`: connected here, or to a peer; None if none is."""

@@ -1073,6 +1073,26 @@ class DeliverCheckResponse(_message.Message):
     delivered: bool
     def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., delivered: _Optional[bool] = ...) -> None: ...
 
+class VerifyHalfWriteRequest(_message.Message):
+    __slots__ = ("shard", "producer_id", "topic", "partition")
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    shard: int
+    producer_id: int
+    topic: str
+    partition: int
+    def __init__(self, shard: _Optional[int] = ..., producer_id: _Optional[int] = ..., topic: _Optional[str] = ..., partition: _Optional[int] = ...) -> None: ...
+
+class VerifyHalfWriteResponse(_message.Message):
+    __slots__ = ("error_code", "error_message")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
+
 class ListHalfMessagesRequest(_message.Message):
     __slots__ = ("producer_group",)
     PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]

@@ -1228,6 +1228,11 @@ class HalfMessagesStub:
                 request_serializer=proto_dot_txnsim__pb2.ListHalfMessagesRequest.SerializeToString,
                 response_deserializer=proto_dot_txnsim__pb2.ListHalfMessagesResponse.FromString,
                 _registered_method=True)
+        self.VerifyHalfWrite = channel.unary_unary(
+                '/txnsim.HalfMessages/VerifyHalfWrite',
+                request_serializer=proto_dot_txnsim__pb2.VerifyHalfWriteRequest.SerializeToString,
+                response_deserializer=proto_dot_txnsim__pb2.VerifyHalfWriteResponse.FromString,
+                _registered_method=True)
 
 
 class HalfMessagesServicer:
@@ -1265,6 +1270,12 @@ class HalfMessagesServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def VerifyHalfWrite(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HalfMessagesServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1292,6 +1303,11 @@ def add_HalfMessagesServicer_to_server(servicer, server):
                     servicer.ListHalfMessages,
                     request_deserializer=proto_dot_txnsim__pb2.ListHalfMessagesRequest.FromString,
                     response_serializer=proto_dot_txnsim__pb2.ListHalfMessagesResponse.SerializeToString,
+            ),
+            'VerifyHalfWrite': grpc.unary_unary_rpc_method_handler(
+                    servicer.VerifyHalfWrite,
+                    request_deserializer=proto_dot_txnsim__pb2.VerifyHalfWriteRequest.FromString,
+                    response_serializer=proto_dot_txnsim__pb2.VerifyHalfWriteResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1431,6 +1447,33 @@ class HalfMessages:
             '/txnsim.HalfMessages/ListHalfMessages',
             proto_dot_txnsim__pb2.ListHalfMessagesRequest.SerializeToString,
             proto_dot_txnsim__pb2.ListHalfMessagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def VerifyHalfWrite(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/txnsim.HalfMessages/VerifyHalfWrite',
+            proto_dot_txnsim__pb2.VerifyHalfWriteRequest.SerializeToString,
+            proto_dot_txnsim__pb2.VerifyHalfWriteResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from coordinator.rocketmq import log_format
 from coordinator.rocketmq.effects import PartitionWriter
+from coordinator.txn.markers import Marker
 from coordinator.rocketmq.half_shard import CheckAction, Decision, HalfShard, PendingHalf
 from coordinator.rocketmq.log_format import HalfRecord, OpRecord, Resolution, Storage
 from partitions import AppendOrigin, PartitionLog
@@ -38,7 +39,9 @@ from proto.errors import (
     NotCoordinatorError,
     OutOfOrderSequenceError,
     RecordTooLargeError,
+    TransactionAbortableError,
     UnknownTopicOrPartitionError,
+    for_code,
 )
 from proto.hashing import partition_for
 from proto.structs import CHECK_MAX_TOPIC, TopicPartition
@@ -49,6 +52,11 @@ log = logging.getLogger(__name__)
 FindProducer = Callable[[str], Callable[[pb.TransactionCheck], bool] | None]
 #: how long an end waits for the copy it caused before answering (the decision is durable already)
 _EFFECT_WAIT_S = 5.0
+#: Storage.KAFKA: the in-place write is epoch 0 of a fresh producer id; its marker carries epoch 1, so a
+#: write delayed past the decision is refused (INVALID_PRODUCER_EPOCH) and can never open a transaction
+_WRITE_EPOCH, _MARKER_EPOCH = 0, 1
+#: writes markers, returns False if not every partition acknowledged before `still_valid` said stop
+WriteMarkers = Callable[..., bool]
 _RESOLUTIONS = {pb.RESOLUTION_COMMIT: Resolution.COMMIT, pb.RESOLUTION_ROLLBACK: Resolution.ROLLBACK,
                 pb.RESOLUTION_UNKNOWN: None}
 
@@ -78,8 +86,8 @@ class HalfMessageCoordinator:
     def __init__(self, *, half_shards: int, check_interval_ms: int, check_max: int, half_message_timeout_ms: int,
                  default_storage: str, now_ms: Callable[[], int], allocate_producer_id: Callable[[], int],
                  partitions_for: Callable[[str], int | None], topic_configs: Callable[[str], dict[str, str]],
-                 writer: PartitionWriter, find_producer: FindProducer, message_max_bytes: int = 4 * 1024 * 1024,
-                 node_id: int = 0) -> None:
+                 writer: PartitionWriter, find_producer: FindProducer, write_markers: WriteMarkers,
+                 message_max_bytes: int = 4 * 1024 * 1024, node_id: int = 0) -> None:
         self.half_shards = half_shards
         self.check_interval_ms = check_interval_ms
         self.check_max = check_max
@@ -92,6 +100,7 @@ class HalfMessageCoordinator:
         self._topic_configs = topic_configs
         self._writer = writer
         self._find_producer = find_producer
+        self._write_markers = write_markers
         self._message_max_bytes = message_max_bytes
         self._lock = threading.Lock()
         self._shards: dict[int, _Loaded] = {}
@@ -181,8 +190,6 @@ class HalfMessageCoordinator:
         shard = self.shard_of(req.producer_group)
         loaded = self._owned(shard)
         storage = Storage(configs.get("half.message.storage", self.default_storage.value))
-        if storage is Storage.KAFKA:
-            raise InvalidRequestError("[INVALID_REQUEST] half.message.storage=kafka is not served yet")
         if msg.message_id:
             with loaded.lock:
                 stored = loaded.core.find(req.producer_group, msg.message_id)
@@ -196,14 +203,50 @@ class HalfMessageCoordinator:
             message_id=msg.message_id or _message_id(shard, now), key=msg.key if msg.HasField("key") else None,
             value=msg.value, user_headers=tuple((h.key, h.value) for h in msg.headers), store_time_ms=now,
             check_immunity_ms=msg.check_immunity_ms or self.half_message_timeout_ms, storage=storage, tag=msg.tag,
-            keys=msg.keys, born_timestamp_ms=msg.born_timestamp_ms)
+            keys=msg.keys, born_timestamp_ms=msg.born_timestamp_ms,
+            producer_id=self._allocate_producer_id() if storage is Storage.KAFKA else -1)
+        # the half message is durable before anything else: from here it is decided or checked back
         appended = loaded.half_log.append(log_format.encode([log_format.encode_half(record, now)]),
                                           origin=AppendOrigin.COORDINATOR)
         with loaded.lock:
             pending = loaded.core.stored(appended.base_offset, record)
         self._checker_wake.set()
+        if storage is Storage.KAFKA:
+            self._write_in_place(shard, loaded, pending)
         return pb.SendHalfMessageResponse(transaction_id=pending.transaction_id, message_id=record.message_id,
                                           half_offset=appended.base_offset, shard=shard, storage=storage.value)
+
+    def _write_in_place(self, shard: int, loaded: _Loaded, pending: PendingHalf) -> None:
+        """Storage.KAFKA: write the message to its real partition as a one-message transaction, which
+        read_committed consumers hold back until its marker. If the write fails, the message is
+        rolled back (an ABORT marker) and the error goes to the producer: its local transaction
+        must not run."""
+        r = pending.record
+        batch = records.encode_batch([(r.store_time_ms, r.key, r.value, list(r.committed_headers()))],
+                                     producer_id=r.producer_id, producer_epoch=_WRITE_EPOCH, base_sequence=0,
+                                     transactional=True)
+        code, message = self._writer.produce(TopicPartition(r.topic, r.partition), batch,
+                                             transactional_id=log_format.half_transactional_id(shard))
+        if code == 0:
+            return
+        log.info("in-place write of %s failed (%s); rolling it back", pending.transaction_id, message)
+        with loaded.lock:
+            outcome = loaded.core.end(pending.transaction_id, Resolution.ROLLBACK, source="SERVER")
+            if outcome.op is not None:
+                loaded.ends.append(_End(outcome.op))
+        loaded.wake.set()
+        raise for_code(code, message)
+
+    def verify_write(self, req: pb.VerifyHalfWriteRequest) -> pb.VerifyHalfWriteResponse:
+        """A partition asks before accepting an in-place write (KIP-890's first-write verification)."""
+        loaded = self._owned(req.shard)
+        with loaded.lock:
+            allowed = loaded.core.may_write_in_place(req.producer_id, TopicPartition(req.topic, req.partition))
+        if not allowed:
+            raise TransactionAbortableError(
+                f"[TRANSACTION_ABORTABLE] producer {req.producer_id} has no undecided half message for "
+                f"{req.topic}-{req.partition} in shard {req.shard}")
+        return pb.VerifyHalfWriteResponse()
 
     # ------------------------------------------------------------ end
 
@@ -286,15 +329,24 @@ class HalfMessageCoordinator:
         self._checker_wake.set()
 
     def _carry_out(self, loaded: _Loaded) -> None:
-        """Copy committed messages to their real partitions, in sequence order, then record them DONE."""
+        """Copy committed messages to their real partitions, in sequence order, and write the markers of
+        messages stored in place; then record them DONE."""
         with loaded.lock:
             owed = list(loaded.core.unfinished.values())
         by_partition: dict[TopicPartition, list[Decision]] = defaultdict(list)
+        in_place = []
         for decision in owed:
-            if decision.record.storage is Storage.ROCKETMQ and decision.resolution is Resolution.COMMIT:
+            if decision.record.storage is Storage.KAFKA:
+                in_place.append(decision)
+            elif decision.resolution is Resolution.COMMIT:
                 by_partition[decision.topic_partition].append(decision)
         done: list[str] = []
         failed = False
+        if in_place:
+            if self._mark(loaded, in_place):
+                done += [d.transaction_id for d in in_place]
+            else:
+                failed = True
         for tp, decisions in by_partition.items():
             decisions.sort(key=lambda d: d.copy_sequence)
             copied = self._copy(tp, decisions)
@@ -313,6 +365,15 @@ class HalfMessageCoordinator:
         if failed:
             loaded.retry_at = time.monotonic() + 0.2
             threading.Timer(0.2, loaded.wake.set).start()
+
+    def _mark(self, loaded: _Loaded, decisions: list[Decision]) -> bool:
+        """COMMIT or ABORT markers for messages written in place, fenced by the shard's leader epoch;
+        one round of tries (a second or so): what is not acknowledged is retried by the next step."""
+        markers = [Marker(d.record.producer_id, _MARKER_EPOCH, d.resolution is Resolution.COMMIT,
+                          frozenset({d.topic_partition})) for d in decisions]
+        give_up_at = time.monotonic() + 1.0
+        return self._write_markers(markers, coordinator_epoch=loaded.half_log.leader_epoch,
+                                   still_valid=lambda: not loaded.stopped.is_set() and time.monotonic() < give_up_at)
 
     def _copy(self, tp: TopicPartition, decisions: list[Decision]) -> list[str]:
         """Copy `decisions` (consecutive sequences) to `tp`; the transaction ids copied."""

@@ -28,10 +28,12 @@ class PartitionWriter:
         self._channels = channels
         self._timeout_s = request_timeout_s
 
-    def produce(self, tp: TopicPartition, records: bytes) -> tuple[int, str]:
+    def produce(self, tp: TopicPartition, records: bytes, transactional_id: str | None = None) -> tuple[int, str]:
         """(error code, message) of appending `records` to `tp` durably; 0 when written (or a duplicate)."""
         request = pb.ProduceRequest(acks=-1, timeout_ms=int(self._timeout_s * 1000), partitions=[
             pb.PartitionRecords(topic=tp.topic, partition=tp.partition, records=records)])
+        if transactional_id is not None:
+            request.transactional_id = transactional_id
         try:
             owner = self._owner_of(tp)
             if owner == self._local:

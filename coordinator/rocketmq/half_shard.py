@@ -118,10 +118,20 @@ class HalfShard:
             self._by_message_id.pop((pending.record.producer_group, pending.record.message_id), None)
         return pending
 
+    def may_write_in_place(self, producer_id: int, tp: TopicPartition) -> bool:
+        """Whether a partition may accept the in-place write (Storage.KAFKA) of `producer_id` to `tp`:
+        only an undecided message registered here for exactly that partition may open that transaction."""
+        for pending in self.pending.values():
+            r = pending.record
+            if r.producer_id == producer_id and r.storage is Storage.KAFKA:
+                return pending.deciding is None and (r.topic, r.partition) == (tp.topic, tp.partition)
+        return False
+
     def find(self, producer_group: str, message_id: str) -> PendingHalf | None:
         """The undecided message a producer already stored under this id (its send is being retried)."""
         tid = self._by_message_id.get((producer_group, message_id))
-        return None if tid is None else self.pending.get(tid)
+        pending = None if tid is None else self.pending.get(tid)
+        return pending if pending is not None and pending.deciding is None else None
 
     # ------------------------------------------------------------ replay (loading the shard)
 

@@ -43,13 +43,14 @@ STORAGE = "TXNSIM_STORAGE"
 RESOLUTION = "TXNSIM_RESOLUTION"
 SOURCE = "TXNSIM_SOURCE"
 COPY_PRODUCER_ID = "TXNSIM_COPY_PRODUCER_ID"
+IN_PLACE_PRODUCER_ID = "TXNSIM_PRODUCER_ID"    # Storage.KAFKA: the producer id of the message's own transaction
 COPY_SEQUENCE = "TXNSIM_COPY_SEQUENCE"
 OP_KIND = "TXNSIM_OP"
 
 SYSTEM_PROPERTIES = frozenset({
     REAL_TOPIC, REAL_QID, PRODUCER_GROUP, TRANSACTION_PREPARED, MESSAGE_ID, TRANSACTION_ID, CHECK_TIMES,
     CHECK_IMMUNITY, PREPARED_QUEUE_OFFSET, TAGS, KEYS, BORN_TIMESTAMP, STORE_TIME, LAST_CHECK, CHECK_IMMUNITY_MS,
-    STORAGE, RESOLUTION, SOURCE, COPY_PRODUCER_ID, COPY_SEQUENCE, OP_KIND, "DELAY", "WAIT",
+    STORAGE, RESOLUTION, SOURCE, COPY_PRODUCER_ID, COPY_SEQUENCE, OP_KIND, IN_PLACE_PRODUCER_ID, "DELAY", "WAIT",
 })
 #: properties a committed message keeps on its real topic, so RocketMQ consumers see its id, tag and keys
 KEPT_ON_COMMIT = (MESSAGE_ID, TAGS, KEYS, BORN_TIMESTAMP)
@@ -94,7 +95,7 @@ class HalfRecord:
     last_check_ms: int = 0
     #: set on a re-appended (checked) copy: the offset of the message's first record
     first_offset: int | None = None
-    #: the producer id of the in-place write (Storage.KAFKA)
+    #: Storage.KAFKA: the producer id of the message's one-message transaction on its real partition
     producer_id: int = -1
 
     def system_headers(self) -> list[Header]:
@@ -118,7 +119,7 @@ class HalfRecord:
         if self.first_offset is not None:
             out.append((PREPARED_QUEUE_OFFSET, str(self.first_offset)))
         if self.producer_id >= 0:
-            out.append((COPY_PRODUCER_ID, str(self.producer_id)))
+            out.append((IN_PLACE_PRODUCER_ID, str(self.producer_id)))
         return [(name, value.encode()) for name, value in out]
 
     def committed_headers(self) -> tuple[Header, ...]:
@@ -151,7 +152,7 @@ def decode_half(record: records.Record) -> HalfRecord:
             keys=system.get(KEYS, ""), born_timestamp_ms=int(system.get(BORN_TIMESTAMP, 0)),
             check_times=int(system.get(CHECK_TIMES, 0)), last_check_ms=int(system.get(LAST_CHECK, 0)),
             first_offset=None if first is None else int(first),
-            producer_id=int(system.get(COPY_PRODUCER_ID, -1)))
+            producer_id=int(system.get(IN_PLACE_PRODUCER_ID, -1)))
     except (KeyError, ValueError) as exc:
         raise InvalidRecordError(f"[INVALID_RECORD] not a half message at offset {record.offset}: {exc}") from None
 
@@ -194,6 +195,21 @@ def decode_op(record: records.Record) -> OpRecord:
 def encode(rows: Sequence[tuple[int, bytes | None, bytes | None, Sequence[Header]]]) -> bytes:
     """One batch of system-topic records (no producer id: the shard's owner is its only writer)."""
     return records.encode_batch(list(rows))
+
+
+#: the transactional id under which a Storage.KAFKA message is written in place; partitions ask the
+#: half-message shard named in it to verify the write (KIP-890's first-write verification)
+HALF_TRANSACTIONAL_ID_PREFIX = "__rmq_half_shard_"
+
+
+def half_transactional_id(shard: int) -> str:
+    return f"{HALF_TRANSACTIONAL_ID_PREFIX}{shard}"
+
+
+def shard_of_transactional_id(transactional_id: str) -> int | None:
+    """The half-message shard a Storage.KAFKA write belongs to, None for an ordinary transactional id."""
+    rest = transactional_id.removeprefix(HALF_TRANSACTIONAL_ID_PREFIX)
+    return int(rest) if rest != transactional_id and rest.isdigit() else None
 
 
 def transaction_id(shard: int, first_offset: int) -> str:

@@ -57,3 +57,7 @@ class HalfMessagesServicer(rpc.HalfMessagesServicer):
     @answers_with(pb.ListHalfMessagesResponse)
     def ListHalfMessages(self, request: pb.ListHalfMessagesRequest, context: Any) -> pb.ListHalfMessagesResponse:
         return self._coordinator.list(request)
+
+    @answers_with(pb.VerifyHalfWriteResponse)
+    def VerifyHalfWrite(self, request: pb.VerifyHalfWriteRequest, context: Any) -> pb.VerifyHalfWriteResponse:
+        return self._coordinator.verify_write(request)

@@ -170,3 +170,17 @@ def test_a_retried_send_finds_the_message_already_stored():
     assert core.find("orders", "m1") is pending and core.find("orders", "other") is None
     core.decided_durably(core.end(pending.transaction_id, Resolution.ROLLBACK, source="CLIENT").op)
     assert core.find("orders", "m1") is None
+
+
+def test_only_an_undecided_message_registered_for_that_partition_may_be_written_in_place():
+    from proto.structs import TopicPartition
+    core = shard()
+    pending = core.stored(0, half(storage=Storage.KAFKA, producer_id=500, partition=1))
+    assert core.may_write_in_place(500, TopicPartition("points", 1))
+    assert not core.may_write_in_place(500, TopicPartition("points", 0)), "another partition"
+    assert not core.may_write_in_place(501, TopicPartition("points", 1)), "another producer"
+    op = core.end(pending.transaction_id, Resolution.ROLLBACK, source="CLIENT").op
+    assert not core.may_write_in_place(500, TopicPartition("points", 1)), "being decided"
+    decision = core.decided_durably(op)
+    assert decision.needs_effect, "a rolled-back in-place message still owes its ABORT marker"
+    assert not core.may_write_in_place(500, TopicPartition("points", 1))
