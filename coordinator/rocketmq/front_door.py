@@ -91,7 +91,6 @@ class MessagingFrontDoor(rmq_grpc.MessagingServiceServicer):
         self._partitions = partitions
         self._half = half
         self._producers = producers
-        self._channels = channels
         self._half_shards = half_shards
         self._max_bytes = message_max_bytes
         self._stopped = stopped

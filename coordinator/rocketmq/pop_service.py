@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from coordinator.group import GroupCoordinator
 from coordinator.partition_service import PartitionServer
 from coordinator.rocketmq.pop_state import Delivery, PopQueue, ReceiptHandle, decode_acked
+from coordinator.rocketmq.rmq_errors import InvalidReceiptHandleError
 from coordinator.rocketmq.routing import OwnerRouter
 from partitions import PartitionLog
 from proto import records
@@ -108,16 +109,13 @@ class PopService:
         by_partition: dict[int, list[tuple[int, ReceiptHandle]]] = {}
         for i, text in enumerate(handles):
             try:
-                handle = ReceiptHandle.parse(text)
-                if handle.topic != topic:
-                    raise UnknownTopicOrPartitionError(f"[UNKNOWN_TOPIC_OR_PARTITION] the handle is of topic "
-                                                       f"{handle.topic!r}, not {topic!r}")
+                handle = _parse(text, topic)
                 by_partition.setdefault(handle.partition, []).append((i, handle))
             except KafkaError as exc:
                 results[i] = exc
         for partition, entries in by_partition.items():
             try:
-                queue = self._queue(group, topic, partition)
+                queue = self._queue_of(group, entries[0][1])
             except KafkaError as exc:
                 for i, _ in entries:
                     results[i] = exc
@@ -144,12 +142,21 @@ class PopService:
         return results
 
     def change_invisible(self, group: str, topic: str, text: str, invisible_ms: int) -> ReceiptHandle:
-        handle = ReceiptHandle.parse(text)
-        queue = self._queue(group, topic, handle.partition)
+        handle = _parse(text, topic)
+        queue = self._queue_of(group, handle)
         with queue.lock:
             return queue.state.change_invisible(handle, self._now_ms(), invisible_ms)
 
     # ------------------------------------------------------------ queues and offsets
+
+    def _queue_of(self, group: str, handle: ReceiptHandle) -> _Queue:
+        """The queue a handle was given out by; its lease went with it if the partition moved."""
+        try:
+            return self._queue(group, handle.topic, handle.partition)
+        except NotLeaderOrFollowerError:
+            raise InvalidReceiptHandleError(
+                f"[INVALID_RECEIPT_HANDLE] {handle.topic}-{handle.partition} moved to another node since this "
+                "delivery; the message will be delivered again") from None
 
     def _queue(self, group: str, topic: str, partition: int) -> _Queue:
         """The queue, loaded from the group's commit when new or when the partition's log was reopened."""
@@ -196,6 +203,14 @@ class PopService:
                 raise_for(result.error_code, result.error_message)
 
         self._router.call(CONSUMER_OFFSETS_TOPIC, partition_for(group, self._offsets_shards), commit)
+
+
+def _parse(text: str, topic: str) -> ReceiptHandle:
+    handle = ReceiptHandle.parse(text)
+    if handle.topic != topic:
+        raise InvalidReceiptHandleError(f"[INVALID_RECEIPT_HANDLE] the handle is of topic {handle.topic!r}, "
+                                        f"not {topic!r}")
+    return handle
 
 
 def committed_records(buf: bytes, start: int, aborted: list[tuple[int, int]]) -> tuple[list[records.Record], int]:

@@ -214,6 +214,17 @@ def test_garbage_gets_rocketmq_status_codes(cluster, stub, topic):
             topic=rmq.Resource(name=topic), message_id="01ABC", transaction_id=transaction_id,
             resolution=rmq.COMMIT, source=rmq.SOURCE_CLIENT), timeout=10)
         assert end.status.code == rmq.INVALID_TRANSACTION_ID, (transaction_id, end)
+    group, resource = rmq.Resource(name="readers"), rmq.Resource(name=topic)
+    ack = stub.AckMessage(rmq_service.AckMessageRequest(group=group, topic=resource, entries=[
+        rmq_service.AckMessageEntry(message_id="01ABC", receipt_handle="not-a-handle")]), timeout=10)
+    assert ack.status.code == ack.entries[0].status.code == rmq.INVALID_RECEIPT_HANDLE
+    change = stub.ChangeInvisibleDuration(rmq_service.ChangeInvisibleDurationRequest(
+        group=group, topic=resource, receipt_handle="0.0.1.feed.x", message_id="01ABC",
+        invisible_duration={"seconds": 5}), timeout=10)
+    assert change.status.code == rmq.INVALID_RECEIPT_HANDLE  # the handle names another topic
+    receive = list(stub.ReceiveMessage(rmq_service.ReceiveMessageRequest(
+        message_queue=rmq.MessageQueue(topic=resource), invisible_duration={"seconds": 5}), timeout=10))
+    assert [r.status.code for r in receive] == [rmq.BAD_REQUEST]  # no consumer group
     # every RPC answers with a status, even those txnsim does not serve
     assignment = stub.QueryAssignment(rmq_service.QueryAssignmentRequest(topic=rmq.Resource(name=topic)), timeout=10)
     assert assignment.status.code == rmq.UNSUPPORTED
