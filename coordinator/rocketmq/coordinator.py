@@ -2,42 +2,34 @@
 the logic). It stores half messages, writes decisions, carries out what they owe (copies to real
 topics), and checks back undecided messages with a live producer of their group.
 
-Per shard one writer thread owns RMQ_SYS_TRANS_OP_HALF_TOPIC: it takes every end waiting, writes
-their OP records in one batch (one fsync), installs them, then carries out the copies; copy
-sequences are fixed inside that batch, so they never leave a gap. One checker thread runs the
-check-backs of all shards: a checked message is appended again (count + 1) before the check is
-sent, and a message with no live producer of its group anywhere is retried without counting.
+Per shard one writer thread (shard_writer.py) owns RMQ_SYS_TRANS_OP_HALF_TOPIC and carries out
+what decisions owe. One checker thread runs the check-backs of all shards: a checked message is
+appended again (count + 1) before the check is sent, and a message with no live producer of its
+group anywhere is retried without counting.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
 import threading
-import time
 import uuid
-from collections import defaultdict
 from collections.abc import Callable
-from concurrent.futures import Future
-from dataclasses import dataclass, field
 
 from coordinator.rocketmq import log_format
 from coordinator.rocketmq.effects import PartitionWriter
-from coordinator.txn.markers import Marker
-from coordinator.rocketmq.half_shard import CheckAction, Decision, HalfShard, PendingHalf
-from coordinator.rocketmq.log_format import HalfRecord, OpRecord, Resolution, Storage
+from coordinator.rocketmq.shard_writer import WRITE_EPOCH, LoadedShard, PendingEnd, ShardWriter, WriteMarkers
+from coordinator.rocketmq.half_shard import CheckAction, HalfShard, PendingHalf
+from coordinator.rocketmq.log_format import HalfRecord, Resolution, Storage
 from partitions import AppendOrigin, PartitionLog
 from proto import records
 from proto import txnsim_pb2 as pb
 from proto.errors import (
-    CoordinatorLoadInProgressError,
-    DuplicateSequenceError,
     IllegalMessagePropertyKeyError,
     InvalidRequestError,
     InvalidTransactionIdError,
     KafkaError,
     MessagePropertyConflictWithTypeError,
     NotCoordinatorError,
-    OutOfOrderSequenceError,
     RecordTooLargeError,
     TransactionAbortableError,
     UnknownTopicOrPartitionError,
@@ -52,34 +44,8 @@ log = logging.getLogger(__name__)
 FindProducer = Callable[[str], Callable[[pb.TransactionCheck], bool] | None]
 #: how long an end waits for the copy it caused before answering (the decision is durable already)
 _EFFECT_WAIT_S = 5.0
-#: Storage.KAFKA: the in-place write is epoch 0 of a fresh producer id; its marker carries epoch 1, so a
-#: write delayed past the decision is refused (INVALID_PRODUCER_EPOCH) and can never open a transaction
-_WRITE_EPOCH, _MARKER_EPOCH = 0, 1
-#: writes markers, returns False if not every partition acknowledged before `still_valid` said stop
-WriteMarkers = Callable[..., bool]
 _RESOLUTIONS = {pb.RESOLUTION_COMMIT: Resolution.COMMIT, pb.RESOLUTION_ROLLBACK: Resolution.ROLLBACK,
                 pb.RESOLUTION_UNKNOWN: None}
-
-
-@dataclass
-class _End:
-    op: OpRecord
-    decided: Future = field(default_factory=Future)     # the OP record is durable (or failed)
-    finished: threading.Event = field(default_factory=threading.Event)
-
-
-@dataclass
-class _Loaded:
-    core: HalfShard
-    half_log: PartitionLog
-    op_log: PartitionLog
-    discard_log: PartitionLog
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    ends: list[_End] = field(default_factory=list)
-    waiting: dict[str, _End] = field(default_factory=dict)   # tid -> end waiting for its effect
-    wake: threading.Event = field(default_factory=threading.Event)
-    stopped: threading.Event = field(default_factory=threading.Event)
-    retry_at: float = 0.0
 
 
 class HalfMessageCoordinator:
@@ -100,12 +66,13 @@ class HalfMessageCoordinator:
         self._topic_configs = topic_configs
         self._writer = writer
         self._find_producer = find_producer
-        self._write_markers = write_markers
         self._message_max_bytes = message_max_bytes
         self._lock = threading.Lock()
-        self._shards: dict[int, _Loaded] = {}
+        self._shards: dict[int, LoadedShard] = {}
         self._stopped = threading.Event()
         self._checker_wake = threading.Event()
+        self._shard_writer = ShardWriter(writer=writer, write_markers=write_markers, now_ms=now_ms,
+                                         on_decided=self._checker_wake.set, node_id=node_id, stopped=self._stopped)
         self._checker = threading.Thread(target=self._run_checks, name="half-checks", daemon=True)
         self._checker.start()
 
@@ -126,11 +93,10 @@ class HalfMessageCoordinator:
         for batch in discard_log.batches(discard_log.log_start_offset):
             for record in batch.records():
                 core.replay_discard(record.offset, log_format.decode_half(record))
-        loaded = _Loaded(core, half_log, op_log, discard_log)
-        loaded.wake.set()  # redo what the previous owner left unfinished
+        loaded = LoadedShard(core, half_log, op_log, discard_log)
         with self._lock:
             self._shards[shard] = loaded
-        threading.Thread(target=self._run_writer, args=(shard, loaded), name=f"half-writer-{shard}", daemon=True).start()
+        self._shard_writer.start(shard, loaded)
         self._checker_wake.set()
         log.info("half-message shard %d loaded: %d undecided, %d decisions, %d owing their copy", shard,
                  len(core.pending), len(core.decided), len(core.unfinished))
@@ -152,7 +118,7 @@ class HalfMessageCoordinator:
         for shard in self.owned_shards():
             self.unload_shard(shard)
 
-    def _owned(self, shard: int) -> _Loaded:
+    def _owned(self, shard: int) -> LoadedShard:
         with self._lock:
             loaded = self._shards.get(shard)
         if loaded is None:
@@ -216,14 +182,14 @@ class HalfMessageCoordinator:
         return pb.SendHalfMessageResponse(transaction_id=pending.transaction_id, message_id=record.message_id,
                                           half_offset=appended.base_offset, shard=shard, storage=storage.value)
 
-    def _write_in_place(self, shard: int, loaded: _Loaded, pending: PendingHalf) -> None:
+    def _write_in_place(self, shard: int, loaded: LoadedShard, pending: PendingHalf) -> None:
         """Storage.KAFKA: write the message to its real partition as a one-message transaction, which
         read_committed consumers hold back until its marker. If the write fails, the message is
         rolled back (an ABORT marker) and the error goes to the producer: its local transaction
         must not run."""
         r = pending.record
         batch = records.encode_batch([(r.store_time_ms, r.key, r.value, list(r.committed_headers()))],
-                                     producer_id=r.producer_id, producer_epoch=_WRITE_EPOCH, base_sequence=0,
+                                     producer_id=r.producer_id, producer_epoch=WRITE_EPOCH, base_sequence=0,
                                      transactional=True)
         code, message = self._writer.produce(TopicPartition(r.topic, r.partition), batch,
                                              transactional_id=log_format.half_transactional_id(shard))
@@ -233,7 +199,7 @@ class HalfMessageCoordinator:
         with loaded.lock:
             outcome = loaded.core.end(pending.transaction_id, Resolution.ROLLBACK, source="SERVER")
             if outcome.op is not None:
-                loaded.ends.append(_End(outcome.op))
+                loaded.ends.append(PendingEnd(outcome.op))
         loaded.wake.set()
         raise for_code(code, message)
 
@@ -271,7 +237,7 @@ class HalfMessageCoordinator:
                     log.info("transaction %s: the producer does not know yet (UNKNOW, %s); it will be checked",
                              req.transaction_id, source)
                 return pb.EndHalfTransactionResponse(already_decided=outcome.already_decided)
-            end = _End(outcome.op)
+            end = PendingEnd(outcome.op)
             loaded.ends.append(end)
         loaded.wake.set()
         end.decided.result(timeout=30)  # raises what the write raised
@@ -279,122 +245,6 @@ class HalfMessageCoordinator:
         return pb.EndHalfTransactionResponse()
 
     # ------------------------------------------------------------ the writer of one shard
-
-    def _run_writer(self, shard: int, loaded: _Loaded) -> None:
-        while not loaded.stopped.is_set() and not self._stopped.is_set():
-            loaded.wake.wait(1.0)
-            loaded.wake.clear()
-            if loaded.stopped.is_set():
-                break
-            try:
-                self._write_decisions(loaded)
-                if loaded.core.unfinished and time.monotonic() >= loaded.retry_at:
-                    self._carry_out(loaded)
-            except Exception:
-                log.exception("half-message shard %d: writer step failed", shard)
-                loaded.retry_at = time.monotonic() + 0.5
-        with loaded.lock:
-            ends, loaded.ends = loaded.ends, []
-        for end in ends:
-            end.decided.set_exception(NotCoordinatorError(
-                f"[NOT_COORDINATOR] half-message shard {shard} moved away from node {self.node_id}"))
-
-    def _write_decisions(self, loaded: _Loaded) -> None:
-        with loaded.lock:
-            ends, loaded.ends = loaded.ends, []
-        if not ends:
-            return
-        core = loaded.core
-        now = self._now_ms()
-        try:
-            loaded.op_log.append(log_format.encode([log_format.encode_op(e.op, now) for e in ends]),
-                                 origin=AppendOrigin.COORDINATOR)
-        except KafkaError as exc:
-            with loaded.lock:
-                core.restore_copy_sequences([e.op for e in ends])
-                for e in ends:
-                    core.decision_failed(e.op.transaction_id)
-            for e in ends:
-                e.decided.set_exception(exc)
-            return
-        with loaded.lock:
-            for e in ends:
-                decision = core.decided_durably(e.op)
-                if decision.needs_effect:
-                    loaded.waiting[e.op.transaction_id] = e
-                else:
-                    e.finished.set()
-        for e in ends:
-            e.decided.set_result(None)
-        self._checker_wake.set()
-
-    def _carry_out(self, loaded: _Loaded) -> None:
-        """Copy committed messages to their real partitions, in sequence order, and write the markers of
-        messages stored in place; then record them DONE."""
-        with loaded.lock:
-            owed = list(loaded.core.unfinished.values())
-        by_partition: dict[TopicPartition, list[Decision]] = defaultdict(list)
-        in_place = []
-        for decision in owed:
-            if decision.record.storage is Storage.KAFKA:
-                in_place.append(decision)
-            elif decision.resolution is Resolution.COMMIT:
-                by_partition[decision.topic_partition].append(decision)
-        done: list[str] = []
-        failed = False
-        if in_place:
-            if self._mark(loaded, in_place):
-                done += [d.transaction_id for d in in_place]
-            else:
-                failed = True
-        for tp, decisions in by_partition.items():
-            decisions.sort(key=lambda d: d.copy_sequence)
-            copied = self._copy(tp, decisions)
-            done += copied
-            failed |= len(copied) < len(decisions)
-        if done:
-            with loaded.lock:
-                ops = loaded.core.done(done)
-            if ops:
-                loaded.op_log.append(log_format.encode([log_format.encode_op(op, self._now_ms()) for op in ops]),
-                                     origin=AppendOrigin.COORDINATOR)
-            with loaded.lock:
-                finished = [loaded.waiting.pop(tid) for tid in done if tid in loaded.waiting]
-            for end in finished:
-                end.finished.set()
-        if failed:
-            loaded.retry_at = time.monotonic() + 0.2
-            threading.Timer(0.2, loaded.wake.set).start()
-
-    def _mark(self, loaded: _Loaded, decisions: list[Decision]) -> bool:
-        """COMMIT or ABORT markers for messages written in place, fenced by the shard's leader epoch;
-        one round of tries (a second or so): what is not acknowledged is retried by the next step."""
-        markers = [Marker(d.record.producer_id, _MARKER_EPOCH, d.resolution is Resolution.COMMIT,
-                          frozenset({d.topic_partition})) for d in decisions]
-        give_up_at = time.monotonic() + 1.0
-        return self._write_markers(markers, coordinator_epoch=loaded.half_log.leader_epoch,
-                                   still_valid=lambda: not loaded.stopped.is_set() and time.monotonic() < give_up_at)
-
-    def _copy(self, tp: TopicPartition, decisions: list[Decision]) -> list[str]:
-        """Copy `decisions` (consecutive sequences) to `tp`; the transaction ids copied."""
-        producer_id = decisions[0].copy_producer_id
-        now = self._now_ms()
-        data = b"".join(records.encode_batch(
-            [(now, d.record.key, d.record.value, list(d.record.committed_headers()))],
-            producer_id=producer_id, producer_epoch=0, base_sequence=d.copy_sequence) for d in decisions)
-        code, message = self._writer.produce(tp, data)
-        if code == 0 or code == DuplicateSequenceError.errno:
-            return [d.transaction_id for d in decisions]
-        if code == OutOfOrderSequenceError.errno:
-            # some of these landed before (a previous owner copied them and died before its DONE record)
-            last = self._writer.last_sequence(tp, producer_id)
-            if last is not None:
-                landed = [d for d in decisions if d.copy_sequence <= last]
-                rest = [d for d in decisions if d.copy_sequence > last]
-                log.info("copies to %s up to sequence %d had landed already; %d left", tp, last, len(rest))
-                return [d.transaction_id for d in landed] + (self._copy(tp, rest) if rest else [])
-        log.info("copy of %d committed message(s) to %s failed, will retry: %s", len(decisions), tp, message)
-        return []
 
     # ------------------------------------------------------------ check-back
 
@@ -420,7 +270,7 @@ class HalfMessageCoordinator:
         next_due = [d for d in (loaded.core.next_due_ms() for loaded in shards) if d is not None]
         return (min(next_due) - self._now_ms()) if next_due else 1000
 
-    def _check_shard(self, loaded: _Loaded, now: int,
+    def _check_shard(self, loaded: LoadedShard, now: int,
                      producers: dict[str, Callable[[pb.TransactionCheck], bool] | None]) -> None:
         core = loaded.core
         with loaded.lock:
@@ -474,7 +324,7 @@ class HalfMessageCoordinator:
                      pending.record.check_times, self.check_max, pending.record.producer_group,
                      "" if delivered else " was not delivered (the producer went away)")
 
-    def _discard(self, loaded: _Loaded, discarded: list[PendingHalf], now: int) -> None:
+    def _discard(self, loaded: LoadedShard, discarded: list[PendingHalf], now: int) -> None:
         """Too many checks: copy to TRANS_CHECK_MAX_TIME_TOPIC, then decide DISCARD (never delivered)."""
         rows = [log_format.encode_half(dataclasses.replace(p.record, first_offset=p.first_offset), now)
                 for p in discarded]
@@ -488,7 +338,7 @@ class HalfMessageCoordinator:
                 outcome_op = loaded.core.discard_op(pending)
                 if loaded.core.pending.get(pending.transaction_id) is pending and pending.deciding is None:
                     pending.deciding = Resolution.DISCARD
-                    loaded.ends.append(_End(outcome_op))
+                    loaded.ends.append(PendingEnd(outcome_op))
                 log.warning("transaction %s: still undecided after %d checks; discarded to %s, never delivered",
                             pending.transaction_id, pending.record.check_times, CHECK_MAX_TOPIC)
         loaded.wake.set()
