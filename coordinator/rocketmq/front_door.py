@@ -25,7 +25,6 @@ from coordinator.rocketmq.log_format import parse_transaction_id
 from coordinator.rocketmq.producers import ProducerRegistry
 from coordinator.rocketmq.pop_service import PopService
 from coordinator.rocketmq.rmq_errors import IllegalInvisibleTimeError, UnsupportedError
-from coordinator.rocketmq.rmq_messages import tag_filter
 from coordinator.rocketmq.rmq_wire import rmq, rmq_grpc, rmq_service, status, status_for
 from coordinator.rocketmq.routing import OwnerRouter
 from coordinator.rocketmq.telemetry import TelemetrySession
@@ -322,7 +321,7 @@ class MessagingFrontDoor(rmq_grpc.MessagingServiceServicer):
         if remaining is not None:  # end before the client's deadline, or the batch is lost
             wait_s = min(wait_s, max(remaining - _ANSWER_MARGIN_S, 0.0))
         batch_size = min(max(request.batch_size, 1), _MAX_BATCH)
-        matches = tag_filter(request.filter_expression)
+        matches = rmq_messages.tag_filter(request.filter_expression)
         deliveries = self._pop.receive(group, topic, request.message_queue.id, batch_size, invisible_ms,
                                        min(wait_s, _MAX_LONG_POLL_S), matches)
         return deliveries, invisible_ms
