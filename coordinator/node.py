@@ -60,6 +60,8 @@ from proto.structs import (CHECK_MAX_TOPIC, CONSUMER_OFFSETS_TOPIC, HALF_MESSAGE
 from proto.transport import SERVER_OPTIONS, NodeChannels, call
 
 log = logging.getLogger("txnsim.node")
+#: threads serving RPCs; idle ones cost nothing but a little memory
+RPC_THREADS = 256
 
 
 def now_ms() -> int:
@@ -138,7 +140,10 @@ class Node:
     # ------------------------------------------------------------ life cycle
 
     def start(self) -> None:
-        server = grpc.server(ThreadPoolExecutor(max_workers=64, thread_name_prefix="rpc"), options=SERVER_OPTIONS)
+        # a streaming call holds its thread while it lasts: every check-back stream of a producer and every
+        # Telemetry stream of a RocketMQ client (one per node), beside long-polling fetches and receives
+        server = grpc.server(ThreadPoolExecutor(max_workers=RPC_THREADS, thread_name_prefix="rpc"),
+                             options=SERVER_OPTIONS)
         rpc.add_ClusterServicer_to_server(ClusterServicer(ClusterServer(
             node_id=self.node_id, spec=self.spec, membership=self.membership, ownership_log=self.ownership_log,
             topics=self.topics, owned_logs=self._owned_logs, ready=self._ready.is_set)), server)
