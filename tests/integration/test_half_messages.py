@@ -193,6 +193,24 @@ def test_check_counts_survive_a_sigkill_of_the_shard_owner(cluster, admin, topic
     assert values(cluster, topic) == [b"survivor"]
 
 
+def test_a_paused_shard_owner_is_taken_over_and_sends_no_check_when_it_wakes(cluster, admin, topic, group):
+    """SIGSTOP past the session timeout: another node goes on checking from the log; the woken node is
+    fenced, and since a check is sent only after its count is durably appended, it sends none."""
+    orders = Orders()
+    orders.answers[b"1"] = [UNKNOW, UNKNOW, UNKNOW, COMMIT]
+    owner = _owner_of_group(cluster, group)
+    with producer(cluster, group, orders) as p:
+        p.send_message_in_transaction(topic, value=b"paused", key=b"1", arg=UNKNOW)
+        wait_until(lambda: len(orders.checks[b"1"]) >= 1, 15, "a first check before the pause")
+        cluster.pause(owner)
+        try:
+            wait_until(lambda: len(orders.checks[b"1"]) >= 3, 20, "another node to go on checking")
+        finally:
+            cluster.resume(owner)
+        wait_until(lambda: values(cluster, topic, settle_s=0) == [b"paused"], 20, "the commit")
+    assert orders.checks[b"1"] == [1, 2, 3, 4], "no check repeated, none from the woken node"
+
+
 def test_commits_survive_a_sigkill_of_the_shard_owner_and_are_copied_once(cluster, admin, topic, group):
     orders = Orders()
     with producer(cluster, group, orders) as p:
