@@ -8,7 +8,6 @@ filter has consumed (returned, skipped as aborted, or control markers), in offse
 """
 from __future__ import annotations
 
-import heapq
 import logging
 import threading
 import time
@@ -27,7 +26,8 @@ from proto.errors import (
     RecordTooLargeError,
     for_code,
 )
-from proto.records import HEADER_SIZE, ControlType, Record, RecordBatch, read_header
+from proto.read_committed import AbortedTransactions
+from proto.records import HEADER_SIZE, Record, RecordBatch, read_header
 from proto.structs import ConsumerRecord, IsolationLevel, TopicPartition
 from proto.transport import Deadline, call_future, result_of, retrying
 
@@ -63,10 +63,8 @@ def iter_whole_batches(buf: bytes) -> Iterator[RecordBatch]:
 class PartitionRecords:
     """One partition's fetch response, drained lazily by `take` (KAFKA-REFERENCE §6).
 
-    read_committed: aborted transactions sit in a min-heap by first offset; before each
-    batch, entries starting at or before its last offset move into the aborted-producer set;
-    an ABORT marker takes its producer out again; a transactional data batch of an aborted
-    producer is skipped. Control batches never reach the application. `next_fetch_offset`
+    read_committed: batches of aborted transactions are skipped (proto/read_committed.py).
+    Control batches never reach the application. `next_fetch_offset`
     moves past every batch consumed, whether its records were returned or not.
     """
 
@@ -77,32 +75,19 @@ class PartitionRecords:
         self.fetch_offset = fetch_offset
         self.next_fetch_offset = fetch_offset
         self.exhausted = False
-        self._read_committed = isolation_level is IsolationLevel.READ_COMMITTED
-        self._aborted: list[tuple[int, int]] = [(first_offset, pid) for pid, first_offset in aborted_transactions]
-        heapq.heapify(self._aborted)
-        self._aborted_producers: set[int] = set()
+        self._aborted = (AbortedTransactions(aborted_transactions)
+                         if isolation_level is IsolationLevel.READ_COMMITTED else None)
         self._records = self._unpack(records)
         self._error: KafkaError | None = None
 
     def _advance_to(self, offset: int) -> None:
         self.next_fetch_offset = max(self.next_fetch_offset, offset)
 
-    def _consume_aborted_up_to(self, offset: int) -> None:
-        while self._aborted and self._aborted[0][0] <= offset:
-            _first, pid = heapq.heappop(self._aborted)
-            self._aborted_producers.add(pid)
-
     def _unpack(self, buf: bytes) -> Iterator[Record]:
         for batch in iter_whole_batches(buf):
             header = batch.header
-            if self._read_committed:
-                self._consume_aborted_up_to(header.last_offset)
-            if header.is_control:
-                if self._read_committed and batch.control_record().type is ControlType.ABORT:
-                    self._aborted_producers.discard(header.producer_id)
-                self._advance_to(header.next_offset)
-                continue
-            if self._read_committed and header.is_transactional and header.producer_id in self._aborted_producers:
+            hidden = self._aborted.hides(batch) if self._aborted is not None else header.is_control
+            if hidden:  # a control marker, or (read_committed) a batch of an aborted transaction
                 self._advance_to(header.next_offset)
                 continue
             for record in batch.records():

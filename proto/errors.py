@@ -172,6 +172,35 @@ class TopicNotFoundError(RocketMQError):
     errno = 40402
     name = "TOPIC_NOT_FOUND"
 
+
+class InvalidReceiptHandleError(RocketMQError):
+    """The receipt handle is malformed, or no longer names the message's latest delivery (RocketMQ's
+    SimpleConsumer; raised only by the RocketMQ front door, like the next three)."""
+
+    errno = 40013
+    name = "INVALID_RECEIPT_HANDLE"
+
+
+class IllegalInvisibleTimeError(RocketMQError):
+    """The invisible duration is missing or out of range."""
+
+    errno = 40011
+    name = "ILLEGAL_INVISIBLE_TIME"
+
+
+class MessageNotFoundError(RocketMQError):
+    """Nothing to receive: the long poll ended empty."""
+
+    errno = 40401
+    name = "MESSAGE_NOT_FOUND"
+
+
+class UnsupportedError(RocketMQError):
+    """A RocketMQ feature txnsim does not serve."""
+
+    errno = 50500
+    name = "UNSUPPORTED"
+
 #: every wire code, both ways
 ERRORS_BY_CODE: dict[int, type[BrokerResponseError]] = {
     cls.errno: cls for cls in [*BrokerResponseError.__subclasses__(), *RocketMQError.__subclasses__()]

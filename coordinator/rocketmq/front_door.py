@@ -24,19 +24,20 @@ from coordinator.rocketmq.coordinator import HalfMessageCoordinator
 from coordinator.rocketmq.log_format import parse_transaction_id
 from coordinator.rocketmq.producers import ProducerRegistry
 from coordinator.rocketmq.pop_service import PopService
-from coordinator.rocketmq.rmq_errors import IllegalInvisibleTimeError, UnsupportedError
 from coordinator.rocketmq.rmq_wire import rmq, rmq_grpc, rmq_service, status, status_for
 from coordinator.rocketmq.routing import OwnerRouter
 from coordinator.rocketmq.telemetry import TelemetrySession
 from coordinator.topics import TopicStore
 from proto import txnsim_pb2 as pb
 from proto.errors import (
+    IllegalInvisibleTimeError,
     InvalidRequestError,
     InvalidTransactionIdError,
     KafkaError,
     MessagePropertyConflictWithTypeError,
     RecordTooLargeError,
     TopicNotFoundError,
+    UnsupportedError,
     raise_for,
 )
 from proto.hashing import partition_for, partition_for_key

@@ -19,14 +19,14 @@ from dataclasses import dataclass, field
 from coordinator.group import GroupCoordinator
 from coordinator.partition_service import PartitionServer
 from coordinator.rocketmq.pop_state import Delivery, PopQueue, ReceiptHandle, decode_acked
-from coordinator.rocketmq.rmq_errors import InvalidReceiptHandleError
 from coordinator.rocketmq.routing import OwnerRouter
 from partitions import PartitionLog
 from proto import records
 from proto import txnsim_pb2 as pb
-from proto.errors import KafkaError, NotLeaderOrFollowerError, UnknownTopicOrPartitionError, raise_for
+from proto.errors import (InvalidReceiptHandleError, KafkaError, NotLeaderOrFollowerError,
+                          UnknownTopicOrPartitionError, raise_for)
+from proto.read_committed import AbortedTransactions
 from proto.hashing import partition_for
-from proto.records import ControlType
 from proto.structs import CONSUMER_OFFSETS_TOPIC, IsolationLevel
 from proto.transport import Stubs, call
 
@@ -214,20 +214,13 @@ def _parse(text: str, topic: str) -> ReceiptHandle:
 
 
 def committed_records(buf: bytes, start: int, aborted: list[tuple[int, int]]) -> tuple[list[records.Record], int]:
-    """The records a read_committed reader delivers from a read starting at `start` (Kafka's filter:
-    control batches and batches of aborted transactions are skipped), and the offset after the read."""
-    pending = sorted((first, producer_id) for producer_id, first in aborted)
-    aborted_producers: set[int] = set()
+    """The records a read_committed reader delivers from a read starting at `start`, and the offset
+    after the read (Kafka's filter, proto/read_committed.py)."""
+    hidden = AbortedTransactions(aborted)
     out: list[records.Record] = []
     end = start
     for batch in records.iter_batches(buf):
-        header = batch.header
-        while pending and pending[0][0] <= header.last_offset:
-            aborted_producers.add(pending.pop(0)[1])
-        if header.is_control:
-            if batch.control_record().type is ControlType.ABORT:
-                aborted_producers.discard(header.producer_id)
-        elif not (header.is_transactional and header.producer_id in aborted_producers):
+        if not hidden.hides(batch):
             out.extend(r for r in batch.records() if r.offset >= start)
-        end = max(end, header.next_offset)
+        end = max(end, batch.header.next_offset)
     return out, end

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.rocketmq.rmq_errors import InvalidReceiptHandleError
+from proto.errors import InvalidReceiptHandleError
 
 #: offsets beyond the committed one a queue may hand out (its acked set is a bitmap of this size)
 WINDOW = 1024

@@ -12,11 +12,10 @@ import zlib
 from collections.abc import Callable
 
 from coordinator.rocketmq import log_format
-from coordinator.rocketmq.rmq_errors import UnsupportedError
 from coordinator.rocketmq.rmq_wire import rmq, rmq_service
 from proto import records
 from proto import txnsim_pb2 as pb
-from proto.errors import IllegalMessagePropertyKeyError, InvalidRequestError
+from proto.errors import IllegalMessagePropertyKeyError, InvalidRequestError, UnsupportedError
 from proto.records import Header
 
 #: every type, for a MIXED topic (or one without the setting)

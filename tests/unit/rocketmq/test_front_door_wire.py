@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.rocketmq import rmq_errors, rmq_messages
+from coordinator.rocketmq import rmq_messages
+from proto import errors as rmq_errors
 from coordinator.rocketmq.producers import ProducerRegistry
 from coordinator.rocketmq.rmq_wire import code_for, rmq, rmq_service
 from coordinator.rocketmq.telemetry import TelemetrySession

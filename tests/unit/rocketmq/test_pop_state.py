@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from coordinator.rocketmq.pop_service import committed_records
 from coordinator.rocketmq.pop_state import WINDOW, Commit, PopQueue, ReceiptHandle, decode_acked, encode_acked
-from coordinator.rocketmq.rmq_errors import InvalidReceiptHandleError
+from proto.errors import InvalidReceiptHandleError
 from proto import records
 from proto.records import ControlType
 
