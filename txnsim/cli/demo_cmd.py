@@ -26,10 +26,17 @@ from txnsim.cli.common import console, exits_cleanly
 from partitions.segment import segment_files
 from txnsim.cli.dump_log_cmd import describe_segment
 from txnsim.cluster import LocalCluster
+from txnsim.demo_orders.runner import run_orders_demo
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     demo = sub.add_parser("demo", help="the transaction protocol, scene by scene, on an embedded cluster")
+    demo.add_argument("which", nargs="?", choices=["orders"], default=None,
+                      help="orders: RocketMQ-style transactional messages, order service and points service on "
+                           "SQLite, every check-back path (default: the Kafka-style scenes)")
+    demo.add_argument("--client", choices=["native", "rocketmq"], default=None,
+                      help="with `orders`: txnsim's Producer/Consumer (native, the default) or the official "
+                           "RocketMQ 5 Python client (rocketmq)")
     demo.add_argument("--data-dir", type=Path, default=None, help="keep the cluster's files here (default: a temp dir)")
     demo.set_defaults(func=run_demo)
 
@@ -79,6 +86,11 @@ def scene(number: int, title: str, text: str) -> None:
 
 @exits_cleanly
 def run_demo(args: argparse.Namespace) -> int:
+    if args.which == "orders":
+        logging.getLogger().setLevel(logging.ERROR)  # nodes are killed on purpose: retry warnings are expected
+        return run_orders_demo(args.data_dir, args.client or "native", console)
+    if args.client is not None:
+        raise SystemExit("error: --client applies to `txnsim demo orders` only")
     # the clients' retry warnings (a node was killed on purpose) would interrupt the tables
     logging.getLogger().setLevel(logging.ERROR)
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="txnsim-demo-"))
