@@ -24,7 +24,10 @@ def describe(event: Event) -> str | None:
     text: str | None
     match (event.service, event.name):
         case ("order", "ready"):
-            text = f"up (pid {event.pid}, {f['client']} client), connected for check-backs"
+            text = (f"up (pid {event.pid}, txnsim's Producer), registered for the group's check-backs"
+                    if f["client"] == "native" else
+                    f"up (pid {event.pid}, rocketmq client: Producer with a TransactionChecker; the node reaches "
+                    "it over its Telemetry stream)")
         case ("order", "half-stored"):
             text = (f"{oid}: half message stored, transaction [bold]{f['transaction_id']}[/] — invisible to every "
                     "consumer; only now does the local transaction run")
@@ -49,7 +52,9 @@ def describe(event: Event) -> str | None:
         case ("order", "send-failed"):
             text = f"{oid}: half message NOT stored ({escape(f['why'])}): the local transaction does not run"
         case ("points", "ready"):
-            text = f"up (pid {event.pid}, {f['client']} client, group {escape(f['group'])}), reading 'points'"
+            reader = ("txnsim's Consumer, read_committed, manual offset commits" if f["client"] == "native"
+                      else "rocketmq client: SimpleConsumer, ack after the SQLite commit")
+            text = f"up (pid {event.pid}, {reader}), group {escape(f['group'])}, reading 'points'"
         case ("points", "deducted"):
             text = (f"{oid}: {f['points']} points deducted from {escape(f['user'])} (balance {f['balance']}), "
                     f"with its processed_orders row, in one [green]SQLite COMMIT[/]")

@@ -72,7 +72,10 @@ class NativeDeliveries:
 
 
 class RocketMQDeliveries:
-    """RocketMQ 5's SimpleConsumer: receive, then ack each message after its SQLite commit."""
+    """RocketMQ 5's SimpleConsumer: receive, then ack each message after its SQLite commit.
+
+    Each receive long-polls the one node of a queue the client picks at random (for up to 1 s), so
+    a message can wait a few receives before the node that holds it is asked."""
 
     def __init__(self, endpoints: str, group: str) -> None:
         import grpc
@@ -87,12 +90,16 @@ class RocketMQDeliveries:
         return True
 
     def poll(self) -> list[Delivery]:
-        return [Delivery(Order.from_json(m.body or b"{}"), m.message_id, -1, -1, m)
-                for m in self.consumer.receive(16, INVISIBLE_DURATION_S)]
+        try:
+            messages = self.consumer.receive(16, INVISIBLE_DURATION_S)
+        except self.errors as exc:  # the queue it picked is on a dead node: the next receive picks another
+            log.info("receive failed: %s", exc)
+            return []
+        return [Delivery(Order.from_json(m.body or b"{}"), m.message_id, -1, -1, m) for m in messages]
 
     def ack(self, delivery: Delivery) -> str:
         self.consumer.ack(delivery.handle)
-        return "acked"
+        return "acked (after the SQLite commit)"
 
     def close(self) -> None:
         self.consumer.shutdown()
