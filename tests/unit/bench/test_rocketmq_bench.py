@@ -9,28 +9,30 @@ import pytest
 
 from partitions.segment import segment_name
 from proto.records import ControlType, encode_batch, encode_control_batch
-from txnsim.bench.rocketmq_bench import (
+from txnsim.bench.log_census import (
     DATA,
     HALF,
-    KAFKA,
     MARKERS,
     OP,
     OTHER,
-    ROCKETMQ,
     TXN_STATE,
-    UNDECIDED_EVERY,
     BatchCount,
     Fsync,
     LogCensus,
-    ProduceRun,
-    Results,
-    Sent,
     count_batches,
     cpu_seconds_from_stat,
-    fsync_log_of,
     log_of,
     parse_fsyncs,
     per_message,
+)
+from txnsim.bench.rocketmq_bench import (
+    KAFKA,
+    ROCKETMQ,
+    UNDECIDED_EVERY,
+    ProduceRun,
+    Results,
+    Sent,
+    fsync_log_of,
     verdicts,
 )
 
