@@ -1,6 +1,7 @@
 """Where a cluster keeps its files, and the cluster file every node and client reads.
 
-DATA/cluster.json names the nodes (id -> host:port) and their settings; the shard counts are
+DATA/cluster.json names the nodes (id -> host:port, and the Kafka listener of each) and their
+settings; the shard counts are
 stored with the data the first time a cluster starts, and a restart with other counts is
 refused (a transactional id would silently move to another shard and lose its state).
 """
@@ -64,6 +65,8 @@ class ClusterSpec:
 
     nodes: dict[int, str]                       # node id -> host:port
     config: NodeConfig = field(default_factory=NodeConfig)
+    #: node id -> host:port of its Kafka wire-protocol listener (absent in files written before it existed)
+    kafka_nodes: dict[int, str] = field(default_factory=dict)
 
     @property
     def node_ids(self) -> list[int]:
@@ -73,13 +76,22 @@ class ClusterSpec:
     def bootstrap_servers(self) -> str:
         return ",".join(self.nodes[i] for i in self.node_ids)
 
+    @property
+    def kafka_bootstrap_servers(self) -> str:
+        return ",".join(self.kafka_nodes[i] for i in self.node_ids if i in self.kafka_nodes)
+
     def to_json(self) -> dict[str, Any]:
-        return {"nodes": {str(k): v for k, v in sorted(self.nodes.items())}, "settings": self.config.as_settings()}
+        data: dict[str, Any] = {"nodes": {str(k): v for k, v in sorted(self.nodes.items())},
+                                "settings": self.config.as_settings()}
+        if self.kafka_nodes:
+            data["kafka_nodes"] = {str(k): v for k, v in sorted(self.kafka_nodes.items())}
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ClusterSpec:
         nodes = {int(k): str(v) for k, v in data["nodes"].items()}
-        return cls(nodes, NodeConfig.from_settings(data.get("settings", {})))
+        kafka_nodes = {int(k): str(v) for k, v in data.get("kafka_nodes", {}).items()}
+        return cls(nodes, NodeConfig.from_settings(data.get("settings", {})), kafka_nodes)
 
 
 def write_atomically(path: Path, data: bytes) -> None:

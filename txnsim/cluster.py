@@ -39,7 +39,9 @@ class LocalCluster:
 
     def __init__(self, nodes: int = 3, data_dir: str | os.PathLike | None = None, txn_shards: int = 50,
                  offsets_shards: int | None = None, host: str = "127.0.0.1", startup_timeout_s: float = 60.0,
-                 **node_settings: Any) -> None:
+                 kafka_port: int | None = None, **node_settings: Any) -> None:
+        """`kafka_port`: the first node's Kafka listener port, the next nodes' the ports after it; None keeps
+        the ports a restarted cluster had (or picks free ones), 0 picks free ones."""
         if nodes < 1:
             raise KafkaConfigurationError("a cluster needs at least one node")
         self._own_tmp = data_dir is None
@@ -54,9 +56,16 @@ class LocalCluster:
                 raise KafkaConfigurationError(
                     f"{self.data_dir} holds a {len(previous.nodes)}-node cluster; start it with nodes="
                     f"{len(previous.nodes)}")
-            self.spec = ClusterSpec(previous.nodes, config)
+            nodes_by_id = previous.nodes
+            kafka_nodes = previous.kafka_nodes
         else:
-            self.spec = ClusterSpec({i: f"{host}:{free_port(host)}" for i in range(nodes)}, config)
+            nodes_by_id = {i: f"{host}:{free_port(host)}" for i in range(nodes)}
+            kafka_nodes = {}
+        if kafka_port is not None and not 0 <= kafka_port <= 65536 - nodes:
+            raise KafkaConfigurationError(f"kafka_port must leave room for {nodes} ports below 65536, not {kafka_port}")
+        if kafka_port is not None or set(kafka_nodes) != set(nodes_by_id):  # asked for, or an older cluster file
+            kafka_nodes = {i: f"{host}:{kafka_port + i if kafka_port else free_port(host)}" for i in sorted(nodes_by_id)}
+        self.spec = ClusterSpec(nodes_by_id, config, kafka_nodes)
         self._procs: dict[int, subprocess.Popen] = {}
         self._paused: set[int] = set()
         self._channels = NodeChannels()
@@ -67,6 +76,11 @@ class LocalCluster:
     @property
     def bootstrap_servers(self) -> str:
         return self.spec.bootstrap_servers
+
+    @property
+    def kafka_bootstrap_servers(self) -> str:
+        """Every node's Kafka wire-protocol listener, as Kafka clients take `bootstrap.servers`."""
+        return self.spec.kafka_bootstrap_servers
 
     @property
     def rocketmq_endpoints(self) -> str:
@@ -128,6 +142,7 @@ class LocalCluster:
     # ------------------------------------------------------------ life cycle
 
     def start(self) -> LocalCluster:
+        self._check_kafka_ports_free()
         write_cluster_spec(self.layout, self.spec)
         check_shard_counts(self.layout, self.spec.config)
         for node_id in self.node_ids:
@@ -180,6 +195,19 @@ class LocalCluster:
         return self.layout.node_log(node_id)
 
     # ------------------------------------------------------------ internals
+
+    def _check_kafka_ports_free(self) -> None:
+        """A taken Kafka port is one clear line here, not a node that dies during start-up."""
+        for node_id, address in sorted(self.spec.kafka_nodes.items()):
+            host, port = address.rsplit(":", 1)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    s.bind((host, int(port)))
+                except OSError as exc:
+                    raise KafkaConfigurationError(
+                        f"Kafka port {port} (node {node_id}) is taken ({exc.strerror}); choose another first "
+                        "port (--kafka-port N, or kafka_port=N; 0 picks free ports)") from None
 
     def _spawn(self, node_id: int) -> None:
         self.layout.make_dirs()

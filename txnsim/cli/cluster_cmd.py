@@ -29,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     start.add_argument("--txn-shards", type=int, default=50)
     start.add_argument("--offsets-shards", type=int, default=None)
     start.add_argument("--data-dir", default="./txnsim-data")
+    start.add_argument("--kafka-port", type=int, default=9092,
+                       help="the first node's Kafka wire-protocol port, the next nodes' the ports after it "
+                            "(default 9092, as Kafka; 0 picks free ports)")
     start.set_defaults(func=start_cluster)
     status = verbs.add_parser("status", help="nodes, liveness, the logs each one owns, and ownership changes")
     status.add_argument("--changes", type=int, default=20, help="how many recent ownership changes to show")
@@ -49,7 +52,7 @@ def start_cluster(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     cluster = LocalCluster(nodes=args.nodes, data_dir=args.data_dir, txn_shards=args.txn_shards,
-                           offsets_shards=args.offsets_shards)
+                           offsets_shards=args.offsets_shards, kafka_port=args.kafka_port)
     try:
         with console.status(f"starting {args.nodes} nodes in {args.data_dir} ..."):
             cluster.start()
@@ -62,6 +65,8 @@ def start_cluster(args: argparse.Namespace) -> int:
         console.print(table)
         console.print(f"bootstrap servers: [bold]{cluster.bootstrap_servers}[/bold]")
         console.print(f"RocketMQ 5 endpoints: [bold]{cluster.rocketmq_endpoints}[/bold]")
+        console.print(f"Kafka bootstrap servers: [bold]{cluster.kafka_bootstrap_servers}[/bold] "
+                      "(confluent-kafka, librdkafka)")
         console.print("other commands find this cluster through --data-dir; Ctrl-C stops it.")
         threading.Event().wait()
     except KeyboardInterrupt:
