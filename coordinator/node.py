@@ -25,6 +25,8 @@ import grpc
 
 from coordinator.cluster_service import ClusterServer, ClusterServicer
 from coordinator.group import GroupCoordinator, GroupService
+from coordinator.kafka.front_door import open_kafka_listener
+from coordinator.kafka.server import KafkaListener
 from coordinator.layout import ClusterLayout, check_shard_counts, read_cluster_spec
 from coordinator.partition_service import PartitionServer, PartitionsServicer
 from coordinator.membership import Heartbeat, Membership
@@ -136,6 +138,7 @@ class Node:
             partitions_for=self.partitions.partition_count,
             snapshot_interval_records=self.config.offsets_snapshot_interval_records)
         self._server: grpc.Server | None = None
+        self._kafka: KafkaListener | None = None
 
     # ------------------------------------------------------------ life cycle
 
@@ -144,9 +147,10 @@ class Node:
         # Telemetry stream of a RocketMQ client (one per node), beside long-polling fetches and receives
         server = grpc.server(ThreadPoolExecutor(max_workers=RPC_THREADS, thread_name_prefix="rpc"),
                              options=SERVER_OPTIONS)
-        rpc.add_ClusterServicer_to_server(ClusterServicer(ClusterServer(
+        cluster = ClusterServer(
             node_id=self.node_id, spec=self.spec, membership=self.membership, ownership_log=self.ownership_log,
-            topics=self.topics, owned_logs=self._owned_logs, ready=self._ready.is_set)), server)
+            topics=self.topics, owned_logs=self._owned_logs, ready=self._ready.is_set)
+        rpc.add_ClusterServicer_to_server(ClusterServicer(cluster), server)
         rpc.add_PartitionsServicer_to_server(PartitionsServicer(self.partitions), server)
         rpc.add_TransactionCoordinatorServicer_to_server(TransactionServicer(self.txn, self.node_id), server)
         rpc.add_GroupCoordinatorServicer_to_server(GroupService(self.groups), server)
@@ -165,12 +169,22 @@ class Node:
             raise KafkaConfigurationError(f"node {self.node_id} cannot listen on {self.address}")
         server.start()
         self._server = server
+        kafka_address = self.spec.kafka_nodes.get(self.node_id)
+        if kafka_address is not None:  # Kafka's wire protocol, a second front door to the same objects
+            try:
+                self._kafka = open_kafka_listener(
+                    kafka_address, message_max_bytes=self.config.message_max_bytes, cluster=cluster,
+                    partitions=self.partitions, init_producer_id=self.txn.init_producer_id,
+                    kafka_address_of=self.spec.kafka_nodes.get)
+            except OSError as exc:
+                raise KafkaConfigurationError(
+                    f"node {self.node_id} cannot listen for Kafka clients on {kafka_address}: {exc.strerror}") from None
         self.membership.on_change(lambda old, new: self.reconcile(f"live nodes {sorted(old)} -> {sorted(new)}"))
         self.reconcile("start-up")
         threading.Thread(target=self.heartbeat.run, name="heartbeat", daemon=True).start()
         threading.Thread(target=self.membership.run, args=(self._tick,), name="membership", daemon=True).start()
         threading.Thread(target=self._run_timers, name="timers", daemon=True).start()
-        log.info("node %d serving on %s", self.node_id, self.address)
+        log.info("node %d serving on %s (Kafka: %s)", self.node_id, self.address, kafka_address or "no listener")
 
     # ------------------------------------------------------------ ownership
 
@@ -252,6 +266,8 @@ class Node:
         self.stopped.set()
         self.membership.stop()
         self.heartbeat.stop()
+        if self._kafka is not None:
+            self._kafka.stop()
         if self._server is not None:
             self._server.stop(grace=0.5).wait(2)
         self.markers.close()

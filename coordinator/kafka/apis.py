@@ -1,0 +1,82 @@
+"""Which Kafka APIs and versions a node serves: the one table ApiVersions advertises and dispatch obeys.
+
+Invariant: a version is advertised only if it is served, except Produce 0-2, which Kafka 4 also
+advertises and refuses (KAFKA-18659: librdkafka misjudges a broker whose Produce range starts above 0).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.metadata import (ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest,
+                                     FindCoordinatorResponse, MetadataRequest, MetadataResponse)
+from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
+
+
+class ApiKey(IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    FIND_COORDINATOR = 10
+    API_VERSIONS = 18
+    INIT_PRODUCER_ID = 22
+
+
+class WireError(IntEnum):
+    """Codes only the Kafka listener answers (txnsim's logic raises the others, proto/errors.py)."""
+
+    NONE = 0
+    LEADER_NOT_AVAILABLE = 5
+    INVALID_REQUIRED_ACKS = 21
+    UNSUPPORTED_VERSION = 35
+    INVALID_REQUEST = 42
+    FETCH_SESSION_ID_NOT_FOUND = 70
+
+
+@dataclass(frozen=True, slots=True)
+class ServedApi:
+    key: ApiKey
+    request: type
+    response: type
+    #: the range advertised in ApiVersions
+    min_version: int
+    max_version: int
+    #: the lowest version actually answered (above min_version only for Produce, see the module docstring)
+    lowest_served: int
+
+    def serves(self, version: int) -> bool:
+        return self.lowest_served <= version <= self.max_version
+
+    def advertises(self, version: int) -> bool:
+        return self.min_version <= version <= self.max_version
+
+
+def _api(key: ApiKey, request: type, response: type, versions: tuple[int, int], lowest_served: int | None = None
+         ) -> ServedApi:
+    return ServedApi(key, request, response, versions[0], versions[1],
+                     versions[0] if lowest_served is None else lowest_served)
+
+
+#: Topic ids are not served: Fetch stops at 12 and Metadata at 9 (the versions before topic ids), so every
+#: request names its topics. Produce 3-10 and Fetch 4-12 make librdkafka use v2 record batches.
+SERVED: dict[int, ServedApi] = {api.key: api for api in (
+    _api(ApiKey.PRODUCE, ProduceRequest, ProduceResponse, (0, 10), lowest_served=3),
+    _api(ApiKey.FETCH, FetchRequest, FetchResponse, (4, 12)),
+    _api(ApiKey.LIST_OFFSETS, ListOffsetsRequest, ListOffsetsResponse, (1, 7)),
+    _api(ApiKey.METADATA, MetadataRequest, MetadataResponse, (0, 9)),
+    _api(ApiKey.FIND_COORDINATOR, FindCoordinatorRequest, FindCoordinatorResponse, (0, 5)),
+    _api(ApiKey.API_VERSIONS, ApiVersionsRequest, ApiVersionsResponse, (0, 4)),
+    _api(ApiKey.INIT_PRODUCER_ID, InitProducerIdRequest, InitProducerIdResponse, (0, 4)),
+)}
+
+
+def api_versions_response(version: int, error_code: int = 0) -> ApiVersionsResponse:
+    """The advertised table; with an error the body is v0, so any client can read which versions to retry with."""
+    body_version = 0 if error_code else version
+    return ApiVersionsResponse(
+        version=body_version, error_code=error_code, throttle_time_ms=0,
+        api_keys=[ApiVersionsResponse.ApiVersion(api_key=int(api.key), min_version=api.min_version,
+                                                 max_version=api.max_version)
+                  for api in sorted(SERVED.values(), key=lambda a: a.key)])

@@ -1,0 +1,51 @@
+"""From a request frame to a response frame: version checks, decoding, the handler, encoding.
+
+Invariants: every frame gets exactly one outcome (response bytes, None for a Produce with acks=0, or
+CloseConnection); an unknown API key, a version not served or bytes that do not decode close the
+connection as Kafka does, except an ApiVersions request of an unknown version, answered
+UNSUPPORTED_VERSION in v0 so the client retries with a version it finds there.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+from kafka.protocol.api_message import ApiMessage
+
+from coordinator.kafka.apis import SERVED, ApiKey, WireError, api_versions_response
+from coordinator.kafka.framing import CloseConnection, decode_request, encode_response, peek_header
+
+log = logging.getLogger(__name__)
+
+#: (decoded request, its version) -> response at that version, or None when the client expects none
+Handler = Callable[[ApiMessage, int], ApiMessage | None]
+
+
+class Dispatcher:
+    def __init__(self, handlers: Mapping[ApiKey, Handler]) -> None:
+        missing = set(SERVED) - set(handlers)
+        if missing:
+            raise ValueError(f"no handler for advertised API keys {sorted(missing)}")
+        self._handlers = dict(handlers)
+
+    def handle(self, frame: bytes) -> bytes | None:
+        header = peek_header(frame)
+        api = SERVED.get(header.api_key)
+        if api is None:
+            raise CloseConnection(f"unknown API key {header.api_key}")
+        if api.key == ApiKey.API_VERSIONS and not api.advertises(header.api_version):
+            return encode_response(api_versions_response(0, WireError.UNSUPPORTED_VERSION), header.correlation_id)
+        if not api.serves(header.api_version):
+            raise CloseConnection(f"{api.key.name} v{header.api_version} is not served "
+                                  f"(v{api.lowest_served}-{api.max_version} are)")
+        request = decode_request(frame, api.request, header.api_version)
+        try:
+            response = self._handlers[api.key](request, header.api_version)
+        except CloseConnection:
+            raise
+        except Exception as exc:  # a node bug: this connection goes, the node and every other one stay
+            log.exception("%s v%d failed", api.key.name, header.api_version)
+            raise CloseConnection(f"{api.key.name} failed on the node: {type(exc).__name__}: {exc}") from exc
+        if response is None:
+            return None
+        return encode_response(response, header.correlation_id)

@@ -1,0 +1,119 @@
+"""Produce, Fetch and ListOffsets on the Kafka port, answered by PartitionServer (the gRPC Partitions service's
+logic): records travel as the client's v2 batches, byte for byte, in both directions.
+
+Per-partition errors stay per partition, in the order of the request. No fetch sessions: every fetch
+is a full one and answers session id 0, which tells a client that no session was created.
+"""
+from __future__ import annotations
+
+from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+from coordinator.kafka.apis import WireError
+from coordinator.partition_service import PartitionServer
+from proto import txnsim_pb2 as pb
+from proto.errors import KafkaError, code_of
+
+#: ListOffsets timestamps with a meaning of their own (Kafka's ListOffsetsRequest)
+LATEST_TIMESTAMP, EARLIEST_TIMESTAMP = -1, -2
+READ_COMMITTED = 1
+
+
+class PartitionApis:
+    def __init__(self, partitions: PartitionServer) -> None:
+        self._partitions = partitions
+
+    # ------------------------------------------------------------ Produce (0)
+
+    def produce(self, request: ProduceRequest, version: int) -> ProduceResponse | None:
+        wanted = [(topic.name, part.index, part.records or b"") for topic in request.topic_data
+                  for part in topic.partition_data]
+        results: dict[tuple[str, int], tuple[int, str | None, int, int]] = {}
+        if request.acks not in (-1, 0, 1):
+            code = WireError.INVALID_REQUIRED_ACKS
+            results = {(t, p): (code, f"acks must be -1, 0 or 1, not {request.acks}", -1, -1) for t, p, _ in wanted}
+        elif wanted:
+            produce = pb.ProduceRequest(acks=request.acks, timeout_ms=request.timeout_ms, partitions=[
+                pb.PartitionRecords(topic=t, partition=p, records=records) for t, p, records in wanted])
+            if request.transactional_id is not None:
+                produce.transactional_id = request.transactional_id
+            try:
+                answer = self._partitions.produce(produce)
+                for r in answer.partitions:
+                    results[(r.topic, r.partition)] = (r.error_code, r.error_message or None,
+                                                       r.base_offset, r.log_start_offset if not r.error_code else -1)
+            except KafkaError as exc:
+                results = {(t, p): (code_of(exc), str(exc), -1, -1) for t, p, _ in wanted}
+        if request.acks == 0:
+            return None  # the client expects no response at all
+        P = ProduceResponse.TopicProduceResponse.PartitionProduceResponse
+        return ProduceResponse(version=version, throttle_time_ms=0, responses=[
+            ProduceResponse.TopicProduceResponse(name=topic.name, partition_responses=[
+                P(index=part.index, error_code=code, base_offset=base_offset, log_append_time_ms=-1,
+                  log_start_offset=log_start, record_errors=[], error_message=message)
+                for part in topic.partition_data
+                for code, message, base_offset, log_start in [results[(topic.name, part.index)]]])
+            for topic in request.topic_data])
+
+    # ------------------------------------------------------------ Fetch (1)
+
+    def fetch(self, request: FetchRequest, version: int) -> FetchResponse:
+        if version >= 7 and request.session_id != 0:  # no session was ever created, so none can be found
+            return FetchResponse(version=version, throttle_time_ms=0, session_id=0, responses=[],
+                                 error_code=WireError.FETCH_SESSION_ID_NOT_FOUND)
+        committed = request.isolation_level == READ_COMMITTED
+        wanted = [pb.FetchPartition(topic=topic.topic, partition=part.partition, fetch_offset=part.fetch_offset,
+                                    max_bytes=part.partition_max_bytes)
+                  for topic in request.topics for part in topic.partitions]
+        try:
+            answer = self._partitions.fetch(pb.FetchRequest(
+                isolation_level=request.isolation_level, max_wait_ms=max(0, request.max_wait_ms),
+                min_bytes=request.min_bytes, max_bytes=request.max_bytes, partitions=wanted))
+        except KafkaError as exc:  # e.g. an isolation level other than 0 or 1
+            answer = pb.FetchResponse(partitions=[pb.FetchPartitionResult(error_code=code_of(exc)) for _ in wanted])
+        found = iter(answer.partitions)  # PartitionServer answers in request order
+        PartitionData = FetchResponse.FetchableTopicResponse.PartitionData
+        responses = []
+        for topic in request.topics:
+            partitions = []
+            for part in topic.partitions:
+                r = next(found)
+                failed = r.error_code != 0
+                partitions.append(PartitionData(
+                    partition_index=part.partition, error_code=r.error_code,
+                    high_watermark=-1 if failed else r.high_watermark,
+                    last_stable_offset=-1 if failed else r.last_stable_offset,
+                    log_start_offset=-1 if failed else r.log_start_offset,
+                    aborted_transactions=[PartitionData.AbortedTransaction(producer_id=a.producer_id,
+                                                                           first_offset=a.first_offset)
+                                          for a in r.aborted_transactions] if committed and not failed else None,
+                    preferred_read_replica=-1, records=r.records))
+            responses.append(FetchResponse.FetchableTopicResponse(topic=topic.topic, partitions=partitions))
+        return FetchResponse(version=version, throttle_time_ms=0, error_code=0, session_id=0, responses=responses)
+
+    # ------------------------------------------------------------ ListOffsets (2)
+
+    def list_offsets(self, request: ListOffsetsRequest, version: int) -> ListOffsetsResponse:
+        committed = version >= 2 and request.isolation_level == READ_COMMITTED
+        answer = self._partitions.list_offsets(pb.ListOffsetsRequest(partitions=[
+            pb.TopicPartitionRef(topic=topic.name, partition=part.partition_index)
+            for topic in request.topics for part in topic.partitions]))
+        found = iter(answer.partitions)
+        Partition = ListOffsetsResponse.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for part in topic.partitions:
+                r = next(found)
+                code, offset = r.error_code, -1
+                if code == 0:
+                    if part.timestamp == EARLIEST_TIMESTAMP:
+                        offset = r.log_start_offset
+                    elif part.timestamp == LATEST_TIMESTAMP:
+                        offset = r.last_stable_offset if committed else r.high_watermark
+                    else:  # offsets by time (and -3, max timestamp) are not served yet
+                        code = WireError.UNSUPPORTED_VERSION
+                partitions.append(Partition(partition_index=part.partition_index, error_code=code,
+                                            timestamp=-1, offset=offset, leader_epoch=-1))
+            topics.append(ListOffsetsResponse.ListOffsetsTopicResponse(name=topic.name, partitions=partitions))
+        return ListOffsetsResponse(version=version, throttle_time_ms=0, topics=topics)
