@@ -1,0 +1,246 @@
+"""Kafka's own wire protocol on real nodes, driven by confluent-kafka (librdkafka) unchanged: idempotent produce,
+read_committed and read_uncommitted consumers beside txnsim's own transactions, watermarks, and garbage on the port.
+"""
+from __future__ import annotations
+
+import random
+import socket
+import struct
+import time
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+
+from tests.helpers import wait_until
+from txnsim import Producer as TxnsimProducer
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def kafka_producer(cluster) -> Producer:
+    return Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "enable.idempotence": True,
+                     "linger.ms": 5, "message.timeout.ms": 20_000})
+
+
+def kafka_consumer(cluster, isolation_level: str) -> Consumer:
+    return Consumer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "group.id": f"wire-{isolation_level}",
+                     "isolation.level": isolation_level, "enable.auto.commit": False,
+                     "fetch.wait.max.ms": 100, "enable.partition.eof": False})
+
+
+def produce_all(producer: Producer, records: list[dict]) -> list:
+    """Produce `records` (keyword arguments of Producer.produce) and wait for every delivery report."""
+    reports: list = []
+    for record in records:
+        producer.produce(**record, on_delivery=lambda err, msg: reports.append((err, msg)))
+    assert producer.flush(20) == 0, "deliveries still pending after 20 s"
+    errors = [err for err, _ in reports if err is not None]
+    assert not errors, errors
+    return [msg for _, msg in reports]
+
+
+def consume_until(consumer: Consumer, done, timeout_s: float = 20.0) -> list:
+    """Poll until `done(messages so far)` holds; fail at the deadline with what arrived."""
+    seen: list = []
+    deadline = time.monotonic() + timeout_s
+    while not done(seen):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"after {timeout_s} s the consumer had {[(m.partition(), m.offset()) for m in seen]}")
+        message = consumer.poll(0.1)
+        if message is None:
+            continue
+        assert message.error() is None, message.error()
+        seen.append(message)
+    return seen
+
+
+def assigned_from_start(consumer: Consumer, topic: str, partitions: int) -> Consumer:
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    return consumer
+
+
+# ------------------------------------------------------------ produce and consume
+
+
+def test_idempotent_producer_and_read_committed_consumer_keep_keys_values_and_headers(cluster, topic):
+    producer = kafka_producer(cluster)
+    sent = [{"topic": topic, "key": f"k{i}".encode(), "value": f"v{i}".encode(), "partition": i % 3,
+             "headers": [("trace", f"t{i}".encode()), ("n", str(i).encode())]} for i in range(30)]
+    delivered = produce_all(producer, sent)
+    assert sorted(m.offset() for m in delivered if m.partition() == 0) == list(range(10))
+
+    consumer = assigned_from_start(kafka_consumer(cluster, "read_committed"), topic, 3)
+    try:
+        got = consume_until(consumer, lambda seen: len(seen) >= 30)
+    finally:
+        consumer.close()
+    assert sorted((m.key(), m.value(), tuple(m.headers())) for m in got) == sorted(
+        (r["key"], r["value"], tuple(r["headers"])) for r in sent)
+    for partition in range(3):
+        assert [m.offset() for m in got if m.partition() == partition] == list(range(10))
+
+
+def test_confluent_consumers_see_txnsim_transactions_as_kafka_consumers_would(cluster, topic, txn_id):
+    committed = assigned_from_start(kafka_consumer(cluster, "read_committed"), topic, 1)
+    uncommitted = assigned_from_start(kafka_consumer(cluster, "read_uncommitted"), topic, 1)
+    try:
+        with TxnsimProducer(bootstrap_servers=cluster.bootstrap_servers, transactional_id=txn_id) as txn:
+            txn.init_transactions()
+            txn.begin_transaction()
+            txn.send(topic, value=b"aborted", partition=0).get(timeout=10)
+            txn.abort_transaction()
+            txn.begin_transaction()
+            txn.send(topic, value=b"open-1", partition=0)
+            txn.send(topic, value=b"open-2", partition=0)
+            txn.flush()
+            # read_uncommitted sees the open transaction's records (and the aborted one)
+            values = [m.value() for m in consume_until(uncommitted, lambda seen: len(seen) >= 3)]
+            assert values == [b"aborted", b"open-1", b"open-2"]
+            # read_committed is held at the LSO: it reaches it and gets nothing while the transaction is open
+            tp = TopicPartition(topic, 0)
+            lso = committed.get_watermark_offsets(tp, timeout=10)[1]
+            wait_until(lambda: committed.poll(0.1) is None and committed.position([tp])[0].offset >= lso,
+                       timeout_s=10, what="the read_committed consumer to reach the LSO")
+            assert committed.position([tp])[0].offset == lso
+            window_end = time.monotonic() + 1.0  # a negative observation: ten fetch rounds that return nothing
+            while time.monotonic() < window_end:
+                held = committed.poll(0.1)
+                assert held is None or held.error() is not None, held.value()
+            txn.commit_transaction()
+        values = [m.value() for m in consume_until(committed, lambda seen: len(seen) >= 2)]
+        assert values == [b"open-1", b"open-2"]
+        assert committed.poll(0.3) is None  # nothing else: the aborted record and the markers stay hidden
+    finally:
+        committed.close()
+        uncommitted.close()
+
+
+def test_watermarks_are_the_hw_and_for_read_committed_the_lso(cluster, topic, txn_id):
+    produce_all(kafka_producer(cluster), [{"topic": topic, "value": b"plain", "partition": 0}] * 3)
+    tp = TopicPartition(topic, 0)
+    committed, uncommitted = kafka_consumer(cluster, "read_committed"), kafka_consumer(cluster, "read_uncommitted")
+    try:
+        with TxnsimProducer(bootstrap_servers=cluster.bootstrap_servers, transactional_id=txn_id) as txn:
+            txn.init_transactions()
+            txn.begin_transaction()
+            txn.send(topic, value=b"open", partition=0).get(timeout=10)
+            assert uncommitted.get_watermark_offsets(tp, timeout=10) == (0, 4)
+            assert committed.get_watermark_offsets(tp, timeout=10) == (0, 3)
+            txn.commit_transaction()
+        # the commit marker takes offset 4; the LSO reaches the HW once it is written
+        wait_until(lambda: committed.get_watermark_offsets(tp, timeout=10) == (0, 5), timeout_s=10,
+                   what="the LSO to pass the committed transaction")
+        assert uncommitted.get_watermark_offsets(tp, timeout=10) == (0, 5)
+    finally:
+        committed.close()
+        uncommitted.close()
+
+
+def test_a_missing_topic_is_unknown_and_never_auto_created(cluster, admin):
+    producer = kafka_producer(cluster)
+    metadata = producer.list_topics("no-such-topic", timeout=10)
+    assert metadata.topics["no-such-topic"].error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    assert "no-such-topic" not in admin.list_topics()
+
+
+# ------------------------------------------------------------ raw sockets
+
+
+def kafka_address(cluster, node_id: int = 0) -> tuple[str, int]:
+    host, port = cluster.spec.kafka_nodes[node_id].rsplit(":", 1)
+    return host, int(port)
+
+
+def send_request(sock: socket.socket, request, correlation_id: int) -> None:
+    request.with_header(correlation_id=correlation_id, client_id="raw")
+    sock.sendall(bytes(request.encode(header=True, framed=True)))
+
+
+def read_frame(sock: socket.socket) -> bytes:
+    def exactly(n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            assert chunk, "the node closed the connection"
+            data += chunk
+        return data
+    (size,) = struct.unpack(">i", exactly(4))
+    return exactly(size)
+
+
+def closed_by_node(sock: socket.socket) -> bool:
+    """True once the node closed the connection (recv returns b"" or the connection was reset)."""
+    sock.settimeout(10)
+    try:
+        while sock.recv(4096):
+            pass
+    except ConnectionResetError:
+        pass
+    return True
+
+
+def api_versions_round_trip(sock: socket.socket, correlation_id: int) -> ApiVersionsResponse:
+    send_request(sock, ApiVersionsRequest(version=3, client_software_name="raw", client_software_version="1"),
+                 correlation_id)
+    response = ApiVersionsResponse.decode(read_frame(sock), version=3, header=True)
+    assert response.header.correlation_id == correlation_id and response.error_code == 0
+    return response
+
+
+def test_pipelined_requests_are_answered_in_order_echoing_correlation_ids(cluster):
+    with socket.create_connection(kafka_address(cluster), timeout=10) as sock:
+        send_request(sock, ApiVersionsRequest(version=3, client_software_name="raw", client_software_version="1"), 1)
+        send_request(sock, MetadataRequest(version=9, topics=None), 2)
+        send_request(sock, ApiVersionsRequest(version=0), 3)
+        first = ApiVersionsResponse.decode(read_frame(sock), version=3, header=True)
+        second = MetadataResponse.decode(read_frame(sock), version=9, header=True)
+        third = ApiVersionsResponse.decode(read_frame(sock), version=0, header=True)
+    assert [r.header.correlation_id for r in (first, second, third)] == [1, 2, 3]
+    assert sorted(b.node_id for b in second.brokers) == cluster.node_ids
+
+
+def test_an_api_versions_request_from_the_future_is_answered_unsupported_version(cluster):
+    with socket.create_connection(kafka_address(cluster), timeout=10) as sock:
+        frame = struct.pack(">hhih", 18, 99, 5, 3) + b"raw" + b"\x00" + b"\x01\x01\x00"
+        sock.sendall(struct.pack(">i", len(frame)) + frame)
+        response = ApiVersionsResponse.decode(read_frame(sock), version=0, header=True)
+        assert (response.header.correlation_id, response.error_code) == (5, 35)
+        api_versions_round_trip(sock, 6)  # the client retries with a version it found: same connection
+
+
+def test_garbage_on_the_kafka_port_closes_only_its_connection_and_the_node_keeps_serving(cluster, topic):
+    address = kafka_address(cluster)
+    bystander = socket.create_connection(address, timeout=10)
+    api_versions_round_trip(bystander, 1)
+    rng = random.Random(11)
+    garbage = {  # what to send -> why the node's log says it closed the connection
+        rng.randbytes(64): "",                                                  # random bytes
+        struct.pack(">ihhih", 13, 999, 0, 1, 3) + b"raw": "unknown API key 999",
+        struct.pack(">i", 2**31 - 1) + b"\x00" * 64: "exceeds the node's limit",
+        struct.pack(">i", -5): "cannot hold a request header",
+        struct.pack(">ihhih", 17, 3, 1, 2, 3) + b"raw" + struct.pack(">i", 2**31 - 1): "malformed MetadataRequest v1",
+        struct.pack(">ihhih", 13, 0, 1, 3, 3) + b"raw": "PRODUCE v1 is not served",  # advertised, as Kafka 4 does
+        struct.pack(">i", 1000) + b"\x00\x03\x00\x01": "closed after 4 of 1000 bytes",  # a frame cut short
+    }
+    for data in garbage:
+        with socket.create_connection(address, timeout=10) as sock:
+            sock.sendall(data)
+            sock.shutdown(socket.SHUT_WR)
+            assert closed_by_node(sock)
+    node_log = cluster.node_log(0).read_text(errors="replace")
+    for reason in filter(None, garbage.values()):
+        assert reason in node_log, reason
+    with socket.create_connection(address, timeout=10) as sock:  # a frame cut short, the connection held open
+        sock.sendall(struct.pack(">i", 1000) + b"\x00\x03\x00\x01")
+        api_versions_round_trip(bystander, 2)
+    api_versions_round_trip(bystander, 3)
+    bystander.close()
+    assert all(cluster.is_alive(n) for n in cluster.node_ids)
+    # a real client works afterwards, through every node
+    produce_all(kafka_producer(cluster), [{"topic": topic, "value": b"after", "partition": p} for p in range(3)])
+    consumer = assigned_from_start(kafka_consumer(cluster, "read_committed"), topic, 3)
+    try:
+        assert len(consume_until(consumer, lambda seen: len(seen) >= 3)) == 3
+    finally:
+        consumer.close()
