@@ -244,3 +244,41 @@ def test_garbage_on_the_kafka_port_closes_only_its_connection_and_the_node_keeps
         assert len(consume_until(consumer, lambda seen: len(seen) >= 3)) == 3
     finally:
         consumer.close()
+
+
+# ------------------------------------------------------------ txnsim cluster start
+
+
+def test_cluster_start_refuses_a_taken_kafka_port_in_one_line(tmp_path):
+    from tests.integration.test_cli import txnsim
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = txnsim("cluster", "start", "--nodes", "1", "--data-dir", str(tmp_path / "data"),
+                        "--kafka-port", str(port), timeout_s=30)
+    assert result.returncode == 1, result
+    assert len(result.error_lines) == 1 and f"Kafka port {port}" in result.error_lines[0], result
+
+
+def test_cluster_start_prints_kafka_bootstrap_servers_that_confluent_kafka_uses(tmp_path):
+    import signal
+    import subprocess
+
+    from tests.integration.test_cli import ENV, TXNSIM
+    from txnsim.cluster import free_port
+
+    port, output = free_port(), tmp_path / "start.out"
+    with open(output, "wb") as out:
+        process = subprocess.Popen([*TXNSIM, "cluster", "start", "--nodes", "1", "--data-dir", str(tmp_path / "data"),
+                                    "--kafka-port", str(port)], stdin=subprocess.DEVNULL, stdout=out,
+                                   stderr=subprocess.STDOUT, env=ENV)
+    try:
+        line = wait_until(lambda: next((l for l in output.read_text().splitlines()
+                                        if l.startswith("Kafka bootstrap servers:")), None),
+                          timeout_s=60, what="`txnsim cluster start` to print the Kafka bootstrap servers")
+        assert line.split()[3] == f"127.0.0.1:{port}", line
+        metadata = Producer({"bootstrap.servers": f"127.0.0.1:{port}"}).list_topics(timeout=10)
+        assert sorted(metadata.brokers) == [0]
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=20) == 0, output.read_text()
