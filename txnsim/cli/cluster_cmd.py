@@ -65,8 +65,7 @@ def start_cluster(args: argparse.Namespace) -> int:
         console.print(table)
         console.print(f"bootstrap servers: [bold]{cluster.bootstrap_servers}[/bold]")
         console.print(f"RocketMQ 5 endpoints: [bold]{cluster.rocketmq_endpoints}[/bold]")
-        console.print(f"Kafka bootstrap servers: [bold]{cluster.kafka_bootstrap_servers}[/bold] "
-                      "(confluent-kafka, librdkafka)")
+        console.print(f"Kafka bootstrap servers: [bold]{cluster.kafka_bootstrap_servers}[/bold]")
         console.print("other commands find this cluster through --data-dir; Ctrl-C stops it.")
         threading.Event().wait()
     except KeyboardInterrupt:
