@@ -8,8 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kafka.protocol.metadata import (ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest,
-                                     FindCoordinatorResponse, MetadataRequest, MetadataResponse)
+from kafka.protocol.metadata import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
 from coordinator.cluster_service import GROUP, TRANSACTION, ClusterServer

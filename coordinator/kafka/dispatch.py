@@ -13,7 +13,12 @@ from collections.abc import Callable, Mapping
 from kafka.protocol.api_message import ApiMessage
 
 from coordinator.kafka.apis import SERVED, ApiKey, WireError, api_versions_response
-from coordinator.kafka.framing import CloseConnection, decode_request, encode_response, peek_header
+from coordinator.kafka.framing import (
+    CloseConnection,
+    decode_request,
+    encode_response,
+    peek_header,
+)
 
 log = logging.getLogger(__name__)
 

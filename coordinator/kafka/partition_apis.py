@@ -6,7 +6,12 @@ is a full one and answers session id 0, which tells a client that no session was
 """
 from __future__ import annotations
 
-from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.consumer import (
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+)
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from coordinator.kafka.apis import WireError

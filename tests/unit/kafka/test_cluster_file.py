@@ -5,7 +5,12 @@ import json
 
 import pytest
 
-from coordinator.layout import ClusterLayout, ClusterSpec, read_cluster_spec, write_cluster_spec
+from coordinator.layout import (
+    ClusterLayout,
+    ClusterSpec,
+    read_cluster_spec,
+    write_cluster_spec,
+)
 from proto.errors import KafkaConfigurationError
 from txnsim.cluster import LocalCluster
 

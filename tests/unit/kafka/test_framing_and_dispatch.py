@@ -7,12 +7,22 @@ import struct
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+from kafka.protocol.metadata import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
 from kafka.protocol.producer import ProduceRequest
 
 from coordinator.kafka.apis import SERVED, ApiKey, WireError
 from coordinator.kafka.dispatch import Dispatcher
-from coordinator.kafka.framing import CloseConnection, frame_size, max_request_bytes, peek_header
+from coordinator.kafka.framing import (
+    CloseConnection,
+    frame_size,
+    max_request_bytes,
+    peek_header,
+)
 
 
 def request_frame(request, correlation_id: int = 7) -> bytes:
