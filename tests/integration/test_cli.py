@@ -118,7 +118,9 @@ def cli_cluster(tmp_path_factory):
     root = tmp_path_factory.mktemp("cli")
     data_dir, output = root / "data", root / "cluster-start.out"
     with open(output, "wb") as out:
-        process = subprocess.Popen([*TXNSIM, "cluster", "start", "--nodes", "3", "--data-dir", str(data_dir)],
+        # --kafka-port 0: free ports, so neither a Kafka on 9092 nor a second run on this machine gets in the way
+        process = subprocess.Popen([*TXNSIM, "cluster", "start", "--nodes", "3", "--data-dir", str(data_dir),
+                                    "--kafka-port", "0"],
                                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=ENV)
     cluster = CliCluster(data_dir, process, output)
     try:
