@@ -7,20 +7,19 @@ SIGKILL itself after the local commit, or hold the local transaction open until 
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import queue
 import signal
 import sys
 import threading
-from pathlib import Path
 from typing import Any
 
 from producer import Producer
 from producer.half_transactions import LOSE_END_ENV
 from producer.local_transaction import LocalTransactionState as State
 from producer.local_transaction import TransactionListener, TransactionMessage
+from txnsim.demo_orders.service_args import parse_service_args
 from txnsim.demo_orders.channel import EventWriter, read_commands
 from txnsim.demo_orders.store import LOCAL_TXN_TIMEOUT_MS, Decision, Order, OrdersDb, now_ms
 
@@ -182,15 +181,8 @@ class RocketMQClient:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--db", type=Path, required=True)
-    parser.add_argument("--client", choices=("native", "rocketmq"), default="native")
-    parser.add_argument("--bootstrap-servers", help="txnsim's address list (native client)")
-    parser.add_argument("--endpoints", help="RocketMQ endpoints 'host:port;host:port' (rocketmq client)")
-    parser.add_argument("--group", default="order-service", help="producer group (native client)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format=f"%(asctime)s order-service[{os.getpid()}] %(levelname)s %(name)s: %(message)s")
+    args = parse_service_args(argv, name="order-service", description=__doc__, default_group="order-service",
+                              group_help="producer group (native client)")
     events = EventWriter("order")
     stopping = threading.Event()
     service = OrderService(OrdersDb(args.db), events, stopping)

@@ -6,19 +6,18 @@ then does it commit the offset (or ack). A redelivered message finds its row and
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import signal
 import sys
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from consumer import Consumer
 from proto.errors import KafkaError
 from proto.structs import OffsetAndMetadata, TopicPartition
+from txnsim.demo_orders.service_args import parse_service_args
 from txnsim.demo_orders.channel import EventWriter, read_commands
 from txnsim.demo_orders.store import Order, PointsDb
 
@@ -106,15 +105,8 @@ class RocketMQDeliveries:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--db", type=Path, required=True)
-    parser.add_argument("--client", choices=("native", "rocketmq"), default="native")
-    parser.add_argument("--bootstrap-servers", help="txnsim's address list (native client)")
-    parser.add_argument("--endpoints", help="RocketMQ endpoints 'host:port;host:port' (rocketmq client)")
-    parser.add_argument("--group", default="points-service", help="consumer group")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format=f"%(asctime)s points-service[{os.getpid()}] %(levelname)s %(name)s: %(message)s")
+    args = parse_service_args(argv, name="points-service", description=__doc__, default_group="points-service",
+                              group_help="consumer group")
     events = EventWriter("points")
     stopping = threading.Event()
     kill_after_next_deduction = threading.Event()
