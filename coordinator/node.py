@@ -110,6 +110,9 @@ class Node:
             local_node_id=node_id, owner_of=lambda tp: self.membership.owner(tp.topic, tp.partition),
             address_of=lambda n: self.spec.nodes[n], write_locally=self.partitions.write_txn_markers,
             channels=self.channels)
+        #: runs a call on the owner of a log, in process or over gRPC (the half shards and the RocketMQ front door)
+        self.router = OwnerRouter(node_id=node_id, membership=self.membership, channels=self.channels,
+                                  address_of=lambda n: self.spec.nodes[n])
         self.allocator = ProducerIdAllocator(layout.producer_ids, self.config.producer_id_block_size)
         self.producers = ProducerRegistry()
         self.half = HalfMessageCoordinator(
@@ -117,10 +120,8 @@ class Node:
             check_max=self.config.transaction_check_max, half_message_timeout_ms=self.config.half_message_timeout_ms,
             default_storage=self.config.half_message_storage, now_ms=now_ms, allocate_producer_id=self.allocator.allocate,
             partitions_for=self.topics.partitions, topic_configs=self.topics.configs,
-            writer=PartitionWriter(
-                local_node_id=node_id, owner_of=lambda tp: self.membership.owner(tp.topic, tp.partition),
-                address_of=lambda n: self.spec.nodes[n], produce_locally=self.partitions.produce,
-                describe_locally=self.partitions.describe_producers, channels=self.channels),
+            writer=PartitionWriter(router=self.router, produce_locally=self.partitions.produce,
+                                   describe_locally=self.partitions.describe_producers),
             find_producer=self._find_producer, write_markers=self.markers.write,
             message_max_bytes=self.config.message_max_bytes, node_id=node_id)
         self.txn = TransactionCoordinator(
@@ -156,14 +157,12 @@ class Node:
         rpc.add_GroupCoordinatorServicer_to_server(GroupService(self.groups), server)
         rpc.add_HalfMessagesServicer_to_server(HalfMessagesServicer(self.half, self.producers, self.stopped), server)
         # RocketMQ 5's front door, on the same port: the official clients reach the same logic
-        router = OwnerRouter(node_id=self.node_id, membership=self.membership, channels=self.channels,
-                             address_of=lambda n: self.spec.nodes[n])
-        pop = PopService(partitions=self.partitions, groups=self.groups, router=router,
+        pop = PopService(partitions=self.partitions, groups=self.groups, router=self.router,
                          offsets_shards=self.config.offsets_shards, now_ms=now_ms, stopped=self.stopped)
         rmq_grpc.add_MessagingServiceServicer_to_server(MessagingFrontDoor(
             node_id=self.node_id, address_of=lambda n: self.spec.nodes[n], membership=self.membership,
             topics=self.topics, partitions=self.partitions, half=self.half, producers=self.producers,
-            channels=self.channels, half_shards=self.config.half_shards,
+            router=self.router, half_shards=self.config.half_shards,
             message_max_bytes=self.config.message_max_bytes, stopped=self.stopped, now_ms=now_ms, pop=pop), server)
         if server.add_insecure_port(self.address) == 0:
             raise KafkaConfigurationError(f"node {self.node_id} cannot listen on {self.address}")
@@ -325,11 +324,9 @@ class Node:
         """Ask the owner of a half-message shard whether a message stored in place may open its transaction."""
         request = pb.VerifyHalfWriteRequest(shard=shard, producer_id=producer_id, topic=tp.topic, partition=tp.partition)
         try:
-            if self.membership.owner(HALF_TOPIC, shard) == self.node_id:
-                response = self.half.verify_write(request)
-            else:
-                stubs = self.channels.stubs(self.spec.nodes[self.membership.owner(HALF_TOPIC, shard)])
-                response = call(stubs.half.VerifyHalfWrite, request, 5.0, check=False)
+            response = self.router.call(HALF_TOPIC, shard, lambda stubs, timeout_s: self.half.verify_write(request)
+                                        if stubs is None else call(stubs.half.VerifyHalfWrite, request, timeout_s,
+                                                                   check=False))
         except KafkaError as exc:
             return code_of(exc) if isinstance(exc, BrokerResponseError) else CoordinatorNotAvailableError.errno
         return response.error_code

@@ -244,8 +244,6 @@ class HalfMessageCoordinator:
         end.finished.wait(_EFFECT_WAIT_S)
         return pb.EndHalfTransactionResponse()
 
-    # ------------------------------------------------------------ the writer of one shard
-
     # ------------------------------------------------------------ check-back
 
     def _run_checks(self) -> None:
@@ -267,7 +265,12 @@ class HalfMessageCoordinator:
         for loaded in shards:
             if not loaded.stopped.is_set():
                 self._check_shard(loaded, now, producers)
-        next_due = [d for d in (loaded.core.next_due_ms() for loaded in shards) if d is not None]
+        next_due = []
+        for loaded in shards:
+            with loaded.lock:  # the writer and the RPC threads change the pending set meanwhile
+                due = loaded.core.next_due_ms()
+            if due is not None:
+                next_due.append(due)
         return (min(next_due) - self._now_ms()) if next_due else 1000
 
     def _check_shard(self, loaded: LoadedShard, now: int,
@@ -296,9 +299,9 @@ class HalfMessageCoordinator:
             self._discard(loaded, [d.pending for d in discards], now)
         if not checks:
             return
+        tids = [d.pending.transaction_id for d in checks]
         with loaded.lock:
-            for d in checks:
-                d.pending.checking = True
+            core.counting(tids)
         try:
             appended = loaded.half_log.append(
                 log_format.encode([log_format.encode_half(d.record, d.record.store_time_ms) for d in checks]),
@@ -306,15 +309,13 @@ class HalfMessageCoordinator:
         except KafkaError as exc:
             log.warning("half-message shard %d: could not count %d check(s): %s", core.shard, len(checks), exc)
             with loaded.lock:
-                for d in checks:
-                    d.pending.checking = False
+                core.count_failed(tids)
             return
         sent = []
         with loaded.lock:
             for i, d in enumerate(checks):
-                d.pending.checking = False
                 pending = core.checked_durably(d.pending.transaction_id, appended.base_offset + i, d.record)
-                if pending is not None and pending.deciding is None:
+                if pending is not None:
                     sent.append(pending)
         for pending in sent:
             check = _check_message(core.shard, pending)
@@ -335,10 +336,10 @@ class HalfMessageCoordinator:
             return
         with loaded.lock:
             for pending in discarded:
-                outcome_op = loaded.core.discard_op(pending)
-                if loaded.core.pending.get(pending.transaction_id) is pending and pending.deciding is None:
-                    pending.deciding = Resolution.DISCARD
-                    loaded.ends.append(PendingEnd(outcome_op))
+                op = loaded.core.discard(pending.transaction_id)
+                if op is None:
+                    continue  # decided meanwhile: the discarded copy is harmless, replay sees the decision first
+                loaded.ends.append(PendingEnd(op))
                 log.warning("transaction %s: still undecided after %d checks; discarded to %s, never delivered",
                             pending.transaction_id, pending.record.check_times, CHECK_MAX_TOPIC)
         loaded.wake.set()

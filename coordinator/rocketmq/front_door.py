@@ -42,7 +42,7 @@ from proto.errors import (
 )
 from proto.hashing import partition_for, partition_for_key
 from proto.structs import HALF_TOPIC, TopicPartition
-from proto.transport import NodeChannels, Stubs, call
+from proto.transport import Stubs, call
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def client_id_of(context: Any) -> str:
 class MessagingFrontDoor(rmq_grpc.MessagingServiceServicer):
     def __init__(self, *, node_id: int, address_of: Callable[[int], str], membership: Membership,
                  topics: TopicStore, partitions: PartitionServer, half: HalfMessageCoordinator,
-                 producers: ProducerRegistry, channels: NodeChannels, half_shards: int, message_max_bytes: int,
+                 producers: ProducerRegistry, router: OwnerRouter, half_shards: int, message_max_bytes: int,
                  stopped: threading.Event, now_ms: Callable[[], int], pop: PopService | None = None,
                  request_timeout_s: float = 5.0) -> None:
         self._node_id = node_id
@@ -97,8 +97,7 @@ class MessagingFrontDoor(rmq_grpc.MessagingServiceServicer):
         self._now_ms = now_ms
         self._pop = pop
         self._timeout_s = request_timeout_s
-        self._router = OwnerRouter(node_id=node_id, membership=membership, channels=channels, address_of=address_of,
-                                   request_timeout_s=request_timeout_s)
+        self._router = router
         self._turns: dict[str, itertools.count] = defaultdict(itertools.count)
         self._lock = threading.Lock()
         self._sessions: dict[str, set[TelemetrySession]] = defaultdict(set)

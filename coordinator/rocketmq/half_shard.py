@@ -163,7 +163,7 @@ class HalfShard:
         tid = transaction_id(self.shard, first)
         pending = self._pop_pending(tid)
         if pending is not None:
-            self._install(self.discard_op(pending), pending.record)
+            self._install(_discard_op(pending), pending.record)
 
     # ------------------------------------------------------------ sending
 
@@ -282,14 +282,29 @@ class HalfShard:
             return None
         return min(p.next_check_ms(self.check_interval_ms) for p in self.pending.values())
 
+    def counting(self, tids: Iterable[str]) -> None:
+        """The re-appends that count these checks are being written: plan no second check meanwhile."""
+        for tid in tids:
+            pending = self.pending.get(tid)
+            if pending is not None:
+                pending.checking = True
+
+    def count_failed(self, tids: Iterable[str]) -> None:
+        """The re-appends were not written: the checks are due again (nothing was counted)."""
+        for tid in tids:
+            pending = self.pending.get(tid)
+            if pending is not None:
+                pending.checking = False
+
     def checked_durably(self, tid: str, offset: int, record: HalfRecord) -> PendingHalf | None:
-        """The re-appended record is durable: the count moved on. None if it was decided meanwhile."""
+        """The re-appended record is durable: the count moved on. Returns the message to send the check
+        for, None if it was decided (or is being decided) meanwhile: no check after a decision."""
         pending = self.pending.get(tid)
         if pending is None:
             return None
         pending.latest_offset, pending.record = offset, record
-        pending.unanswered, pending.retry_at_ms = 0, 0
-        return pending
+        pending.unanswered, pending.retry_at_ms, pending.checking = 0, 0, False
+        return pending if pending.deciding is None else None
 
     def unanswered(self, tid: str, now_ms: int) -> None:
         """No live producer of the group: look again after an interval, without counting a check."""
@@ -298,5 +313,15 @@ class HalfShard:
             pending.unanswered += 1
             pending.retry_at_ms = now_ms + self.check_interval_ms
 
-    def discard_op(self, pending: PendingHalf) -> OpRecord:
-        return OpRecord(pending.transaction_id, pending.first_offset, Resolution.DISCARD, source="CHECK_MAX")
+    def discard(self, tid: str) -> OpRecord | None:
+        """The OP record that decides DISCARD once the message is in TRANS_CHECK_MAX_TIME_TOPIC (None if it
+        was decided, or is being decided, meanwhile)."""
+        pending = self.pending.get(tid)
+        if pending is None or pending.deciding is not None:
+            return None
+        pending.deciding = Resolution.DISCARD
+        return _discard_op(pending)
+
+
+def _discard_op(pending: PendingHalf) -> OpRecord:
+    return OpRecord(pending.transaction_id, pending.first_offset, Resolution.DISCARD, source="CHECK_MAX")

@@ -66,7 +66,9 @@ def test_after_check_max_checks_the_message_is_discarded():
         now += INTERVAL
     [due] = core.due(now)
     assert due.action is CheckAction.DISCARD
-    decision = core.decided_durably(core.discard_op(pending))
+    discard = core.discard(pending.transaction_id)
+    assert discard is not None and core.discard(pending.transaction_id) is None, "one discard decision"
+    decision = core.decided_durably(discard)
     assert decision.resolution is Resolution.DISCARD and core.due(now + 10 * INTERVAL) == []
     assert not decision.needs_effect, "a discarded RocketMQ-stored message is never copied"
 
