@@ -206,19 +206,17 @@ class HalfShard:
         pending.deciding = resolution
         return EndOutcome(op)
 
-    def restore_copy_sequences(self, ops: Iterable[OpRecord]) -> None:
-        """OP records that were not written give their copy sequences back (no gap is left)."""
+    def decisions_failed(self, ops: Iterable[OpRecord]) -> None:
+        """These OP records could not be written: their messages are undecided again (a check-back will
+        ask), and their copy sequences are given back, so no gap is left."""
         for op in ops:
             pending = self.pending.get(op.transaction_id)
-            if op.copy_sequence >= 0 and pending is not None:
+            if pending is None:
+                continue
+            pending.deciding = None
+            if op.copy_sequence >= 0:
                 tp = TopicPartition(pending.record.topic, pending.record.partition)
                 self._next_copy_sequence[tp] = min(self._next_copy_sequence.get(tp, 0), op.copy_sequence)
-
-    def decision_failed(self, tid: str) -> None:
-        """Its OP record could not be written: it is undecided again (a check-back will ask)."""
-        pending = self.pending.get(tid)
-        if pending is not None:
-            pending.deciding = None
 
     def _op_for(self, pending: PendingHalf, resolution: Resolution, source: str) -> OpRecord:
         producer_id, sequence = -1, -1

@@ -100,9 +100,7 @@ class ShardWriter:
                                  origin=AppendOrigin.COORDINATOR)
         except KafkaError as exc:
             with loaded.lock:
-                core.restore_copy_sequences([e.op for e in ends])
-                for e in ends:
-                    core.decision_failed(e.op.transaction_id)
+                core.decisions_failed([e.op for e in ends])
             for e in ends:
                 e.decided.set_exception(exc)
             return

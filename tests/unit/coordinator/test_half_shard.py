@@ -125,9 +125,7 @@ def test_copy_sequences_run_per_partition_without_gaps_even_when_a_write_fails()
     a, b, c = (core.stored(i, half(partition=p)) for i, p in enumerate((0, 0, 1)))
     ops = [core.end(p.transaction_id, Resolution.COMMIT, source="CLIENT").op for p in (a, b, c)]
     assert [(op.copy_sequence) for op in ops] == [0, 1, 0]
-    core.restore_copy_sequences(ops[1:])  # the batch holding b and c was not written
-    for op in ops[1:]:
-        core.decision_failed(op.transaction_id)
+    core.decisions_failed(ops[1:])  # the batch holding b and c was not written
     core.decided_durably(ops[0])
     retried = [core.end(p.transaction_id, Resolution.COMMIT, source="CLIENT").op for p in (b, c)]
     assert [op.copy_sequence for op in retried] == [1, 0]
