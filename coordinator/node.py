@@ -25,7 +25,7 @@ import grpc
 
 from coordinator.cluster_service import ClusterServer, ClusterServicer
 from coordinator.group import GroupCoordinator, GroupService
-from coordinator.kafka.front_door import open_kafka_listener
+from coordinator.kafka.front_door import KafkaBackends, open_kafka_listener
 from coordinator.kafka.server import KafkaListener
 from coordinator.layout import ClusterLayout, check_shard_counts, read_cluster_spec
 from coordinator.partition_service import PartitionServer, PartitionsServicer
@@ -172,9 +172,9 @@ class Node:
         if kafka_address is not None:  # Kafka's wire protocol, a second front door to the same objects
             try:
                 self._kafka = open_kafka_listener(
-                    kafka_address, message_max_bytes=self.config.message_max_bytes, cluster=cluster,
-                    partitions=self.partitions, init_producer_id=self.txn.init_producer_id,
-                    kafka_address_of=self.spec.kafka_nodes.get)
+                    kafka_address, message_max_bytes=self.config.message_max_bytes, backends=KafkaBackends(
+                        node_id=self.node_id, cluster=cluster, partitions=self.partitions, txn=self.txn,
+                        groups=self.groups, topics=self.topics, kafka_address_of=self.spec.kafka_nodes.get))
             except OSError as exc:
                 raise KafkaConfigurationError(
                     f"node {self.node_id} cannot listen for Kafka clients on {kafka_address}: {exc.strerror}") from None

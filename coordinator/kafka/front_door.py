@@ -1,22 +1,44 @@
-"""Wiring: the node's objects behind the Kafka port, each API key to its handler, one listener per node."""
+"""Wiring: the node's objects behind the Kafka port, each API key to its handler, one listener per node.
+
+Every handler module gets the same `KafkaBackends`: the objects the gRPC services also serve from, so
+both front doors reach one implementation.
+"""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from coordinator.cluster_service import ClusterServer
+from coordinator.group import GroupCoordinator
 from coordinator.kafka.apis import ApiKey
-from coordinator.kafka.cluster_apis import ClusterApis, InitProducerId
+from coordinator.kafka.cluster_apis import ClusterApis
 from coordinator.kafka.dispatch import Dispatcher
 from coordinator.kafka.framing import max_request_bytes
 from coordinator.kafka.partition_apis import PartitionApis
 from coordinator.kafka.server import KafkaListener
+from coordinator.kafka.txn_apis import TxnApis
 from coordinator.partition_service import PartitionServer
+from coordinator.topics import TopicStore
+from coordinator.txn.coordinator import TransactionCoordinator
 
 
-def build_dispatcher(*, cluster: ClusterServer, partitions: PartitionServer, init_producer_id: InitProducerId,
-                     kafka_address_of: Callable[[int], str | None]) -> Dispatcher:
-    cluster_apis = ClusterApis(cluster=cluster, init_producer_id=init_producer_id, kafka_address_of=kafka_address_of)
-    partition_apis = PartitionApis(partitions)
+@dataclass(frozen=True)
+class KafkaBackends:
+    node_id: int
+    cluster: ClusterServer
+    partitions: PartitionServer
+    txn: TransactionCoordinator
+    groups: GroupCoordinator
+    topics: TopicStore
+    #: node id -> its Kafka listener's host:port (None: that node has none)
+    kafka_address_of: Callable[[int], str | None]
+
+
+def build_dispatcher(backends: KafkaBackends) -> Dispatcher:
+    cluster_apis = ClusterApis(cluster=backends.cluster, init_producer_id=backends.txn.init_producer_id,
+                               kafka_address_of=backends.kafka_address_of)
+    partition_apis = PartitionApis(backends.partitions)
+    txn_apis = TxnApis(txn=backends.txn, groups=backends.groups)
     return Dispatcher({
         ApiKey.API_VERSIONS: cluster_apis.api_versions,
         ApiKey.METADATA: cluster_apis.metadata,
@@ -25,15 +47,13 @@ def build_dispatcher(*, cluster: ClusterServer, partitions: PartitionServer, ini
         ApiKey.PRODUCE: partition_apis.produce,
         ApiKey.FETCH: partition_apis.fetch,
         ApiKey.LIST_OFFSETS: partition_apis.list_offsets,
+        **txn_apis.handlers(),
     })
 
 
-def open_kafka_listener(address: str, *, message_max_bytes: int, cluster: ClusterServer, partitions: PartitionServer,
-                        init_producer_id: InitProducerId, kafka_address_of: Callable[[int], str | None]) -> KafkaListener:
+def open_kafka_listener(address: str, *, message_max_bytes: int, backends: KafkaBackends) -> KafkaListener:
     """A started listener on `address` serving the node's objects; frames above the node's batch limit plus
     the request around it close their connection."""
-    dispatcher = build_dispatcher(cluster=cluster, partitions=partitions, init_producer_id=init_producer_id,
-                                  kafka_address_of=kafka_address_of)
-    listener = KafkaListener(address, dispatcher, max_request_bytes=max_request_bytes(message_max_bytes))
+    listener = KafkaListener(address, build_dispatcher(backends), max_request_bytes=max_request_bytes(message_max_bytes))
     listener.start()
     return listener
