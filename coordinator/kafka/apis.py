@@ -23,10 +23,18 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
     ProduceRequest,
     ProduceResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 )
 
 
@@ -104,7 +112,13 @@ SERVED: dict[int, ServedApi] = {api.key: api for api in (
     _api(ApiKey.METADATA, MetadataRequest, MetadataResponse, (0, 9)),
     _api(ApiKey.FIND_COORDINATOR, FindCoordinatorRequest, FindCoordinatorResponse, (0, 5)),
     _api(ApiKey.API_VERSIONS, ApiVersionsRequest, ApiVersionsResponse, (0, 4)),
-    _api(ApiKey.INIT_PRODUCER_ID, InitProducerIdRequest, InitProducerIdResponse, (0, 4)),
+    _api(ApiKey.INIT_PRODUCER_ID, InitProducerIdRequest, InitProducerIdResponse, (0, 5)),
+    # transactions V1 as Kafka clients speak them; AddPartitionsToTxn 4-5 is the brokers' batched (verify) form,
+    # EndTxn/TxnOffsetCommit v5 are transactions V2 (with Produce v12, not served)
+    _api(ApiKey.ADD_PARTITIONS_TO_TXN, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, (0, 5)),
+    _api(ApiKey.ADD_OFFSETS_TO_TXN, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, (0, 4)),
+    _api(ApiKey.END_TXN, EndTxnRequest, EndTxnResponse, (0, 4)),
+    _api(ApiKey.TXN_OFFSET_COMMIT, TxnOffsetCommitRequest, TxnOffsetCommitResponse, (0, 4)),
 )}
 
 

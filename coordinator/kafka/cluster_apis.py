@@ -2,7 +2,7 @@
 the transaction coordinator, the objects behind the gRPC Cluster and TransactionCoordinator services.
 
 Brokers are the live nodes at their Kafka addresses; a partition's leader is its owner by placement.
-Topics are never created by Metadata; transactional ids are not served yet (idempotent producers only).
+Topics are never created by Metadata. InitProducerId serves idempotent and transactional producers alike.
 """
 from __future__ import annotations
 
@@ -114,14 +114,14 @@ class ClusterApis:
         def answer(code: int, producer_id: int = -1, producer_epoch: int = -1) -> InitProducerIdResponse:
             return InitProducerIdResponse(version=version, throttle_time_ms=0, error_code=code,
                                           producer_id=producer_id, producer_epoch=producer_epoch)
-        if request.transactional_id is not None:
-            # transactions V1 (AddPartitionsToTxn, EndTxn) are not served on the Kafka port yet
-            return answer(WireError.INVALID_REQUEST)
         try:
-            granted = self._init_producer_id(pb.InitProducerIdRequest(
+            ask = pb.InitProducerIdRequest(
                 transaction_timeout_ms=request.transaction_timeout_ms,
                 producer_id=request.producer_id if version >= 3 else -1,
-                producer_epoch=request.producer_epoch if version >= 3 else -1))
+                producer_epoch=request.producer_epoch if version >= 3 else -1)
+            if request.transactional_id is not None:
+                ask.transactional_id = request.transactional_id
+            granted = self._init_producer_id(ask)
         except KafkaError as exc:
             return answer(code_of(exc))
         if granted.error_code:

@@ -1,4 +1,5 @@
-"""The transaction coordinator: Kafka's protocol with transactions V2 (KIP-890), per owned shard.
+"""The transaction coordinator: Kafka's protocol, transactions V2 (KIP-890) for txnsim's producer and V1 for
+Kafka clients on the wire port, per owned shard.
 
 Invariants: at most one pending transition per transactional id (others get
 CONCURRENT_TRANSACTIONS); metadata changes only after its log entry is durable and only if the
@@ -217,7 +218,13 @@ class TransactionCoordinator:
                 return pb.AddOffsetsToTxnResponse(error_code=result.error_code, error_message=result.error_message)
         return pb.AddOffsetsToTxnResponse()
 
-    def end_txn(self, req: pb.EndTxnRequest) -> pb.EndTxnResponse:
+    def end_txn(self, req: pb.EndTxnRequest, *, transaction_version: int = 2) -> pb.EndTxnResponse:
+        """Prepare the commit or abort, durably, then start phase two.
+
+        `transaction_version` is the client's: 2 (txnsim's producer, KIP-890) bumps the epoch at every end;
+        1 (Kafka clients, EndTxn < v5) keeps it, so the epoch moves only with InitProducerId, a fence or a
+        timeout abort, and a retry is recognised by the same epoch finding the outcome already decided.
+        """
         tid = req.transactional_id
         self._validate_id(tid)
         shard, epoch = self._owned(tid)
@@ -228,24 +235,47 @@ class TransactionCoordinator:
             if current is None:
                 raise InvalidProducerIdMappingError(
                     f"[INVALID_PRODUCER_ID_MAPPING] {tid!r} is unknown; call init_transactions() first")
-            # Transactions V2: a retry finds the epoch already bumped by the EndTxn it repeats (§4.7, §12.12).
-            retry = self._recognise_end_txn_retry(current, req)
-            if retry is not None:
-                return retry
+            if transaction_version >= 2:
+                # Transactions V2: a retry finds the epoch already bumped by the EndTxn it repeats (§4.7, §12.12).
+                retry = self._recognise_end_txn_retry(current, req)
+                if retry is not None:
+                    return retry
             self._check_producer(shard, tid, req.producer_id, req.producer_epoch)
             self._check_not_pending(shard, tid)
+            if transaction_version < 2 and self._v1_end_already_decided(current, req.committed):
+                return pb.EndTxnResponse(producer_id=current.producer_id, producer_epoch=current.producer_epoch)
             if current.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
                 raise ConcurrentTransactionsError(f"[CONCURRENT_TRANSACTIONS] {tid!r} is already ending; retry")
-            if current.state != S.ONGOING and req.committed:
+            if current.state != S.ONGOING and (req.committed or transaction_version < 2):
                 raise InvalidTxnStateError(
-                    f"[INVALID_TXN_STATE] cannot commit {tid!r}: it has no ongoing transaction (state {current.state})")
-            prepared = self._prepare_end(current, S.PREPARE_COMMIT if req.committed else S.PREPARE_ABORT, now)
+                    f"[INVALID_TXN_STATE] cannot {outcome} {tid!r}: it has no ongoing transaction "
+                    f"(state {current.state})")
+            target = S.PREPARE_COMMIT if req.committed else S.PREPARE_ABORT
+            if transaction_version >= 2:
+                prepared = self._prepare_end(current, target, now)
+            else:
+                prepared = current.transit(target, now, ended_by_fence=False)
             shard.pending[tid] = prepared.state
         self._persist(shard, epoch, prepared)
-        log.debug("%s: %s prepared at epoch %d", tid, outcome, prepared.producer_epoch)
+        log.debug("%s: %s prepared at epoch %d (transactions V%d)", tid, outcome, prepared.producer_epoch,
+                  transaction_version)
         self._schedule_completion(shard.shard, epoch, prepared)
         pid, new_epoch = self._client_identity(prepared)
         return pb.EndTxnResponse(producer_id=pid, producer_epoch=new_epoch)
+
+    @staticmethod
+    def _v1_end_already_decided(current: TxnMetadata, committed: bool) -> bool:
+        """Transactions V1 at the same epoch: True if this end is a retry of one already decided (Kafka answers
+        it NONE once complete, CONCURRENT_TRANSACTIONS while its markers are still going out)."""
+        same_done = S.COMPLETE_COMMIT if committed else S.COMPLETE_ABORT
+        same_pending = S.PREPARE_COMMIT if committed else S.PREPARE_ABORT
+        if current.state == same_pending:
+            raise ConcurrentTransactionsError(
+                f"[CONCURRENT_TRANSACTIONS] the {same_pending} of {current.transactional_id!r} is completing")
+        if current.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+            raise InvalidTxnStateError(
+                f"[INVALID_TXN_STATE] {current.transactional_id!r} is already ending with {current.state}")
+        return current.state == same_done
 
     def list_transactions(self, req: pb.ListTransactionsRequest) -> pb.ListTransactionsResponse:
         states = set(req.state_filters)

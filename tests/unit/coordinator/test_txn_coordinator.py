@@ -186,3 +186,46 @@ def test_a_shard_being_taken_over_answers_load_in_progress_and_a_foreign_one_not
         init(tc, "tx")
     tc.load_shard(shard, logs.open_as_leader("__transaction_state", shard))
     assert init(tc, "tx").producer_id >= 0
+
+
+# ---------------------------------------------------------------- transactions V1 (Kafka clients, EndTxn < v5)
+
+def end_v1(tc, tid, pid, epoch, committed):
+    return tc.end_txn(pb.EndTxnRequest(transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                                       committed=committed), transaction_version=1)
+
+
+def test_v1_keeps_the_epoch_across_transactions_and_writes_markers_at_it(tmp_path):
+    markers = RecordingMarkers()
+    tc, _ = make(tmp_path, markers)
+    ids = init(tc, "tx")
+    for committed in (True, False, True):
+        assert add(tc, "tx", ids.producer_id, ids.producer_epoch, 1).results[0].error_code == 0
+        end = end_v1(tc, "tx", ids.producer_id, ids.producer_epoch, committed)
+        assert end.producer_epoch == ids.producer_epoch
+        wait_until(lambda: state(tc, "tx").state == ("CompleteCommit" if committed else "CompleteAbort"))
+    assert [(epoch, committed) for _pid, epoch, committed, _ce, _tps in markers.written] == [
+        (ids.producer_epoch, True), (ids.producer_epoch, False), (ids.producer_epoch, True)]
+    assert state(tc, "tx").producer_epoch == ids.producer_epoch
+
+
+def test_v1_retry_of_a_decided_end_succeeds_and_the_other_outcome_is_invalid(tmp_path):
+    tc, _ = make(tmp_path, RecordingMarkers())
+    ids = init(tc, "tx")
+    add(tc, "tx", ids.producer_id, ids.producer_epoch, 0)
+    end_v1(tc, "tx", ids.producer_id, ids.producer_epoch, True)
+    wait_until(lambda: state(tc, "tx").state == "CompleteCommit")
+    assert end_v1(tc, "tx", ids.producer_id, ids.producer_epoch, True).producer_epoch == ids.producer_epoch
+    with pytest.raises(InvalidTxnStateError):
+        end_v1(tc, "tx", ids.producer_id, ids.producer_epoch, False)
+
+
+def test_v1_end_without_a_transaction_is_invalid_txn_state_and_a_stale_epoch_is_fenced(tmp_path):
+    tc, _ = make(tmp_path, RecordingMarkers())
+    ids = init(tc, "tx")
+    with pytest.raises(InvalidTxnStateError):
+        end_v1(tc, "tx", ids.producer_id, ids.producer_epoch, False)
+    newer = init(tc, "tx")
+    assert newer.producer_epoch == ids.producer_epoch + 1
+    with pytest.raises(ProducerFencedError):
+        end_v1(tc, "tx", ids.producer_id, ids.producer_epoch, True)

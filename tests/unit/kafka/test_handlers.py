@@ -180,7 +180,7 @@ def test_find_coordinator_answers_the_kafka_address_single_and_batched():
     assert other.error_code == WireError.INVALID_REQUEST
 
 
-def test_init_producer_id_grants_an_idempotent_id_and_refuses_transactional_ids_for_now():
+def test_init_producer_id_grants_idempotent_and_transactional_ids():
     asked = []
 
     def grant(req: pb.InitProducerIdRequest) -> pb.InitProducerIdResponse:
@@ -192,9 +192,10 @@ def test_init_producer_id_grants_an_idempotent_id_and_refuses_transactional_ids_
                                                           producer_epoch=-1), 4)
     assert (granted.error_code, granted.producer_id, granted.producer_epoch) == (0, 42, 0)
     assert not asked[0].HasField("transactional_id")
-    refused = apis.init_producer_id(InitProducerIdRequest(version=4, transactional_id="tx", transaction_timeout_ms=1,
-                                                          producer_id=-1, producer_epoch=-1), 4)
-    assert refused.error_code == WireError.INVALID_REQUEST and len(asked) == 1
+    transactional = apis.init_producer_id(InitProducerIdRequest(
+        version=4, transactional_id="tx", transaction_timeout_ms=1000, producer_id=-1, producer_epoch=-1), 4)
+    assert transactional.error_code == 0
+    assert (asked[1].transactional_id, asked[1].transaction_timeout_ms) == ("tx", 1000)
 
     def failing(req):
         raise InvalidRequestError("[INVALID_REQUEST] no")
@@ -231,9 +232,103 @@ def test_every_answer_encodes_at_every_served_version():
             version=v, replica_id=-1, isolation_level=1, topics=[L(name="orders", partitions=[
                 L.ListOffsetsPartition(partition_index=0, timestamp=t) for t in (-1, -2, 5)])])),
     }
+    requests.update(txn_requests())
     for key, api in SERVED.items():
         for version in range(api.lowest_served, api.max_version + 1):
             handler, request = requests[key](version)
             response = handler(request, version)
             response.with_header(correlation_id=1)
             assert response.encode(header=True, framed=True), (key.name, version)
+
+
+class FakeTxn:
+    """Answers every transaction call with one per-partition error, or raises a request-level one."""
+
+    def __init__(self, fail: Exception | None = None) -> None:
+        self.fail = fail
+        self.ends: list[tuple[pb.EndTxnRequest, int]] = []
+
+    def add_partitions(self, req):
+        if self.fail:
+            raise self.fail
+        return pb.AddPartitionsToTxnResponse(results=[
+            pb.PartitionError(topic=p.topic, partition=p.partition, error_code=3 if p.topic == "nope" else 0)
+            for p in req.partitions])
+
+    def add_offsets(self, req):
+        if self.fail:
+            raise self.fail
+        return pb.AddOffsetsToTxnResponse()
+
+    def end_txn(self, req, *, transaction_version):
+        if self.fail:
+            raise self.fail
+        self.ends.append((req, transaction_version))
+        return pb.EndTxnResponse(producer_id=req.producer_id, producer_epoch=req.producer_epoch)
+
+    def txn_offset_commit(self, req):
+        if self.fail:
+            raise self.fail
+        return pb.TxnOffsetCommitResponse(results=[
+            pb.PartitionError(topic=o.topic, partition=o.partition, error_code=0) for o in req.offsets])
+
+
+def txn_requests(fake=None):
+    from kafka.protocol.producer import (
+        AddOffsetsToTxnRequest,
+        AddPartitionsToTxnRequest,
+        EndTxnRequest,
+        TxnOffsetCommitRequest,
+    )
+
+    from coordinator.kafka.apis import ApiKey
+    from coordinator.kafka.txn_apis import TxnApis
+    fake = fake or FakeTxn()
+    apis = TxnApis(txn=fake, groups=fake)
+    Topic = AddPartitionsToTxnRequest.AddPartitionsToTxnTopic
+    topics = [Topic(name="orders", partitions=[0, 1]), Topic(name="nope", partitions=[0])]
+    C = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+    return {
+        ApiKey.ADD_PARTITIONS_TO_TXN: lambda v: (apis.add_partitions_to_txn, AddPartitionsToTxnRequest(
+            version=v, v3_and_below_transactional_id="tx", v3_and_below_producer_id=7, v3_and_below_producer_epoch=0,
+            v3_and_below_topics=topics, transactions=[AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction(
+                transactional_id="tx", producer_id=7, producer_epoch=0, verify_only=True, topics=topics)])),
+        ApiKey.ADD_OFFSETS_TO_TXN: lambda v: (apis.add_offsets_to_txn, AddOffsetsToTxnRequest(
+            version=v, transactional_id="tx", producer_id=7, producer_epoch=0, group_id="g")),
+        ApiKey.END_TXN: lambda v: (apis.end_txn, EndTxnRequest(
+            version=v, transactional_id="tx", producer_id=7, producer_epoch=0, committed=True)),
+        ApiKey.TXN_OFFSET_COMMIT: lambda v: (apis.txn_offset_commit, TxnOffsetCommitRequest(
+            version=v, transactional_id="tx", group_id="g", producer_id=7, producer_epoch=0, generation_id=-1,
+            member_id="", group_instance_id=None, topics=[C(name="orders", partitions=[
+                C.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=5, committed_leader_epoch=-1,
+                                                  committed_metadata="m")])])),
+    }
+
+
+def test_txn_apis_answer_per_partition_and_end_transactions_as_v1():
+    from coordinator.kafka.apis import ApiKey
+    fake = FakeTxn()
+    requests = txn_requests(fake)
+    handler, request = requests[ApiKey.ADD_PARTITIONS_TO_TXN](3)
+    answer = handler(request, 3)
+    codes = {(t.name, p.partition_index): p.partition_error_code
+             for t in answer.results_by_topic_v3_and_below for p in t.results_by_partition}
+    assert codes == {("orders", 0): 0, ("orders", 1): 0, ("nope", 0): 3}
+    handler, request = requests[ApiKey.END_TXN](1)
+    assert handler(request, 1).error_code == 0
+    assert fake.ends[0][1] == 1  # transactions V1: the coordinator keeps the epoch
+
+
+def test_a_request_level_error_is_every_partitions_error():
+    from coordinator.kafka.apis import ApiKey
+    from proto.errors import NotCoordinatorError
+    requests = txn_requests(FakeTxn(fail=NotCoordinatorError("[NOT_COORDINATOR] moved")))
+    handler, request = requests[ApiKey.ADD_PARTITIONS_TO_TXN](0)
+    answer = handler(request, 0)
+    assert {p.partition_error_code for t in answer.results_by_topic_v3_and_below
+            for p in t.results_by_partition} == {16}
+    for key in (ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN):
+        handler, request = requests[key](0)
+        assert handler(request, 0).error_code == 16
+    handler, request = requests[ApiKey.TXN_OFFSET_COMMIT](3)
+    assert {p.error_code for t in handler(request, 3).topics for p in t.partitions} == {16}
