@@ -152,3 +152,43 @@ def test_a_transaction_left_open_is_aborted_at_its_timeout_and_the_producer_is_f
     assert read_all(consumer(cluster, "read_committed"), topic) == []
     with pytest.raises(KafkaException):
         producer.commit_transaction(30)
+
+
+# ------------------------------------------------------------ the coordinator killed during a commit
+
+
+@pytest.fixture
+def fresh_cluster(tmp_path):
+    """A cluster of its own: this test kills nodes."""
+    from tests.integration.conftest import FAST_SETTINGS
+    from txnsim import LocalCluster
+    with LocalCluster(nodes=3, data_dir=tmp_path / "cluster", kafka_port=0, **FAST_SETTINGS) as c:
+        with Admin(c.bootstrap_servers) as admin:
+            admin.create_topic("t", partitions=3)
+        yield c
+
+
+@pytest.mark.parametrize("kill_at", ["before EndTxn", "after EndTxn"])
+def test_a_coordinator_killed_during_a_commit_ends_in_one_outcome(fresh_cluster, kill_at):
+    txn_id = f"killed-{kill_at.split()[0]}"
+    producer = transactional_producer(fresh_cluster, txn_id)
+    producer.begin_transaction()
+    produce(producer, "t", [f"r{i}" for i in range(30)])
+    producer.flush(30)
+    coordinator = fresh_cluster.coordinator_for(txn_id)
+    if kill_at == "before EndTxn":
+        fresh_cluster.kill(coordinator)
+        producer.commit_transaction(60)  # librdkafka finds the node that took the shard over and retries there
+    else:
+        producer.commit_transaction(60)
+        fresh_cluster.kill(coordinator)  # markers may not all be written: the next owner finishes them
+    wait_until(lambda: fresh_cluster.coordinator_for(txn_id) != coordinator, timeout_s=10,
+               what="another node to take the shard over")
+    with Admin(fresh_cluster.bootstrap_servers) as admin:
+        wait_until(lambda: admin.describe_transaction(txn_id).state == "CompleteCommit", timeout_s=20,
+                   what="the commit to complete on the new owner")
+    assert sorted(read_all(consumer(fresh_cluster, "read_committed"), "t")) == sorted(
+        f"r{i}".encode() for i in range(30))
+    producer.begin_transaction()  # the producer goes on with the new owner
+    produce(producer, "t", ["next"])
+    producer.commit_transaction(60)
