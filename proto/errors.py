@@ -127,6 +127,12 @@ OperationNotAttemptedError = _code("OperationNotAttemptedError", 55, "OPERATION_
 KafkaStorageError = _code("KafkaStorageError", 56, "KAFKA_STORAGE_ERROR", retriable=True, doc="The log could not be written.")
 UnknownProducerIdError = _code("UnknownProducerIdError", 59, "UNKNOWN_PRODUCER_ID", abortable=True, doc="The producer id is unknown.")
 GroupIdNotFoundError = _code("GroupIdNotFoundError", 69, "GROUP_ID_NOT_FOUND", doc="The group does not exist.")
+InconsistentGroupProtocolError = _code("InconsistentGroupProtocolError", 23, "INCONSISTENT_GROUP_PROTOCOL",
+                                       doc="The member's protocol type or assignors do not match the group's.")
+InvalidGroupIdError = _code("InvalidGroupIdError", 24, "INVALID_GROUP_ID", doc="The group id is invalid.")
+NonEmptyGroupError = _code("NonEmptyGroupError", 68, "NON_EMPTY_GROUP", doc="The group has members; it cannot be deleted.")
+MemberIdRequiredError = _code("MemberIdRequiredError", 79, "MEMBER_ID_REQUIRED",
+                              doc="Rejoin with the member id the coordinator just gave.")
 FencedInstanceIdError = _code("FencedInstanceIdError", 82, "FENCED_INSTANCE_ID", abortable=True, doc="A newer static member took over.")
 InvalidRecordError = _code("InvalidRecordError", 87, "INVALID_RECORD", abortable=True, doc="The record is invalid.")
 UnstableOffsetCommitError = _code("UnstableOffsetCommitError", 88, "UNSTABLE_OFFSET_COMMIT", retriable=True,
