@@ -41,12 +41,28 @@ from proto.records import ControlType, RecordBatch
 from proto.structs import IsolationLevel
 
 logger = logging.getLogger(__name__)
+#: the compression codec bits of a batch's attributes
+_COMPRESSION_MASK = 0x07
 #: stands for "every epoch there is" when a log is opened without claims (a single writer)
 _ONLY_WRITER = 1 << 62
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _first_record_at_or_after(batch: RecordBatch, timestamp: int) -> tuple[int, int] | None:
+    """(offset, timestamp) of the batch's first record with a timestamp >= `timestamp`.
+
+    A compressed batch is stored as the client sent it and its records are not decoded here: its base
+    offset stands for it (a consumer seeking there may see a few earlier records first).
+    """
+    if batch.header.attributes & _COMPRESSION_MASK:
+        return batch.header.base_offset, batch.header.max_timestamp
+    for record in batch.records():
+        if record.timestamp >= timestamp:
+            return record.offset, record.timestamp
+    return None
 
 
 class PartitionLog:
@@ -331,6 +347,45 @@ class PartitionLog:
 
     def _find_segment(self, offset: int) -> int:
         return bisect_right(self._segment_bases, offset) - 1
+
+    def offset_for_timestamp(self, timestamp: int, isolation: IsolationLevel) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record whose timestamp is >= `timestamp` (Kafka's ListOffsets by
+        time), or None if there is none below the readable end (HW, or LSO for read_committed).
+
+        As Kafka does, only the first segment reaching the timestamp is searched; batch headers (their max
+        timestamps, indexed per segment) find the batch, and only that batch's records are decoded.
+        """
+        with self._lock:
+            self._check_open()
+            bound, durable = self._readable_end(isolation), self._high_watermark
+            segment = next((s for s in self._segments if s.max_timestamp >= timestamp), None)
+            if segment is None:
+                return None
+            for i in range(segment.first_batch_reaching(timestamp), segment.batch_count):
+                batch = segment.batch_at_index(i)
+                if batch.header.base_offset >= durable:
+                    return None
+                if batch.header.max_timestamp >= timestamp:
+                    found = _first_record_at_or_after(batch, timestamp)
+                    if found is not None:
+                        return found if found[0] < bound else None
+            return None
+
+    def offset_of_max_timestamp(self, isolation: IsolationLevel) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record holding the log's largest timestamp (ListOffsets -3,
+        KIP-734), or None if the log is empty or that record is not below the readable end."""
+        with self._lock:
+            self._check_open()
+            bound, durable = self._readable_end(isolation), self._high_watermark
+            segment = max(self._segments, key=lambda s: s.max_timestamp)  # the first of equals
+            largest = segment.max_timestamp
+            if segment.batch_count == 0:
+                return None
+            batch = segment.batch_at_index(segment.first_batch_reaching(largest))
+            if batch.header.base_offset >= durable:
+                return None
+            found = _first_record_at_or_after(batch, largest)
+            return found if found is not None and found[0] < bound else None
 
     def wait_for_data(self, fetch_offset: int, isolation: IsolationLevel, timeout_s: float) -> bool:
         """Block until something at or after `fetch_offset` is readable, or the timeout passes."""

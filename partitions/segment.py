@@ -1,7 +1,8 @@
 """One segment file of a partition log: its bytes, an in-memory index of its batches, its scan.
 
 A segment holds v2 batches back to back, each carrying the offset the log assigned; the index
-keeps (base offset, last offset, byte position) per batch, so a read is a bisect and a pread.
+keeps (base offset, last offset, byte position, largest timestamp so far) per batch, so a read is
+a bisect and a pread, and so is finding the first batch reaching a timestamp (Kafka's time index).
 The scan on recovery accepts the longest prefix of well-formed, CRC-valid, contiguous batches
 and says where and why it stopped; the caller decides to cut there.
 
@@ -36,7 +37,12 @@ SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 _READ_AHEAD = 1 << 20
 _INDEX_HEADER = struct.Struct(">4sIqqI")  # magic, crc of the rest, described file size, base offset, batches
-_INDEX_MAGIC = b"TXI1"
+_INDEX_MAGIC = b"TXI2"  # TXI1 had no timestamps: such an index is ignored and its segment scanned once
+#: where a batch header keeps its max timestamp (baseOffset, batchLength, epoch, magic, crc, attributes,
+#: lastOffsetDelta, baseTimestamp come first)
+_MAX_TIMESTAMP = struct.Struct(">q")
+_MAX_TIMESTAMP_AT = 35
+_INDEX_ARRAYS = 4
 
 
 def segment_name(base_offset: int, epoch: int) -> str:
@@ -127,6 +133,8 @@ class Segment:
         self._bases = array("q")
         self._lasts = array("q")
         self._positions = array("q")
+        #: per batch, the largest max timestamp of the batches up to it: never decreasing, so bisectable
+        self._max_timestamps = array("q")
 
     @classmethod
     def create(cls, directory: Path, base_offset: int, epoch: int) -> Segment:
@@ -152,7 +160,7 @@ class Segment:
             return None
         magic, crc, size, base, count = _INDEX_HEADER.unpack_from(data)
         body = data[_INDEX_HEADER.size:]
-        if (magic != _INDEX_MAGIC or base != base_offset or len(body) != 24 * count
+        if (magic != _INDEX_MAGIC or base != base_offset or len(body) != 8 * _INDEX_ARRAYS * count
                 or crc != crc32c.crc32c(data[8:])):
             return None
         fd = os.open(path, os.O_RDWR | os.O_APPEND)
@@ -160,7 +168,8 @@ class Segment:
             os.close(fd)
             return None
         segment = cls(path, base_offset, fd, epoch)
-        for target, start in ((segment._bases, 0), (segment._lasts, 8 * count), (segment._positions, 16 * count)):
+        for target, start in ((segment._bases, 0), (segment._lasts, 8 * count), (segment._positions, 16 * count),
+                              (segment._max_timestamps, 24 * count)):
             target.frombytes(body[start:start + 8 * count])
             if sys.byteorder != "little":
                 target.byteswap()
@@ -181,7 +190,7 @@ class Segment:
 
     def _write_index(self) -> None:
         arrays = []
-        for source in (self._bases, self._lasts, self._positions):
+        for source in (self._bases, self._lasts, self._positions, self._max_timestamps):
             copy = array("q", source)
             if sys.byteorder != "little":
                 copy.byteswap()
@@ -229,16 +238,19 @@ class Segment:
         except OSError:
             os.ftruncate(self._fd, self._size)  # a partial batch must not stay behind
             raise
-        position = self._size
+        position, start = self._size, 0
         for base, last, size in batches:
-            self._index(base, last, position)
+            self._index(base, last, position, _MAX_TIMESTAMP.unpack_from(data, start + _MAX_TIMESTAMP_AT)[0])
             position += size
+            start += size
         self._size += len(data)
 
-    def _index(self, base_offset: int, last_offset: int, position: int) -> None:
+    def _index(self, base_offset: int, last_offset: int, position: int, max_timestamp: int) -> None:
         self._bases.append(base_offset)
         self._lasts.append(last_offset)
         self._positions.append(position)
+        so_far = self._max_timestamps[-1] if self._max_timestamps else max_timestamp
+        self._max_timestamps.append(max(so_far, max_timestamp))
 
     def sync(self) -> None:
         os.fsync(self._fd)
@@ -251,7 +263,7 @@ class Segment:
         os.ftruncate(self._fd, size)
         os.fsync(self._fd)
         keep = bisect_left(self._positions, size)
-        del self._bases[keep:], self._lasts[keep:], self._positions[keep:]
+        del self._bases[keep:], self._lasts[keep:], self._positions[keep:], self._max_timestamps[keep:]
         self._size = self._synced_size = size
 
     def close(self) -> None:
@@ -282,6 +294,22 @@ class Segment:
 
     def read(self, start: int, end: int) -> bytes:
         return pread_fully(self._fd, end - start, start)
+
+    @property
+    def max_timestamp(self) -> int:
+        """The largest batch max timestamp in this segment (-1 when empty)."""
+        return self._max_timestamps[-1] if self._max_timestamps else -1
+
+    def first_batch_reaching(self, timestamp: int) -> int:
+        """Index of the first batch whose max timestamp is >= `timestamp` (batch_count if none): the
+        running maxima first reach it at exactly that batch."""
+        return bisect_left(self._max_timestamps, timestamp)
+
+    def batch_at_index(self, i: int) -> RecordBatch:
+        """The whole batch at index position `i`."""
+        end = self._positions[i + 1] if i + 1 < len(self._positions) else self._size
+        raw = self.read(self._positions[i], end)
+        return RecordBatch(records.read_header(raw), raw)
 
     def iter_batches(self, start: int, end: int) -> Iterator[RecordBatch]:
         """The batches in bytes [start, end), which must be batch boundaries below the durable end."""
@@ -325,7 +353,7 @@ class Segment:
             batch = RecordBatch(header, reader.read(position, header.size))
             problem = _batch_problem(batch, expected)
             if problem is None:
-                self._index(header.base_offset, header.last_offset, position)
+                self._index(header.base_offset, header.last_offset, position, header.max_timestamp)
                 position += header.size
                 expected = header.next_offset
         self._size = self._synced_size = position
