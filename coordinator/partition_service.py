@@ -36,6 +36,9 @@ from proto.structs import CONSUMER_OFFSETS_TOPIC, HALF_MESSAGE_TOPICS, INTERNAL_
 
 log = logging.getLogger(__name__)
 
+#: ListOffsets timestamps with a meaning of their own (Kafka's): the HW or LSO, the log start, the largest timestamp
+LATEST_TIMESTAMP, EARLIEST_TIMESTAMP, MAX_TIMESTAMP = -1, -2, -3
+
 #: (transactional_id, producer_id, producer_epoch, partition) -> error code (0 = the partition is in the txn)
 Verifier = Callable[[str, int, int, TopicPartition], int]
 
@@ -186,14 +189,26 @@ class PartitionServer:
     # ------------------------------------------------------------ offsets, markers, producers
 
     def list_offsets(self, req: pb.ListOffsetsRequest) -> pb.ListOffsetsResponse:
+        if req.timestamps and len(req.timestamps) != len(req.partitions):
+            raise InvalidRequestError(f"[INVALID_REQUEST] {len(req.timestamps)} timestamps for "
+                                      f"{len(req.partitions)} partitions; give one per partition or none")
+        if req.isolation_level not in (0, 1):
+            raise InvalidRequestError(f"[INVALID_REQUEST] isolation_level must be 0 or 1, not {req.isolation_level}")
+        isolation = IsolationLevel(req.isolation_level)
         out = []
-        for part in req.partitions:
-            result = pb.PartitionOffsets(topic=part.topic, partition=part.partition)
+        for i, part in enumerate(req.partitions):
+            result = pb.PartitionOffsets(topic=part.topic, partition=part.partition, offset_for_timestamp=-1,
+                                         timestamp=-1)
             try:
                 partition_log = self.owned_log(part.topic, part.partition)
                 result.log_start_offset = partition_log.log_start_offset
                 result.high_watermark = partition_log.high_watermark
                 result.last_stable_offset = partition_log.last_stable_offset
+                timestamp = req.timestamps[i] if req.timestamps else LATEST_TIMESTAMP
+                found = (partition_log.offset_for_timestamp(timestamp, isolation) if timestamp >= 0 else
+                         partition_log.offset_of_max_timestamp(isolation) if timestamp == MAX_TIMESTAMP else None)
+                if found is not None:
+                    result.offset_for_timestamp, result.timestamp = found
             except KafkaError as exc:
                 result.error_code = code_of(exc)
                 result.error_message = str(exc)

@@ -1,14 +1,17 @@
 """Every error txnsim raises, with Kafka's names and codes, in one hierarchy.
 
 KafkaError
- ├── IllegalStateError, KafkaConfigurationError      (client misuse, never on the wire)
- ├── KafkaTimeoutError, KafkaConnectionError          (client side, retriable)
- ├── TransactionAbortedError                          (client side: a record discarded by abort)
+ ├── RetriableError ── InvalidMetadataError          (kafka-python's grouping of retriable errors)
+ ├── IllegalStateError, IllegalArgumentError, KafkaConfigurationError   (client misuse, never on the wire)
+ ├── KafkaTimeoutError, KafkaConnectionError (= NoBrokersAvailable)     (client side, retriable)
+ ├── CommitFailedError, NoOffsetForPartitionError, TransactionAbortedError   (client side)
  └── BrokerResponseError                              (one class per wire code; for_code() maps back)
 
 Nodes and clients share this module, so a code means the same thing on both sides of
 the wire. `retriable` says whether retrying the same request can succeed; for the
 transactional producer, `abortable`/`fatal` follow Kafka's rules (KAFKA-REFERENCE §3).
+kafka-python's class names are here too, as the same classes (docs/kafka-python-users.md),
+so `except txnsim.errors.NotLeaderForPartitionError` means what it means there.
 """
 from __future__ import annotations
 
@@ -34,25 +37,87 @@ class KafkaError(RuntimeError):
         return str(self.args[0]) if self.args else ""
 
 
+class RetriableError(KafkaError):
+    """Retrying the same request may succeed (kafka-python's base of retriable errors)."""
+
+    retriable = True
+
+
+class InvalidMetadataError(RetriableError):
+    """Retriable once the client has asked the cluster again who leads or coordinates."""
+
+    invalid_metadata = True
+
+
 class IllegalStateError(KafkaError):
     """A call made in a state that does not allow it (e.g. commit before begin)."""
+
+
+class IllegalArgumentError(KafkaError):
+    """An argument that no state of the cluster could make valid (kafka-python's name)."""
 
 
 class KafkaConfigurationError(KafkaError):
     """A client or node setting is invalid."""
 
 
-class KafkaTimeoutError(KafkaError):
+class KafkaTimeoutError(RetriableError):
     """The operation did not finish before its deadline."""
 
     retriable = True
 
 
-class KafkaConnectionError(KafkaError):
+class KafkaConnectionError(InvalidMetadataError):
     """A node could not be reached."""
 
     retriable = True
     invalid_metadata = True
+
+
+#: kafka-python 2.x raised NoBrokersAvailable when no bootstrap server answered; txnsim's clients
+#: raise KafkaConnectionError then, so the old name catches the same failures
+NoBrokersAvailable = KafkaConnectionError
+
+
+class Cancelled(RetriableError):
+    """The request was cancelled before it completed (kafka-python's name)."""
+
+
+class KafkaProtocolError(KafkaError):
+    """A response could not be understood."""
+
+
+class CommitFailedError(KafkaError):
+    """The offset commit cannot complete: the group rebalanced and gave the partitions to another
+    member (kafka-python's CommitFailedError); poll() again to rejoin, then reprocess."""
+
+
+class NoOffsetForPartitionError(KafkaError):
+    """No committed offset and no auto_offset_reset policy to choose a start position."""
+
+
+class NodeNotReadyError(RetriableError):
+    """The connection to that node is not ready yet."""
+
+
+class StaleMetadata(InvalidMetadataError):
+    """The client's view of leaders is out of date."""
+
+
+class TooManyInFlightRequests(RetriableError):
+    """max_in_flight_requests_per_connection requests are already waiting on that node."""
+
+
+class MetadataEmptyBrokerList(RetriableError):
+    """The cluster answered with no nodes."""
+
+
+class UnsupportedCodecError(KafkaError):
+    """A compression codec this client cannot decode."""
+
+
+class UnrecognizedBrokerVersion(KafkaError):
+    """The node's version could not be determined."""
 
 
 class TransactionAbortedError(KafkaError):
@@ -67,82 +132,486 @@ class BrokerResponseError(KafkaError):
     name: ClassVar[str] = "UNKNOWN_SERVER_ERROR"
 
 
-def _code(class_name: str, errno: int, name: str, *, retriable: bool = False, abortable: bool = False,
-          fatal: bool = False, invalid_metadata: bool = False, doc: str = "") -> type[BrokerResponseError]:
-    """Build one BrokerResponseError subclass; the tables below read better than 40 classes."""
-    attrs = {"errno": errno, "name": name, "retriable": retriable, "abortable": abortable,
-             "fatal": fatal, "invalid_metadata": invalid_metadata, "__doc__": doc}
-    return type(class_name, (BrokerResponseError,), attrs)
+class UnknownServerError(BrokerResponseError):
+    """An unexpected error on the node."""
+
+    errno = -1
+    name = "UNKNOWN_SERVER_ERROR"
 
 
-UnknownServerError = _code("UnknownServerError", -1, "UNKNOWN_SERVER_ERROR", doc="An unexpected error on the node.")
-CorruptMessageError = _code("CorruptMessageError", 2, "CORRUPT_MESSAGE", retriable=True,
-                            doc="A record batch failed its checksum or could not be parsed.")
-UnknownTopicOrPartitionError = _code("UnknownTopicOrPartitionError", 3, "UNKNOWN_TOPIC_OR_PARTITION", retriable=True, invalid_metadata=True,
-                                     doc="The topic or partition does not exist.")
-InvalidFetchSizeError = _code("InvalidFetchSizeError", 4, "INVALID_FETCH_SIZE", doc="The requested fetch size is invalid.")
-NotLeaderOrFollowerError = _code("NotLeaderOrFollowerError", 6, "NOT_LEADER_OR_FOLLOWER", retriable=True, invalid_metadata=True,
-                                 doc="This node does not own that partition.")
-RequestTimedOutError = _code("RequestTimedOutError", 7, "REQUEST_TIMED_OUT", retriable=True, doc="The request timed out on the node.")
-RecordTooLargeError = _code("RecordTooLargeError", 10, "MESSAGE_TOO_LARGE", abortable=True,
-                            doc="A record or batch is larger than the node accepts (message_max_bytes).")
+class CorruptMessageError(RetriableError, BrokerResponseError):
+    """A record batch failed its checksum or could not be parsed."""
+
+    errno = 2
+    name = "CORRUPT_MESSAGE"
+
+
+class UnknownTopicOrPartitionError(InvalidMetadataError, BrokerResponseError):
+    """The topic or partition does not exist."""
+
+    errno = 3
+    name = "UNKNOWN_TOPIC_OR_PARTITION"
+
+
+class InvalidFetchSizeError(BrokerResponseError):
+    """The requested fetch size is invalid."""
+
+    errno = 4
+    name = "INVALID_FETCH_SIZE"
+
+
+class NotLeaderOrFollowerError(InvalidMetadataError, BrokerResponseError):
+    """This node does not own that partition."""
+
+    errno = 6
+    name = "NOT_LEADER_OR_FOLLOWER"
+
+
+class RequestTimedOutError(RetriableError, BrokerResponseError):
+    """The request timed out on the node."""
+
+    errno = 7
+    name = "REQUEST_TIMED_OUT"
+
+
+class RecordTooLargeError(BrokerResponseError):
+    """A record or batch is larger than the node accepts (message_max_bytes)."""
+
+    errno = 10
+    name = "MESSAGE_TOO_LARGE"
+    abortable = True
+
+
 MessageTooLargeError = RecordTooLargeError
-OffsetOutOfRangeError = _code("OffsetOutOfRangeError", 1, "OFFSET_OUT_OF_RANGE", doc="The offset is outside the log's range.")
-CoordinatorLoadInProgressError = _code("CoordinatorLoadInProgressError", 14, "COORDINATOR_LOAD_IN_PROGRESS", retriable=True,
-                                       doc="The coordinator is still loading its shard.")
-CoordinatorNotAvailableError = _code("CoordinatorNotAvailableError", 15, "COORDINATOR_NOT_AVAILABLE", retriable=True, invalid_metadata=True,
-                                     doc="The coordinator is not available.")
-NotCoordinatorError = _code("NotCoordinatorError", 16, "NOT_COORDINATOR", retriable=True, invalid_metadata=True,
-                            doc="This node is not the coordinator for that key.")
-InvalidTopicError = _code("InvalidTopicError", 17, "INVALID_TOPIC_EXCEPTION", doc="The topic name is invalid.")
-RecordListTooLargeError = _code("RecordListTooLargeError", 18, "RECORD_LIST_TOO_LARGE", abortable=True, doc="The batch is too large.")
-NotEnoughReplicasError = _code("NotEnoughReplicasError", 19, "NOT_ENOUGH_REPLICAS", retriable=True, doc="Not enough replicas.")
-IllegalGenerationError = _code("IllegalGenerationError", 22, "ILLEGAL_GENERATION", abortable=True,
-                               doc="The group generation is not current.")
-UnknownMemberIdError = _code("UnknownMemberIdError", 25, "UNKNOWN_MEMBER_ID", abortable=True, doc="The group member is unknown.")
-InvalidSessionTimeoutError = _code("InvalidSessionTimeoutError", 26, "INVALID_SESSION_TIMEOUT", doc="The session timeout is out of range.")
-RebalanceInProgressError = _code("RebalanceInProgressError", 27, "REBALANCE_IN_PROGRESS", doc="The group is rebalancing; rejoin.")
-InvalidCommitOffsetSizeError = _code("InvalidCommitOffsetSizeError", 28, "INVALID_COMMIT_OFFSET_SIZE", doc="The offset metadata is too large.")
-TopicAlreadyExistsError = _code("TopicAlreadyExistsError", 36, "TOPIC_ALREADY_EXISTS", doc="The topic already exists.")
-InvalidPartitionsError = _code("InvalidPartitionsError", 37, "INVALID_PARTITIONS", doc="The partition count is invalid.")
-InvalidConfigError = _code("InvalidConfigError", 40, "INVALID_CONFIG", doc="A topic setting is invalid.")
-InvalidRequestError = _code("InvalidRequestError", 42, "INVALID_REQUEST", doc="The request is malformed.")
-OutOfOrderSequenceError = _code("OutOfOrderSequenceError", 45, "OUT_OF_ORDER_SEQUENCE_NUMBER", abortable=True,
-                                doc="The batch's sequence number does not follow the last one.")
-DuplicateSequenceError = _code("DuplicateSequenceError", 46, "DUPLICATE_SEQUENCE_NUMBER", doc="The batch was already written.")
-InvalidProducerEpochError = _code("InvalidProducerEpochError", 47, "INVALID_PRODUCER_EPOCH", abortable=True,
-                                  doc="The producer epoch is older than the partition's.")
-InvalidTxnStateError = _code("InvalidTxnStateError", 48, "INVALID_TXN_STATE", fatal=True,
-                             doc="The request is not valid in the transaction's state.")
-InvalidProducerIdMappingError = _code("InvalidProducerIdMappingError", 49, "INVALID_PRODUCER_ID_MAPPING", abortable=True,
-                                      doc="The producer id does not belong to that transactional id.")
-InvalidTransactionTimeoutError = _code("InvalidTransactionTimeoutError", 50, "INVALID_TRANSACTION_TIMEOUT", fatal=True,
-                                       doc="The transaction timeout is out of range.")
-ConcurrentTransactionsError = _code("ConcurrentTransactionsError", 51, "CONCURRENT_TRANSACTIONS", retriable=True,
-                                    doc="The previous transaction of this id is still completing.")
-TransactionCoordinatorFencedError = _code("TransactionCoordinatorFencedError", 52, "TRANSACTION_COORDINATOR_FENCED",
-                                          doc="A newer coordinator has taken over this producer.")
-OperationNotAttemptedError = _code("OperationNotAttemptedError", 55, "OPERATION_NOT_ATTEMPTED",
-                                   doc="Not attempted because another part of the request failed.")
-KafkaStorageError = _code("KafkaStorageError", 56, "KAFKA_STORAGE_ERROR", retriable=True, doc="The log could not be written.")
-UnknownProducerIdError = _code("UnknownProducerIdError", 59, "UNKNOWN_PRODUCER_ID", abortable=True, doc="The producer id is unknown.")
-GroupIdNotFoundError = _code("GroupIdNotFoundError", 69, "GROUP_ID_NOT_FOUND", doc="The group does not exist.")
-InconsistentGroupProtocolError = _code("InconsistentGroupProtocolError", 23, "INCONSISTENT_GROUP_PROTOCOL",
-                                       doc="The member's protocol type or assignors do not match the group's.")
-InvalidGroupIdError = _code("InvalidGroupIdError", 24, "INVALID_GROUP_ID", doc="The group id is invalid.")
-NonEmptyGroupError = _code("NonEmptyGroupError", 68, "NON_EMPTY_GROUP", doc="The group has members; it cannot be deleted.")
-MemberIdRequiredError = _code("MemberIdRequiredError", 79, "MEMBER_ID_REQUIRED",
-                              doc="Rejoin with the member id the coordinator just gave.")
-FencedInstanceIdError = _code("FencedInstanceIdError", 82, "FENCED_INSTANCE_ID", abortable=True, doc="A newer static member took over.")
-InvalidRecordError = _code("InvalidRecordError", 87, "INVALID_RECORD", abortable=True, doc="The record is invalid.")
-UnstableOffsetCommitError = _code("UnstableOffsetCommitError", 88, "UNSTABLE_OFFSET_COMMIT", retriable=True,
-                                  doc="A transactional offset commit for this partition is undecided.")
-ProducerFencedError = _code("ProducerFencedError", 90, "PRODUCER_FENCED", fatal=True,
-                            doc="A newer producer with the same transactional id has fenced this one.")
-TransactionalIdNotFoundError = _code("TransactionalIdNotFoundError", 105, "TRANSACTIONAL_ID_NOT_FOUND", doc="The transactional id is unknown.")
-TransactionAbortableError = _code("TransactionAbortableError", 120, "TRANSACTION_ABORTABLE", abortable=True,
-                                  doc="The transaction cannot commit; abort it.")
 
+class OffsetOutOfRangeError(BrokerResponseError):
+    """The offset is outside the log's range."""
+
+    errno = 1
+    name = "OFFSET_OUT_OF_RANGE"
+
+
+class CoordinatorLoadInProgressError(RetriableError, BrokerResponseError):
+    """The coordinator is still loading its shard."""
+
+    errno = 14
+    name = "COORDINATOR_LOAD_IN_PROGRESS"
+
+
+class CoordinatorNotAvailableError(InvalidMetadataError, BrokerResponseError):
+    """The coordinator is not available."""
+
+    errno = 15
+    name = "COORDINATOR_NOT_AVAILABLE"
+
+
+class NotCoordinatorError(InvalidMetadataError, BrokerResponseError):
+    """This node is not the coordinator for that key."""
+
+    errno = 16
+    name = "NOT_COORDINATOR"
+
+
+class InvalidTopicError(BrokerResponseError):
+    """The topic name is invalid."""
+
+    errno = 17
+    name = "INVALID_TOPIC_EXCEPTION"
+
+
+class RecordListTooLargeError(BrokerResponseError):
+    """The batch is too large."""
+
+    errno = 18
+    name = "RECORD_LIST_TOO_LARGE"
+    abortable = True
+
+
+class NotEnoughReplicasError(RetriableError, BrokerResponseError):
+    """Not enough replicas."""
+
+    errno = 19
+    name = "NOT_ENOUGH_REPLICAS"
+
+
+class IllegalGenerationError(BrokerResponseError):
+    """The group generation is not current."""
+
+    errno = 22
+    name = "ILLEGAL_GENERATION"
+    abortable = True
+
+
+class UnknownMemberIdError(BrokerResponseError):
+    """The group member is unknown."""
+
+    errno = 25
+    name = "UNKNOWN_MEMBER_ID"
+    abortable = True
+
+
+class InvalidSessionTimeoutError(BrokerResponseError):
+    """The session timeout is out of range."""
+
+    errno = 26
+    name = "INVALID_SESSION_TIMEOUT"
+
+
+class RebalanceInProgressError(BrokerResponseError):
+    """The group is rebalancing; rejoin."""
+
+    errno = 27
+    name = "REBALANCE_IN_PROGRESS"
+
+
+class InvalidCommitOffsetSizeError(BrokerResponseError):
+    """The offset metadata is too large."""
+
+    errno = 28
+    name = "INVALID_COMMIT_OFFSET_SIZE"
+
+
+class TopicAlreadyExistsError(BrokerResponseError):
+    """The topic already exists."""
+
+    errno = 36
+    name = "TOPIC_ALREADY_EXISTS"
+
+
+class InvalidPartitionsError(BrokerResponseError):
+    """The partition count is invalid."""
+
+    errno = 37
+    name = "INVALID_PARTITIONS"
+
+
+class InvalidConfigError(BrokerResponseError):
+    """A topic setting is invalid."""
+
+    errno = 40
+    name = "INVALID_CONFIG"
+
+
+class InvalidRequestError(BrokerResponseError):
+    """The request is malformed."""
+
+    errno = 42
+    name = "INVALID_REQUEST"
+
+
+class OutOfOrderSequenceError(BrokerResponseError):
+    """The batch's sequence number does not follow the last one."""
+
+    errno = 45
+    name = "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    abortable = True
+
+
+class DuplicateSequenceError(BrokerResponseError):
+    """The batch was already written."""
+
+    errno = 46
+    name = "DUPLICATE_SEQUENCE_NUMBER"
+
+
+class InvalidProducerEpochError(BrokerResponseError):
+    """The producer epoch is older than the partition's."""
+
+    errno = 47
+    name = "INVALID_PRODUCER_EPOCH"
+    abortable = True
+
+
+class InvalidTxnStateError(BrokerResponseError):
+    """The request is not valid in the transaction's state."""
+
+    errno = 48
+    name = "INVALID_TXN_STATE"
+    fatal = True
+
+
+class InvalidProducerIdMappingError(BrokerResponseError):
+    """The producer id does not belong to that transactional id."""
+
+    errno = 49
+    name = "INVALID_PRODUCER_ID_MAPPING"
+    abortable = True
+
+
+class InvalidTransactionTimeoutError(BrokerResponseError):
+    """The transaction timeout is out of range."""
+
+    errno = 50
+    name = "INVALID_TRANSACTION_TIMEOUT"
+    fatal = True
+
+
+class ConcurrentTransactionsError(RetriableError, BrokerResponseError):
+    """The previous transaction of this id is still completing."""
+
+    errno = 51
+    name = "CONCURRENT_TRANSACTIONS"
+
+
+class TransactionCoordinatorFencedError(BrokerResponseError):
+    """A newer coordinator has taken over this producer."""
+
+    errno = 52
+    name = "TRANSACTION_COORDINATOR_FENCED"
+
+
+class OperationNotAttemptedError(BrokerResponseError):
+    """Not attempted because another part of the request failed."""
+
+    errno = 55
+    name = "OPERATION_NOT_ATTEMPTED"
+
+
+class KafkaStorageError(RetriableError, BrokerResponseError):
+    """The log could not be written."""
+
+    errno = 56
+    name = "KAFKA_STORAGE_ERROR"
+
+
+class UnknownProducerIdError(BrokerResponseError):
+    """The producer id is unknown."""
+
+    errno = 59
+    name = "UNKNOWN_PRODUCER_ID"
+    abortable = True
+
+
+class GroupIdNotFoundError(BrokerResponseError):
+    """The group does not exist."""
+
+    errno = 69
+    name = "GROUP_ID_NOT_FOUND"
+
+
+class FencedInstanceIdError(BrokerResponseError):
+    """A newer static member took over."""
+
+    errno = 82
+    name = "FENCED_INSTANCE_ID"
+    abortable = True
+
+
+class InvalidRecordError(BrokerResponseError):
+    """The record is invalid."""
+
+    errno = 87
+    name = "INVALID_RECORD"
+    abortable = True
+
+
+class UnstableOffsetCommitError(RetriableError, BrokerResponseError):
+    """A transactional offset commit for this partition is undecided."""
+
+    errno = 88
+    name = "UNSTABLE_OFFSET_COMMIT"
+
+
+class ProducerFencedError(BrokerResponseError):
+    """A newer producer with the same transactional id has fenced this one."""
+
+    errno = 90
+    name = "PRODUCER_FENCED"
+    fatal = True
+
+
+class TransactionalIdNotFoundError(BrokerResponseError):
+    """The transactional id is unknown."""
+
+    errno = 105
+    name = "TRANSACTIONAL_ID_NOT_FOUND"
+
+
+class TransactionAbortableError(BrokerResponseError):
+    """The transaction cannot commit; abort it."""
+
+    errno = 120
+    name = "TRANSACTION_ABORTABLE"
+    abortable = True
+
+
+class AuthorizationError(BrokerResponseError):
+    """Not authorized (kafka-python's common base of the *_AUTHORIZATION_FAILED codes)."""
+
+
+class LeaderNotAvailableError(InvalidMetadataError, BrokerResponseError):
+    """The partition has no leader right now (an election is under way)."""
+
+    errno = 5
+    name = "LEADER_NOT_AVAILABLE"
+
+
+class BrokerNotAvailableError(BrokerResponseError):
+    """The node is not available."""
+
+    errno = 8
+    name = "BROKER_NOT_AVAILABLE"
+
+
+class ReplicaNotAvailableError(InvalidMetadataError, BrokerResponseError):
+    """The replica is not available for that partition."""
+
+    errno = 9
+    name = "REPLICA_NOT_AVAILABLE"
+
+
+class OffsetMetadataTooLargeError(BrokerResponseError):
+    """The metadata string of a committed offset is too long."""
+
+    errno = 12
+    name = "OFFSET_METADATA_TOO_LARGE"
+
+
+class NetworkExceptionError(InvalidMetadataError, BrokerResponseError):
+    """The server disconnected before the response was received."""
+
+    errno = 13
+    name = "NETWORK_EXCEPTION"
+
+
+class NotEnoughReplicasAfterAppendError(RetriableError, BrokerResponseError):
+    """Written, but to fewer replicas than required."""
+
+    errno = 20
+    name = "NOT_ENOUGH_REPLICAS_AFTER_APPEND"
+
+
+class InvalidRequiredAcksError(BrokerResponseError):
+    """acks must be -1, 0 or 1."""
+
+    errno = 21
+    name = "INVALID_REQUIRED_ACKS"
+
+
+class InconsistentGroupProtocolError(BrokerResponseError):
+    """The member's protocol type or assignors do not match the group's."""
+
+    errno = 23
+    name = "INCONSISTENT_GROUP_PROTOCOL"
+
+
+class InvalidGroupIdError(BrokerResponseError):
+    """The group id is invalid."""
+
+    errno = 24
+    name = "INVALID_GROUP_ID"
+
+
+class TopicAuthorizationFailedError(AuthorizationError):
+    """Not authorized to access the topic."""
+
+    errno = 29
+    name = "TOPIC_AUTHORIZATION_FAILED"
+    abortable = True
+
+
+class GroupAuthorizationFailedError(AuthorizationError):
+    """Not authorized to access the group."""
+
+    errno = 30
+    name = "GROUP_AUTHORIZATION_FAILED"
+    abortable = True
+
+
+class ClusterAuthorizationFailedError(AuthorizationError):
+    """Not authorized for this cluster operation."""
+
+    errno = 31
+    name = "CLUSTER_AUTHORIZATION_FAILED"
+    fatal = True
+
+
+class InvalidTimestampError(BrokerResponseError):
+    """A record's timestamp is out of the accepted range."""
+
+    errno = 32
+    name = "INVALID_TIMESTAMP"
+
+
+class UnsupportedVersionError(BrokerResponseError):
+    """The node does not serve that version of the request."""
+
+    errno = 35
+    name = "UNSUPPORTED_VERSION"
+    fatal = True
+
+
+class UnsupportedForMessageFormatError(BrokerResponseError):
+    """The message format does not support this request."""
+
+    errno = 43
+    name = "UNSUPPORTED_FOR_MESSAGE_FORMAT"
+
+
+class PolicyViolationError(BrokerResponseError):
+    """The request breaks a configured policy."""
+
+    errno = 44
+    name = "POLICY_VIOLATION"
+
+
+class TransactionalIdAuthorizationFailedError(AuthorizationError):
+    """Not authorized for that transactional id."""
+
+    errno = 53
+    name = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+    fatal = True
+
+
+class NonEmptyGroupError(BrokerResponseError):
+    """The group has members; it cannot be deleted."""
+
+    errno = 68
+    name = "NON_EMPTY_GROUP"
+
+
+class UnsupportedCompressionTypeError(BrokerResponseError):
+    """The node does not accept that compression type."""
+
+    errno = 76
+    name = "UNSUPPORTED_COMPRESSION_TYPE"
+
+
+class MemberIdRequiredError(BrokerResponseError):
+    """Rejoin with the member id the coordinator just gave."""
+
+    errno = 79
+    name = "MEMBER_ID_REQUIRED"
+
+
+class GroupMaxSizeReachedError(BrokerResponseError):
+    """The group is full."""
+
+    errno = 81
+    name = "GROUP_MAX_SIZE_REACHED"
+
+
+class ThrottlingQuotaExceededError(RetriableError, BrokerResponseError):
+    """A quota was exceeded; retry later."""
+
+    errno = 89
+    name = "THROTTLING_QUOTA_EXCEEDED"
+
+
+class IncompatibleBrokerVersion(UnsupportedVersionError):
+    """The node is too old for this request (kafka-python's name; no code of its own)."""
+
+
+# kafka-python's names for the codes above, the same classes (kafka/errors.py spells them so)
+UnknownError = UnknownServerError
+CorruptRecordError = CorruptMessageError
+CorruptRecordException = CorruptMessageError
+InvalidFetchRequestError = InvalidFetchSizeError
+NotLeaderForPartitionError = NotLeaderOrFollowerError
+MessageSizeTooLargeError = RecordTooLargeError
+InvalidConfigurationError = InvalidConfigError
+OutOfOrderSequenceNumberError = OutOfOrderSequenceError
+DuplicateSequenceNumberError = DuplicateSequenceError
 
 
 # RocketMQ's status codes (apache.rocketmq.v2.Code) for the half-message API: their numbers do not
@@ -208,10 +677,17 @@ class UnsupportedError(RocketMQError):
     name = "UNSUPPORTED"
 
 #: every wire code, both ways
-ERRORS_BY_CODE: dict[int, type[BrokerResponseError]] = {
-    cls.errno: cls for cls in [*BrokerResponseError.__subclasses__(), *RocketMQError.__subclasses__()]
-    if cls is not RocketMQError
-}
+def _coded_classes(root: type[BrokerResponseError]) -> list[type[BrokerResponseError]]:
+    """Every class below `root` that declares its own errno (grouping bases such as RocketMQError do not)."""
+    found = []
+    for cls in root.__subclasses__():
+        if "errno" in vars(cls):
+            found.append(cls)
+        found.extend(_coded_classes(cls))
+    return found
+
+
+ERRORS_BY_CODE: dict[int, type[BrokerResponseError]] = {cls.errno: cls for cls in _coded_classes(BrokerResponseError)}
 NONE = 0
 
 

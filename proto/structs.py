@@ -4,6 +4,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from proto.errors import InvalidTopicError
 from proto.records import Header
@@ -24,19 +25,32 @@ MAX_PARTITIONS_PER_TOPIC = 10_000
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class TopicPartition:
+class TopicPartition(NamedTuple):
+    """A topic and a partition number; a named tuple as in kafka-python, so it unpacks, sorts and
+    hashes like `(topic, partition)`."""
+
     topic: str
     partition: int
 
     def __str__(self) -> str:
         return f"{self.topic}-{self.partition}"
 
+    def __reduce__(self) -> tuple[type[TopicPartition], tuple[str, int]]:
+        # by reference to this class: pyspark rewrites namedtuples made after its import to unpickle
+        # as anonymous look-alikes without __str__, which isinstance() would then reject
+        return TopicPartition, (self.topic, self.partition)
 
-@dataclass(frozen=True, slots=True)
-class OffsetAndMetadata:
+
+class OffsetAndMetadata(NamedTuple):
+    """An offset to commit, its metadata string and the leader epoch the consumer saw (-1: unknown),
+    kafka-python's three fields and defaults."""
+
     offset: int
-    metadata: str = ""
+    metadata: str | None = ""
+    leader_epoch: int | None = -1
+
+    def __reduce__(self) -> tuple[type[OffsetAndMetadata], tuple[int, str | None, int | None]]:
+        return OffsetAndMetadata, (self.offset, self.metadata, self.leader_epoch)
 
 
 @dataclass(frozen=True, slots=True)

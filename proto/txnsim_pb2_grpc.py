@@ -57,6 +57,16 @@ class ClusterStub:
                 request_serializer=proto_dot_txnsim__pb2.ClusterStatusRequest.SerializeToString,
                 response_deserializer=proto_dot_txnsim__pb2.ClusterStatusResponse.FromString,
                 _registered_method=True)
+        self.DeleteTopic = channel.unary_unary(
+                '/txnsim.Cluster/DeleteTopic',
+                request_serializer=proto_dot_txnsim__pb2.DeleteTopicRequest.SerializeToString,
+                response_deserializer=proto_dot_txnsim__pb2.DeleteTopicResponse.FromString,
+                _registered_method=True)
+        self.DropTopicLogs = channel.unary_unary(
+                '/txnsim.Cluster/DropTopicLogs',
+                request_serializer=proto_dot_txnsim__pb2.DropTopicLogsRequest.SerializeToString,
+                response_deserializer=proto_dot_txnsim__pb2.DropTopicLogsResponse.FromString,
+                _registered_method=True)
 
 
 class ClusterServicer:
@@ -89,6 +99,18 @@ class ClusterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteTopic(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DropTopicLogs(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClusterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -111,6 +133,16 @@ def add_ClusterServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=proto_dot_txnsim__pb2.ClusterStatusRequest.FromString,
                     response_serializer=proto_dot_txnsim__pb2.ClusterStatusResponse.SerializeToString,
+            ),
+            'DeleteTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteTopic,
+                    request_deserializer=proto_dot_txnsim__pb2.DeleteTopicRequest.FromString,
+                    response_serializer=proto_dot_txnsim__pb2.DeleteTopicResponse.SerializeToString,
+            ),
+            'DropTopicLogs': grpc.unary_unary_rpc_method_handler(
+                    servicer.DropTopicLogs,
+                    request_deserializer=proto_dot_txnsim__pb2.DropTopicLogsRequest.FromString,
+                    response_serializer=proto_dot_txnsim__pb2.DropTopicLogsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -224,6 +256,60 @@ class Cluster:
             '/txnsim.Cluster/Status',
             proto_dot_txnsim__pb2.ClusterStatusRequest.SerializeToString,
             proto_dot_txnsim__pb2.ClusterStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/txnsim.Cluster/DeleteTopic',
+            proto_dot_txnsim__pb2.DeleteTopicRequest.SerializeToString,
+            proto_dot_txnsim__pb2.DeleteTopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DropTopicLogs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/txnsim.Cluster/DropTopicLogs',
+            proto_dot_txnsim__pb2.DropTopicLogsRequest.SerializeToString,
+            proto_dot_txnsim__pb2.DropTopicLogsResponse.FromString,
             options,
             channel_credentials,
             insecure,

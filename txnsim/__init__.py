@@ -2,7 +2,36 @@
 
 The public API in one import path (see API.md); the code lives in the design card's packages.
 """
+from producer.local_transaction import (
+    LocalTransactionState,
+    TransactionListener,
+    TransactionMessage,
+    TransactionSendResult,
+)
 from proto import errors
+from proto.errors import (  # kafka-python's names, also reachable as txnsim.errors.X
+    CommitFailedError,
+    ConcurrentTransactionsError,
+    CoordinatorNotAvailableError,
+    IllegalStateError,
+    InvalidProducerEpochError,
+    InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
+    KafkaConfigurationError,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    MessageSizeTooLargeError,
+    NoBrokersAvailable,
+    NotCoordinatorError,
+    NotLeaderForPartitionError,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
+    RecordTooLargeError,
+    TransactionAbortableError,
+    TransactionAbortedError,
+    UnknownTopicOrPartitionError,
+)
 from proto.structs import (
     ConsumerGroupMetadata,
     ConsumerRecord,
@@ -13,8 +42,6 @@ from proto.structs import (
 )
 from txnsim.admin import Admin
 from txnsim.cluster import LocalCluster
-from producer.local_transaction import (LocalTransactionState, TransactionListener, TransactionMessage,
-                                        TransactionSendResult)
 
 try:  # the clients land package by package; the facade must import while one is missing
     from producer import Producer
@@ -26,7 +53,40 @@ except ImportError:  # pragma: no cover
     Consumer = None  # type: ignore[assignment,misc]
 
 __all__ = [
-    "Admin", "Consumer", "ConsumerGroupMetadata", "ConsumerRecord", "LocalCluster", "LocalTransactionState",
-    "OffsetAndMetadata", "Producer", "RecordMetadata", "TopicPartition", "TransactionListener",
-    "TransactionMessage", "TransactionSendResult", "TransactionState", "errors",
+    "Admin",
+    "CommitFailedError",
+    "ConcurrentTransactionsError",
+    "Consumer",
+    "ConsumerGroupMetadata",
+    "ConsumerRecord",
+    "CoordinatorNotAvailableError",
+    "IllegalStateError",
+    "InvalidProducerEpochError",
+    "InvalidTransactionTimeoutError",
+    "InvalidTxnStateError",
+    "KafkaConfigurationError",
+    "KafkaConnectionError",
+    "KafkaError",
+    "KafkaTimeoutError",
+    "LocalCluster",
+    "LocalTransactionState",
+    "MessageSizeTooLargeError",
+    "NoBrokersAvailable",
+    "NotCoordinatorError",
+    "NotLeaderForPartitionError",
+    "OffsetAndMetadata",
+    "OutOfOrderSequenceError",
+    "Producer",
+    "ProducerFencedError",
+    "RecordMetadata",
+    "RecordTooLargeError",
+    "TopicPartition",
+    "TransactionAbortableError",
+    "TransactionAbortedError",
+    "TransactionListener",
+    "TransactionMessage",
+    "TransactionSendResult",
+    "TransactionState",
+    "UnknownTopicOrPartitionError",
+    "errors",
 ]

@@ -20,7 +20,7 @@ from proto import txnsim_pb2 as pb
 from proto.errors import KafkaError, code_of
 
 #: ListOffsets timestamps with a meaning of their own (Kafka's ListOffsetsRequest)
-LATEST_TIMESTAMP, EARLIEST_TIMESTAMP = -1, -2
+LATEST_TIMESTAMP, EARLIEST_TIMESTAMP, MAX_TIMESTAMP = -1, -2, -3
 READ_COMMITTED = 1
 
 
@@ -99,26 +99,34 @@ class PartitionApis:
     # ------------------------------------------------------------ ListOffsets (2)
 
     def list_offsets(self, request: ListOffsetsRequest, version: int) -> ListOffsetsResponse:
-        committed = version >= 2 and request.isolation_level == READ_COMMITTED
-        answer = self._partitions.list_offsets(pb.ListOffsetsRequest(partitions=[
-            pb.TopicPartitionRef(topic=topic.name, partition=part.partition_index)
-            for topic in request.topics for part in topic.partitions]))
-        found = iter(answer.partitions)
+        """-2 the log start, -1 the HW (the LSO for read_committed), -3 (v7+) the record with the largest
+        timestamp, a time the first record at or after it; a time with no such record readable is -1/-1."""
+        isolation = request.isolation_level if version >= 2 and request.isolation_level in (0, 1) else 0
+        wanted = [(topic.name, part) for topic in request.topics for part in topic.partitions]
+        try:
+            answer = self._partitions.list_offsets(pb.ListOffsetsRequest(
+                partitions=[pb.TopicPartitionRef(topic=name, partition=part.partition_index) for name, part in wanted],
+                timestamps=[part.timestamp for _name, part in wanted], isolation_level=isolation))
+            found = iter(answer.partitions)
+        except KafkaError as exc:
+            found = iter([pb.PartitionOffsets(error_code=code_of(exc))] * len(wanted))
         Partition = ListOffsetsResponse.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
         topics = []
         for topic in request.topics:
             partitions = []
             for part in topic.partitions:
                 r = next(found)
-                code, offset = r.error_code, -1
+                code, offset, timestamp = r.error_code, -1, -1
                 if code == 0:
                     if part.timestamp == EARLIEST_TIMESTAMP:
                         offset = r.log_start_offset
                     elif part.timestamp == LATEST_TIMESTAMP:
-                        offset = r.last_stable_offset if committed else r.high_watermark
-                    else:  # offsets by time (and -3, max timestamp) are not served yet
-                        code = WireError.UNSUPPORTED_VERSION
+                        offset = r.last_stable_offset if isolation == READ_COMMITTED else r.high_watermark
+                    elif part.timestamp == MAX_TIMESTAMP and version < 7:
+                        code = WireError.UNSUPPORTED_VERSION  # KIP-734: clients ask -3 only at v7+
+                    else:
+                        offset, timestamp = r.offset_for_timestamp, r.timestamp
                 partitions.append(Partition(partition_index=part.partition_index, error_code=code,
-                                            timestamp=-1, offset=offset, leader_epoch=-1))
+                                            timestamp=timestamp, offset=offset, leader_epoch=-1))
             topics.append(ListOffsetsResponse.ListOffsetsTopicResponse(name=topic.name, partitions=partitions))
         return ListOffsetsResponse(version=version, throttle_time_ms=0, topics=topics)

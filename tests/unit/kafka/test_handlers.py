@@ -38,9 +38,13 @@ class FakePartitions:
             for p in req.partitions])
 
     def list_offsets(self, req: pb.ListOffsetsRequest) -> pb.ListOffsetsResponse:
+        self.requests.append(req)
+        # a timestamp finds offset 7 (written at 1000) if it is at most 1000; -3 finds offset 8
+        found = [(7, 1000) if 0 <= t <= 1000 else (8, 1200) if t == -3 else (-1, -1) for t in req.timestamps]
         return pb.ListOffsetsResponse(partitions=[
             pb.PartitionOffsets(topic=p.topic, partition=p.partition, log_start_offset=2, high_watermark=9,
-                                last_stable_offset=5) for p in req.partitions])
+                                last_stable_offset=5, offset_for_timestamp=offset, timestamp=timestamp)
+            for p, (offset, timestamp) in zip(req.partitions, found)])
 
 
 class FakeCluster:
@@ -144,8 +148,22 @@ def test_list_offsets_latest_is_the_hw_or_for_read_committed_the_lso_and_earlies
     assert offset(-1, 0).offset == 9
     assert offset(-1, 1).offset == 5
     assert offset(-2, 1).offset == 2
-    by_time = offset(1_700_000_000_000, 0)
-    assert by_time.error_code == WireError.UNSUPPORTED_VERSION and by_time.offset == -1
+    assert offset(-1, 1).timestamp == -1
+
+
+def test_list_offsets_by_time_answers_the_record_found_or_minus_one_and_max_timestamp_from_v7():
+    partitions = FakePartitions()
+    apis = PartitionApis(partitions)
+
+    def answer(timestamp, version=5):
+        return apis.list_offsets(list_offsets(timestamp, 1), version).topics[0].partitions[0]
+    found = answer(900)
+    assert (found.error_code, found.offset, found.timestamp) == (0, 7, 1000)
+    assert partitions.requests[-1].timestamps == [900] and partitions.requests[-1].isolation_level == 1
+    none = answer(5000)
+    assert (none.error_code, none.offset, none.timestamp) == (0, -1, -1)
+    assert (answer(-3, 7).offset, answer(-3, 7).timestamp) == (8, 1200)
+    assert answer(-3, 6).error_code == WireError.UNSUPPORTED_VERSION
 
 
 def test_metadata_lists_live_brokers_at_their_kafka_addresses_and_owners_as_leaders():
