@@ -51,6 +51,9 @@ from proto.structs import (
 S = TransactionState
 log = logging.getLogger(__name__)
 V = TypeVar("V", TxnMetadata, BatchTxn)
+#: how long a new transaction's AddPartitions waits for the previous one's markers before it is answered
+#: CONCURRENT_TRANSACTIONS (markers are retried until acknowledged; a partition owner down takes longer)
+PREVIOUS_END_HOLD_S = 1.0
 _KIND_NAMES = {TxnMetadata: "a transactional id", BatchTxn: "a batch transaction id (txnsim extension)"}
 
 
@@ -191,13 +194,15 @@ class TransactionCoordinator:
             return self.batches.add_partitions(shard, epoch, req, wanted)
         if req.verify_only:
             return self._verify(shard, req, wanted)
-        now = self._now_ms()
         with self._lock:
+            self._check_producer(shard, tid, req.producer_id, req.producer_epoch)
+            self._await_previous_end(shard, tid)
             current = self._check_producer(shard, tid, req.producer_id, req.producer_epoch)
             self._check_not_pending(shard, tid)
             if current.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
                 raise ConcurrentTransactionsError(
                     f"[CONCURRENT_TRANSACTIONS] {tid!r} is still completing its previous transaction; retry")
+            now = self._now_ms()
             if current.state == S.ONGOING and set(wanted) <= current.partitions:
                 return self._partition_results(wanted, {}, 0)
             start = current.start_time_ms if current.state == S.ONGOING else now
@@ -555,6 +560,16 @@ class TransactionCoordinator:
                 raise CoordinatorLoadInProgressError(
                     f"[COORDINATOR_LOAD_IN_PROGRESS] shard {shard_id} is still loading; retry")
             return shard, shard.coordinator_epoch
+
+    def _await_previous_end(self, shard: TxnShard, tid: str) -> None:
+        """Hold a transaction's first AddPartitions while the previous transaction's markers go out (caller
+        holds the lock; waiting releases it). Answering CONCURRENT_TRANSACTIONS at once would make the client
+        back off (librdkafka 20 ms, Kafka's Java client the same) for markers that take about a millisecond."""
+        def settled() -> bool:
+            current = shard.entries.get(tid)
+            return tid not in shard.pending and not (
+                isinstance(current, TxnMetadata) and current.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT))
+        self._written.wait_for(settled, PREVIOUS_END_HOLD_S)
 
     def _await_not_pending(self, shard: TxnShard, tid: str, timeout_s: float) -> None:
         """Wait (holding the lock between checks) for another write of `tid` to land; a batch's

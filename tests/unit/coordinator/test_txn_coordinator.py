@@ -203,7 +203,8 @@ def test_v1_keeps_the_epoch_across_transactions_and_writes_markers_at_it(tmp_pat
         assert add(tc, "tx", ids.producer_id, ids.producer_epoch, 1).results[0].error_code == 0
         end = end_v1(tc, "tx", ids.producer_id, ids.producer_epoch, committed)
         assert end.producer_epoch == ids.producer_epoch
-        wait_until(lambda: state(tc, "tx").state == ("CompleteCommit" if committed else "CompleteAbort"))
+        done = "CompleteCommit" if committed else "CompleteAbort"
+        wait_until(lambda done=done: state(tc, "tx").state == done)
     assert [(epoch, committed) for _pid, epoch, committed, _ce, _tps in markers.written] == [
         (ids.producer_epoch, True), (ids.producer_epoch, False), (ids.producer_epoch, True)]
     assert state(tc, "tx").producer_epoch == ids.producer_epoch
@@ -229,3 +230,47 @@ def test_v1_end_without_a_transaction_is_invalid_txn_state_and_a_stale_epoch_is_
     assert newer.producer_epoch == ids.producer_epoch + 1
     with pytest.raises(ProducerFencedError):
         end_v1(tc, "tx", ids.producer_id, ids.producer_epoch, True)
+
+
+class GatedMarkers(RecordingMarkers):
+    """Holds every marker write until `release` is set: the markers of a commit still going out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def write(self, markers, *, coordinator_epoch, still_valid):
+        assert self.release.wait(10), "the test never released the markers"
+        return super().write(markers, coordinator_epoch=coordinator_epoch, still_valid=still_valid)
+
+
+def test_the_next_transactions_first_add_waits_for_the_previous_markers_instead_of_failing(tmp_path):
+    markers = GatedMarkers()
+    tc, _ = make(tmp_path, markers)
+    ids = init(tc, "tx")
+    add(tc, "tx", ids.producer_id, ids.producer_epoch, 0)
+    end_v1(tc, "tx", ids.producer_id, ids.producer_epoch, True)
+    answers: list = []
+    adding = threading.Thread(target=lambda: answers.append(add(tc, "tx", ids.producer_id, ids.producer_epoch, 1)))
+    adding.start()
+    adding.join(0.2)
+    assert adding.is_alive() and not answers, "AddPartitions answered while the previous commit's markers were pending"
+    markers.release.set()
+    adding.join(5)
+    assert answers[0].results[0].error_code == 0
+    assert state(tc, "tx").state == "Ongoing"
+
+
+def test_a_previous_end_that_does_not_finish_in_time_is_concurrent_transactions(tmp_path, monkeypatch):
+    import coordinator.txn.coordinator as module
+    monkeypatch.setattr(module, "PREVIOUS_END_HOLD_S", 0.05)
+    markers = GatedMarkers()
+    tc, _ = make(tmp_path, markers)
+    ids = init(tc, "tx")
+    add(tc, "tx", ids.producer_id, ids.producer_epoch, 0)
+    end_v1(tc, "tx", ids.producer_id, ids.producer_epoch, True)
+    try:
+        with pytest.raises(ConcurrentTransactionsError):
+            add(tc, "tx", ids.producer_id, ids.producer_epoch, 1)
+    finally:
+        markers.release.set()
