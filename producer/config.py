@@ -114,8 +114,10 @@ class ProducerConfig:
                 if not callable(getattr(self.transaction_listener, method, None)):
                     raise KafkaConfigurationError(f"transaction_listener must have a {method}(...) method")
         for name in ("key_serializer", "value_serializer"):
-            if getattr(self, name) is not None and not callable(getattr(self, name)):
-                raise KafkaConfigurationError(f"{name} must be callable")
+            serializer = getattr(self, name)
+            if serializer is not None and not callable(serializer) \
+                    and not callable(getattr(serializer, "serialize", None)):
+                raise KafkaConfigurationError(f"{name} must be callable or have serialize(topic, headers, data)")
 
     def _check_ranges(self) -> None:
         if not 1 <= self.transaction_timeout_ms <= MAX_INT32:

@@ -16,6 +16,7 @@ from typing import Any
 
 from proto.cluster_client import ClusterClient
 from proto.errors import (
+    IllegalArgumentError,
     IllegalStateError,
     KafkaConfigurationError,
     KafkaConnectionError,
@@ -116,18 +117,26 @@ class Producer:
 
     # ------------------------------------------------------------ sending
 
-    def send(self, topic: str, value: Any = None, key: Any = None, partition: int | None = None,
-             headers: Iterable[tuple[str, bytes | None]] | None = None,
+    def send(self, topic: str, value: Any = None, key: Any = None,
+             headers: Iterable[tuple[str, bytes | None]] | None = None, partition: int | None = None,
              timestamp_ms: int | None = None) -> FutureRecordMetadata:
-        """Queue one record; the future resolves to its RecordMetadata once the partition has it."""
+        """Queue one record; the future resolves to its RecordMetadata once the partition has it.
+
+        kafka-python's order of arguments (topic, value, key, headers, partition, timestamp_ms).
+        A partition or timestamp of the wrong type raises TypeError, a negative one
+        IllegalArgumentError (a ValueError), here and never in the I/O thread, as kafka-python
+        and Kafka's ProducerRecord do.
+        """
         if self._closed:
             raise IllegalStateError("cannot send: the producer is closed")
         self._tm.check_can_send()
+        _check_partition(partition)
+        _check_timestamp(timestamp_ms)
         config = self.config
-        key_bytes = _to_bytes(config.key_serializer(key) if config.key_serializer else key, "key")
-        value_bytes = _to_bytes(config.value_serializer(value) if config.value_serializer else value, "value")
         header_list: list[Header] = [] if headers is None else [(str(k), _to_bytes(v, "header value"))
                                                                 for k, v in headers]
+        key_bytes = _to_bytes(_serialize(config.key_serializer, topic, header_list, key), "key")
+        value_bytes = _to_bytes(_serialize(config.value_serializer, topic, header_list, value), "value")
         size = record_size(key_bytes, value_bytes, header_list)
         if size + HEADER_SIZE > config.max_request_size or size > config.buffer_memory:
             limit, name = min((config.max_request_size, "max_request_size"), (config.buffer_memory, "buffer_memory"))
@@ -179,8 +188,9 @@ class Producer:
             raise IllegalStateError("send_message_in_transaction needs Producer(producer_group=..., "
                                     "transaction_listener=...)")
         config = self.config
-        key_bytes = _to_bytes(config.key_serializer(key) if config.key_serializer else key, "key")
-        value_bytes = _to_bytes(config.value_serializer(value) if config.value_serializer else value, "value")
+        key_bytes = _to_bytes(_serialize(config.key_serializer, topic, [], key), "key")
+        value_bytes = _to_bytes(_serialize(config.value_serializer, topic, [], value), "value")
+        _check_partition(partition)
         if not isinstance(check_immunity_ms, int) or check_immunity_ms < 0:
             raise KafkaConfigurationError(f"check_immunity_ms must be a non-negative int, not {check_immunity_ms!r}")
         num_partitions = self._num_partitions(topic, Deadline(self._max_block_s))
@@ -243,8 +253,7 @@ class Producer:
         self._ensure_open("send_offsets_to_transaction")
         self._tm.ensure_in_transaction("send_offsets_to_transaction")
         group = _group_metadata(consumer_group_metadata)
-        normalized = {_topic_partition(tp): om if isinstance(om, OffsetAndMetadata) else OffsetAndMetadata(int(om))
-                      for tp, om in offsets.items()}
+        normalized = {_topic_partition(tp): _offset_and_metadata(tp, om) for tp, om in offsets.items()}
         deadline = Deadline(self._max_block_s)
         if not self._tm.is_group_added(group.group_id):
             self._requests.add_offsets(group.group_id, deadline)
@@ -329,6 +338,43 @@ class Producer:
         self.close()
 
 
+#: Kafka's timestamps are int64 milliseconds
+MAX_TIMESTAMP_MS = 2**63 - 1
+#: Kafka's partition numbers are int32
+MAX_PARTITION = 2**31 - 1
+
+
+def _check_partition(partition: Any) -> None:
+    """Reject in send() what would otherwise fail in the I/O thread, stalling every batch to that node."""
+    if partition is None:
+        return
+    if not isinstance(partition, int) or isinstance(partition, bool):
+        raise TypeError(f"partition must be an int or None, not {type(partition).__name__} {partition!r}")
+    if not 0 <= partition <= MAX_PARTITION:
+        raise IllegalArgumentError(f"partition must be between 0 and {MAX_PARTITION}, not {partition}")
+
+
+def _check_timestamp(timestamp_ms: Any) -> None:
+    if timestamp_ms is None:
+        return
+    if not isinstance(timestamp_ms, int) or isinstance(timestamp_ms, bool):
+        raise TypeError(f"timestamp_ms must be an int (milliseconds since the epoch) or None, "
+                        f"not {type(timestamp_ms).__name__} {timestamp_ms!r}")
+    if not 0 <= timestamp_ms <= MAX_TIMESTAMP_MS:
+        raise IllegalArgumentError(f"timestamp_ms must be between 0 and {MAX_TIMESTAMP_MS}, not {timestamp_ms}")
+
+
+def _serialize(serializer: Any, topic: str, headers: list[Header], data: Any) -> Any:
+    """kafka-python's two kinds of serializer: a plain callable of the data, or an object with
+    serialize(topic, headers, data) (kafka.serializer.Serializer)."""
+    if serializer is None:
+        return data
+    serialize = getattr(serializer, "serialize", None)
+    if callable(serialize):
+        return serialize(topic, headers, data)
+    return serializer(data)
+
+
 def _to_bytes(value: Any, what: str) -> bytes | None:
     if value is None or isinstance(value, bytes):
         return value
@@ -342,6 +388,21 @@ def _topic_partition(tp: TopicPartition | tuple[str, int]) -> TopicPartition:
         return tp
     topic, partition = tp
     return TopicPartition(str(topic), int(partition))
+
+
+def _offset_and_metadata(tp: Any, om: OffsetAndMetadata | int) -> OffsetAndMetadata:
+    """Check an offset before anything is sent: a negative one would be refused by the group coordinator
+    after AddOffsetsToTxn, leaving the transaction open (Kafka's OffsetAndMetadata refuses it at once)."""
+    if not isinstance(om, tuple):  # a bare offset; OffsetAndMetadata and kafka-python's are tuples
+        om = OffsetAndMetadata(om)
+    offset = om[0]
+    if not isinstance(offset, int) or isinstance(offset, bool):
+        raise TypeError(f"the offset of {tp} must be an int, not {type(offset).__name__} {offset!r}")
+    if offset < 0:
+        raise IllegalArgumentError(f"the offset of {tp} is {offset}; offsets to commit must be 0 or more")
+    metadata = om[1] if len(om) > 1 else ""
+    leader_epoch = om[2] if len(om) > 2 else -1
+    return OffsetAndMetadata(offset, metadata, leader_epoch)
 
 
 def _group_metadata(group: ConsumerGroupMetadata | str | Any) -> ConsumerGroupMetadata:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import struct
 import threading
 from collections import defaultdict, deque
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from proto import txnsim_pb2 as pb
 from proto.cluster_client import LOOKUP_TIMEOUT_S, ClusterClient
 from proto.errors import (
     DuplicateSequenceError,
+    InvalidRecordError,
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
@@ -266,7 +268,14 @@ class Sender(threading.Thread):
         for batch in batches:
             if self._in_flight[address] >= limit:
                 break  # an answer from this node wakes us for the rest
-            payload = batch.payload if batch.payload is not None else self._build(batch)
+            try:
+                payload = batch.payload if batch.payload is not None else self._build(batch)
+            except (ValueError, TypeError, OverflowError, struct.error) as exc:
+                # send() checks its arguments; this is the backstop that keeps one bad record from
+                # stalling every batch bound for this node round after round
+                self._fail_batch(batch, InvalidRecordError(
+                    f"[INVALID_RECORD] the batch for {batch.topic_partition} cannot be encoded: {exc}"))
+                continue
             if chunk and chunk_bytes + len(payload) > self._config.max_request_size:
                 self._send_produce(address, chunk)
                 chunk, chunk_bytes = [], 0

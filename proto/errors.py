@@ -53,8 +53,9 @@ class IllegalStateError(KafkaError):
     """A call made in a state that does not allow it (e.g. commit before begin)."""
 
 
-class IllegalArgumentError(KafkaError):
-    """An argument that no state of the cluster could make valid (kafka-python's name)."""
+class IllegalArgumentError(KafkaError, ValueError):
+    """An argument that no state of the cluster could make valid (kafka-python's name; Kafka's
+    IllegalArgumentException). Also a ValueError, which kafka-python raises in the same places."""
 
 
 class KafkaConfigurationError(KafkaError):
