@@ -9,10 +9,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from kafka.protocol.api_message import ApiMessage
 
-from coordinator.kafka.apis import SERVED, ApiKey, WireError, api_versions_response
+from coordinator.kafka.apis import (
+    SERVED,
+    ApiKey,
+    ServedApi,
+    WireError,
+    api_versions_response,
+)
 from coordinator.kafka.framing import (
     CloseConnection,
     decode_request,
@@ -26,6 +33,25 @@ log = logging.getLogger(__name__)
 Handler = Callable[[ApiMessage, int], ApiMessage | None]
 
 
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """A request frame checked and decoded, not yet answered; `immediate` is an answer needing no handler."""
+
+    api: ServedApi
+    version: int
+    correlation_id: int
+    request: ApiMessage | None
+    immediate: bytes | None = None
+
+    def produce_partitions(self) -> frozenset[tuple[str, int]] | None:
+        """The partitions a Produce request writes (it may run beside requests for other partitions); None for
+        every other request, which runs alone, in order."""
+        if self.api.key != ApiKey.PRODUCE or self.request is None:
+            return None
+        return frozenset((topic.name, part.index) for topic in self.request.topic_data  # type: ignore[attr-defined]
+                         for part in topic.partition_data)
+
+
 class Dispatcher:
     def __init__(self, handlers: Mapping[ApiKey, Handler]) -> None:
         missing = set(SERVED) - set(handlers)
@@ -34,23 +60,34 @@ class Dispatcher:
         self._handlers = dict(handlers)
 
     def handle(self, frame: bytes) -> bytes | None:
+        return self.answer(self.decode(frame))
+
+    def decode(self, frame: bytes) -> Decoded:
         header = peek_header(frame)
         api = SERVED.get(header.api_key)
         if api is None:
             raise CloseConnection(f"unknown API key {header.api_key}")
         if api.key == ApiKey.API_VERSIONS and not api.advertises(header.api_version):
-            return encode_response(api_versions_response(0, WireError.UNSUPPORTED_VERSION), header.correlation_id)
+            return Decoded(api, header.api_version, header.correlation_id, None, immediate=encode_response(
+                api_versions_response(0, WireError.UNSUPPORTED_VERSION), header.correlation_id))
         if not api.serves(header.api_version):
             raise CloseConnection(f"{api.key.name} v{header.api_version} is not served "
                                   f"(v{api.lowest_served}-{api.max_version} are)")
-        request = decode_request(frame, api.request, header.api_version)
+        return Decoded(api, header.api_version, header.correlation_id,
+                       decode_request(frame, api.request, header.api_version))
+
+    def answer(self, decoded: Decoded) -> bytes | None:
+        """The response frame, None when the client expects none (Produce with acks=0), or CloseConnection."""
+        if decoded.immediate is not None or decoded.request is None:
+            return decoded.immediate
+        api, version = decoded.api, decoded.version
         try:
-            response = self._handlers[api.key](request, header.api_version)
+            response = self._handlers[api.key](decoded.request, version)
         except CloseConnection:
             raise
         except Exception as exc:  # a node bug: this connection goes, the node and every other one stay
-            log.exception("%s v%d failed", api.key.name, header.api_version)
+            log.exception("%s v%d failed", api.key.name, version)
             raise CloseConnection(f"{api.key.name} failed on the node: {type(exc).__name__}: {exc}") from exc
         if response is None:
             return None
-        return encode_response(response, header.correlation_id)
+        return encode_response(response, decoded.correlation_id)

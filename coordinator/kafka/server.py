@@ -1,17 +1,25 @@
-"""The Kafka listener of one node: accepts TCP connections on loopback and serves each with its own thread.
+"""The Kafka listener of one node: accepts TCP connections on loopback and serves each with its own threads.
 
 Threads, not asyncio: every handler calls the node's blocking logic (appends wait for fsync, fetches
 long-poll on a condition), as the gRPC services do from their thread pool; asyncio would hand each
-request to a thread anyway. One thread per connection reads a frame, answers it, then reads the next,
-so responses leave in request order (Kafka also serves one request per connection at a time).
+request to a thread anyway.
+
+Per connection, a reader thread decodes frames and a writer thread sends the responses, always in request
+order. Produce requests run concurrently (a shared pool) as long as they write disjoint partitions: a
+client pipelines one request per partition (librdkafka up to 5 in flight), and each waits for its fsync, so
+serving them one at a time would add the fsyncs up. A produce request for a partition an earlier request
+still writes waits for it (per-partition order keeps idempotent sequences in order); every other request
+waits for all earlier ones and runs alone, as Kafka serves a connection.
 """
 from __future__ import annotations
 
 import logging
+import queue
 import socket
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
-from coordinator.kafka.dispatch import Dispatcher
+from coordinator.kafka.dispatch import Decoded, Dispatcher
 from coordinator.kafka.framing import SIZE, CloseConnection, frame_size
 
 log = logging.getLogger(__name__)
@@ -20,6 +28,11 @@ log = logging.getLogger(__name__)
 MAX_CONNECTIONS = 1000
 #: Kafka's connections.max.idle.ms: a connection that sends nothing for this long is closed
 IDLE_TIMEOUT_S = 600.0
+#: requests of one connection being handled or waiting to be sent (librdkafka pipelines up to 5 produces);
+#: the reader stops reading while this many are outstanding
+MAX_IN_FLIGHT = 8
+#: threads handling produce requests beside their connections' readers, shared by every connection
+PRODUCE_THREADS = 32
 
 
 class KafkaListener:
@@ -33,6 +46,7 @@ class KafkaListener:
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._acceptor = threading.Thread(target=self._accept_loop, name=f"kafka-accept-{port}", daemon=True)
+        self._producing = ThreadPoolExecutor(max_workers=PRODUCE_THREADS, thread_name_prefix=f"kafka-produce-{port}")
 
     def start(self) -> None:
         self._acceptor.start()
@@ -50,6 +64,7 @@ class KafkaListener:
         for conn in connections:
             _close(conn)
         self._acceptor.join(timeout=2)
+        self._producing.shutdown(wait=False, cancel_futures=True)
 
     def _accept_loop(self) -> None:
         while not self._stopped.is_set():
@@ -71,8 +86,14 @@ class KafkaListener:
             threading.Thread(target=self._serve, args=(conn, peer), name=f"kafka-conn-{peer[1]}", daemon=True).start()
 
     def _serve(self, conn: socket.socket, peer: tuple) -> None:
+        """The reader: decode each frame and start answering it; the writer sends the answers in order."""
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn.settimeout(IDLE_TIMEOUT_S)
+        answers: queue.Queue[Future | None] = queue.Queue()
+        writer = threading.Thread(target=self._write_answers, args=(conn, peer, answers),
+                                  name=f"kafka-write-{peer[1]}", daemon=True)
+        writer.start()
+        in_flight: list[tuple[frozenset | None, Future]] = []
         try:
             while not self._stopped.is_set():
                 prefix = _read_exactly(conn, SIZE.size)
@@ -81,18 +102,61 @@ class KafkaListener:
                 frame = _read_exactly(conn, frame_size(prefix, self._max_request_bytes))
                 if frame is None:
                     raise CloseConnection("the connection closed in the middle of a request")
-                reply = self._dispatcher.handle(frame)
-                if reply is not None:
-                    conn.sendall(reply)
+                decoded = self._dispatcher.decode(frame)
+                in_flight = [(keys, f) for keys, f in in_flight if not f.done()]
+                answers.put(self._start(decoded, in_flight))
         except CloseConnection as exc:
-            log.info("Kafka listener %s: closing the connection from %s:%d: %s", self.address, *peer[:2], exc)
+            failed: Future = Future()
+            failed.set_exception(exc)
+            answers.put(failed)  # after every earlier answer: those still leave first
         except (OSError, TimeoutError) as exc:  # reset by the peer, idle too long, or closed by stop()
             if not self._stopped.is_set():
                 log.debug("Kafka listener %s: connection from %s:%d ended: %s", self.address, *peer[:2], exc)
         finally:
+            answers.put(None)
+            writer.join()
             with self._lock:
                 self._connections.discard(conn)
             _close(conn)
+
+    def _start(self, decoded: Decoded, in_flight: list[tuple[frozenset | None, Future]]) -> Future:
+        """Answer `decoded` once the earlier requests it must follow are done; returns its answer's future."""
+        partitions = decoded.produce_partitions()
+        if partitions is None:  # alone and in order: after everything before it, on the reader's thread
+            wait([f for _keys, f in in_flight])
+            answer: Future = Future()
+            try:
+                answer.set_result(self._dispatcher.answer(decoded))
+            except CloseConnection as exc:
+                answer.set_exception(exc)
+            return answer
+        wait([f for keys, f in in_flight if keys is None or keys & partitions])
+        if len(in_flight) >= MAX_IN_FLIGHT:
+            wait([f for _keys, f in in_flight[:len(in_flight) - MAX_IN_FLIGHT + 1]])
+        answer = self._producing.submit(self._dispatcher.answer, decoded)
+        in_flight.append((partitions, answer))
+        return answer
+
+    def _write_answers(self, conn: socket.socket, peer: tuple, answers: queue.Queue[Future | None]) -> None:
+        """The writer: each answer in request order; a request answered by closing closes the connection."""
+        try:
+            while (answer := answers.get()) is not None:
+                reply = answer.result()
+                if reply is not None:
+                    conn.sendall(reply)
+        except CloseConnection as exc:
+            log.info("Kafka listener %s: closing the connection from %s:%d: %s", self.address, *peer[:2], exc)
+        except (OSError, TimeoutError) as exc:
+            if not self._stopped.is_set():
+                log.debug("Kafka listener %s: connection to %s:%d ended: %s", self.address, *peer[:2], exc)
+        else:
+            return
+        try:  # wake the reader, which may be blocked in recv, so the connection's threads end
+            conn.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already closed
+        while answers.get() is not None:  # let the reader finish putting; nothing more is sent
+            pass
 
 
 def _read_exactly(conn: socket.socket, size: int) -> bytes | None:
