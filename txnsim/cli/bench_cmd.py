@@ -1,4 +1,4 @@
-"""`txnsim bench [producer|consumer|failover|spark|rocketmq|all]`: the benchmark suite, each benchmark on a
+"""`txnsim bench [producer|consumer|failover|spark|rocketmq|peer|all]`: the benchmark suite, each benchmark on a
 3-node cluster of its own, with progress, result tables, the issues' targets checked, and
 (with --output) the tables written into a markdown file's generated sections."""
 from __future__ import annotations
@@ -12,23 +12,24 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from txnsim.bench import consumer_bench, failover_bench, producer_bench, rocketmq_bench
+from txnsim.bench import consumer_bench, failover_bench, peer_bench, producer_bench, rocketmq_bench
 from txnsim.bench.machine import CpuShare, this_machine
 from txnsim.bench.report import BenchResult, replace_section, section_body, to_rich
 from txnsim.cli.common import console, exits_cleanly
 
-BENCHMARKS = ("producer", "consumer", "failover", "spark", "rocketmq")
+BENCHMARKS = ("producer", "consumer", "failover", "spark", "rocketmq", "peer")
 #: what `all` runs: spark is left out, as it would nearly double the time of `all` (a JVM, about 2.5 minutes),
 #: and rocketmq, which would take `all` past 4 minutes (it runs about 2 on its own)
 IN_ALL = ("producer", "consumer", "failover")
 HEADINGS = {"producer": "Producer throughput and commit cost", "consumer": "Consumer throughput",
-            "failover": "Failover", "spark": "Spark sink", "rocketmq": "RocketMQ-style transactions"}
+            "failover": "Failover", "spark": "Spark sink", "rocketmq": "RocketMQ-style transactions",
+            "peer": "confluent-kafka against txnsim and against librdkafka's mock cluster"}
 DEFAULT_SECONDS = 2.0
 #: rocketmq's runs are shorter: it makes 9 of them per round, so 6 rounds stay within about 2 minutes
 DEFAULT_ROCKETMQ_SECONDS = 1.25
 #: rounds each benchmark runs unless --repeat says otherwise: enough for a median worth reading
 #: while `txnsim bench all` stays under about 3 minutes on 2 CPUs
-DEFAULT_REPEAT = {"producer": 6, "consumer": 7, "failover": 20, "spark": 7, "rocketmq": 6}
+DEFAULT_REPEAT = {"producer": 6, "consumer": 7, "failover": 20, "spark": 7, "rocketmq": 6, "peer": 6}
 DEFAULT_RECORDS = 300_000
 #: rows the spark benchmark copies per run, and its maxOffsetsPerTrigger: 10 micro-batches of about 0.35 s
 DEFAULT_SPARK_ROWS = 200_000
@@ -36,8 +37,8 @@ DEFAULT_BATCH_ROWS = 20_000
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    bench = sub.add_parser("bench", help="the benchmark suite (producer, consumer, failover, spark, rocketmq), on "
-                                         "embedded clusters; `all` runs all but spark and rocketmq")
+    bench = sub.add_parser("bench", help="the benchmark suite (producer, consumer, failover, spark, rocketmq, peer), "
+                                         "on embedded clusters; `all` runs all but spark, rocketmq and peer")
     bench.add_argument("benchmark", nargs="?", choices=(*BENCHMARKS, "all"), default="all")
     bench.add_argument("--seconds", type=float, default=None,
                        help=f"length of each producer run (default {DEFAULT_SECONDS:g}; "
@@ -90,6 +91,8 @@ def _runner(name: str, args: argparse.Namespace) -> Callable[[RichProgress], Ben
         return lambda p: producer_bench.run(seconds=args.seconds or DEFAULT_SECONDS, repeat=repeat, progress=p)
     if name == "consumer":
         return lambda p: consumer_bench.run(records=args.records or DEFAULT_RECORDS, repeat=repeat, progress=p)
+    if name == "peer":
+        return lambda p: peer_bench.run(seconds=args.seconds or DEFAULT_SECONDS, repeat=repeat, progress=p)
     if name == "rocketmq":
         return lambda p: rocketmq_bench.run(seconds=args.seconds or DEFAULT_ROCKETMQ_SECONDS, repeat=repeat, progress=p)
     if name == "spark":
