@@ -18,6 +18,7 @@ from proto.cluster_client import ClusterClient
 from proto.errors import (
     IllegalArgumentError,
     IllegalStateError,
+    InvalidProducerIdMappingError,
     KafkaConfigurationError,
     KafkaConnectionError,
     KafkaError,
@@ -287,9 +288,12 @@ class Producer:
         self._accumulator.wakeup()  # the sender fails what it has not sent
         self._accumulator.await_all(deadline, "abort_transaction")
         self._sender.await_partition_registration(deadline)
-        if tm.needs_end_txn:
-            self._requests.end_txn(False, Deadline(max(deadline - time.monotonic(), 0.0)))
-        if tm.epoch_bump_required:
+        if tm.needs_end_txn and not tm.end_txn_refused:
+            try:
+                self._requests.end_txn(False, Deadline(max(deadline - time.monotonic(), 0.0)))
+            except InvalidProducerIdMappingError:
+                pass  # the id expired meanwhile: nothing left to abort there; the bump below gets a new id
+        if tm.epoch_bump_required or tm.end_txn_refused:
             # KIP-360: a failed batch left sequences the node may hold, and no new epoch came with
             # EndTxn: bump it with InitProducerId(current pid/epoch) before the next transaction
             tm.begin_epoch_bump()

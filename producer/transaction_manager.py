@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from proto.errors import IllegalStateError, KafkaError
+from proto.errors import IllegalStateError, InvalidProducerIdMappingError, KafkaError, TransactionAbortableError
 from proto.structs import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -150,9 +150,18 @@ class TransactionManager:
         return error
 
     def abortable_error_copy(self, action: str) -> KafkaError:
-        assert self._last_error is not None
-        return copy_error(self._last_error, f"cannot {action}: the transaction of {self.describe()} failed; "
-                                            f"call abort_transaction()")
+        """The error a call raises in ABORTABLE_ERROR. A retriable cause (a delivery timeout, a leader
+        that never came back) is wrapped in TransactionAbortableError: retrying the call cannot help,
+        only abort_transaction() can (Kafka throws a non-retriable KafkaException there)."""
+        error = self._last_error
+        assert error is not None
+        context = f"cannot {action}: the transaction of {self.describe()} failed; call abort_transaction()"
+        if error.retriable:
+            wrapped = TransactionAbortableError(
+                f"[TRANSACTION_ABORTABLE] {context} (caused by {type(error).__name__}: {error.message})")
+            wrapped.__cause__ = error
+            return wrapped
+        return copy_error(error, context)
 
     def _raise_if_error_state(self, action: str) -> None:
         if self._state is S.FATAL_ERROR:
@@ -401,6 +410,12 @@ class TransactionManager:
 
     def is_group_added(self, group_id: str) -> bool:
         return group_id in self._txn_groups
+
+    @property
+    def end_txn_refused(self) -> bool:
+        """The coordinator no longer maps our producer id to the transactional id (it expired): it would
+        refuse EndTxn, so abort skips it and goes straight to InitProducerId (Kafka's TransactionManager)."""
+        return isinstance(self._last_error, InvalidProducerIdMappingError)
 
     @property
     def needs_end_txn(self) -> bool:

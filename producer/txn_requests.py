@@ -19,9 +19,11 @@ from tenacity import RetryCallState
 from proto.errors import (
     ConcurrentTransactionsError,
     CoordinatorLoadInProgressError,
+    InvalidProducerIdMappingError,
     KafkaError,
     KafkaTimeoutError,
     OperationNotAttemptedError,
+    UnknownProducerIdError,
     for_code,
     needs_rediscovery,
     raise_for,
@@ -110,6 +112,10 @@ class CoordinatorRequests:
             self._tm.set_fatal_error(fatal)
             return fatal
         if action is Action.ABORTABLE:
+            if isinstance(error, (InvalidProducerIdMappingError, UnknownProducerIdError)):
+                # the coordinator lost our producer id: only InitProducerId(pid, epoch) after the abort
+                # gives a usable one (Kafka's abortableErrorIfPossible)
+                self._tm.require_epoch_bump()
             self._tm.set_abortable_error(error)
         return error
 
