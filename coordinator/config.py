@@ -35,6 +35,8 @@ class NodeConfig:
     # group coordinator
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000
+    #: how long the first rebalance of an empty group waits for more members (Kafka's group.initial.rebalance.delay.ms)
+    group_initial_rebalance_delay_ms: int = 3_000
     # RocketMQ-style transactional messages (half messages and check-back), RocketMQ 5's defaults:
     #: shards of RMQ_SYS_TRANS_HALF_TOPIC (a producer group's half messages live in one)
     half_shards: int = 10

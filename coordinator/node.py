@@ -137,7 +137,8 @@ class Node:
             min_session_timeout_ms=self.config.group_min_session_timeout_ms,
             max_session_timeout_ms=self.config.group_max_session_timeout_ms,
             partitions_for=self.partitions.partition_count,
-            snapshot_interval_records=self.config.offsets_snapshot_interval_records)
+            snapshot_interval_records=self.config.offsets_snapshot_interval_records,
+            initial_rebalance_delay_ms=self.config.group_initial_rebalance_delay_ms)
         self._server: grpc.Server | None = None
         self._kafka: KafkaListener | None = None
 

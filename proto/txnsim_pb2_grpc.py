@@ -990,6 +990,21 @@ class GroupCoordinatorStub:
                 request_serializer=proto_dot_txnsim__pb2.TxnOffsetCommitRequest.SerializeToString,
                 response_deserializer=proto_dot_txnsim__pb2.TxnOffsetCommitResponse.FromString,
                 _registered_method=True)
+        self.DescribeGroups = channel.unary_unary(
+                '/txnsim.GroupCoordinator/DescribeGroups',
+                request_serializer=proto_dot_txnsim__pb2.DescribeGroupsRequest.SerializeToString,
+                response_deserializer=proto_dot_txnsim__pb2.DescribeGroupsResponse.FromString,
+                _registered_method=True)
+        self.ListGroups = channel.unary_unary(
+                '/txnsim.GroupCoordinator/ListGroups',
+                request_serializer=proto_dot_txnsim__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=proto_dot_txnsim__pb2.ListGroupsResponse.FromString,
+                _registered_method=True)
+        self.DeleteGroups = channel.unary_unary(
+                '/txnsim.GroupCoordinator/DeleteGroups',
+                request_serializer=proto_dot_txnsim__pb2.DeleteGroupsRequest.SerializeToString,
+                response_deserializer=proto_dot_txnsim__pb2.DeleteGroupsResponse.FromString,
+                _registered_method=True)
 
 
 class GroupCoordinatorServicer:
@@ -1038,6 +1053,24 @@ class GroupCoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DescribeGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GroupCoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1075,6 +1108,21 @@ def add_GroupCoordinatorServicer_to_server(servicer, server):
                     servicer.TxnOffsetCommit,
                     request_deserializer=proto_dot_txnsim__pb2.TxnOffsetCommitRequest.FromString,
                     response_serializer=proto_dot_txnsim__pb2.TxnOffsetCommitResponse.SerializeToString,
+            ),
+            'DescribeGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeGroups,
+                    request_deserializer=proto_dot_txnsim__pb2.DescribeGroupsRequest.FromString,
+                    response_serializer=proto_dot_txnsim__pb2.DescribeGroupsResponse.SerializeToString,
+            ),
+            'ListGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroups,
+                    request_deserializer=proto_dot_txnsim__pb2.ListGroupsRequest.FromString,
+                    response_serializer=proto_dot_txnsim__pb2.ListGroupsResponse.SerializeToString,
+            ),
+            'DeleteGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroups,
+                    request_deserializer=proto_dot_txnsim__pb2.DeleteGroupsRequest.FromString,
+                    response_serializer=proto_dot_txnsim__pb2.DeleteGroupsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1267,6 +1315,87 @@ class GroupCoordinator:
             '/txnsim.GroupCoordinator/TxnOffsetCommit',
             proto_dot_txnsim__pb2.TxnOffsetCommitRequest.SerializeToString,
             proto_dot_txnsim__pb2.TxnOffsetCommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/txnsim.GroupCoordinator/DescribeGroups',
+            proto_dot_txnsim__pb2.DescribeGroupsRequest.SerializeToString,
+            proto_dot_txnsim__pb2.DescribeGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/txnsim.GroupCoordinator/ListGroups',
+            proto_dot_txnsim__pb2.ListGroupsRequest.SerializeToString,
+            proto_dot_txnsim__pb2.ListGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/txnsim.GroupCoordinator/DeleteGroups',
+            proto_dot_txnsim__pb2.DeleteGroupsRequest.SerializeToString,
+            proto_dot_txnsim__pb2.DeleteGroupsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,5 +1,9 @@
-"""The group coordinator: membership, server-side range assignment and offsets of the groups whose
-__consumer_offsets shards this node owns. No gRPC here; the clock is passed in.
+"""The group coordinator: membership (Kafka's classic protocol, decided by classic.py) and offsets of the
+groups whose __consumer_offsets shards this node owns. No gRPC here; the clock is passed in.
+
+JoinGroup and SyncGroup block their caller's thread on a Future that the group core's effects complete
+(the join barrier, the leader's assignment); a timer thread runs the cores' deadlines (initial delay,
+rebalance timeout, session expiry). Both front doors (gRPC, the Kafka port) call the same methods.
 
 Every change is written to the shard's log before it is applied or answered (prepare, append,
 apply), under the group's lock, so memory always equals what a replay of the log rebuilds.
@@ -17,45 +21,67 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from proto import txnsim_pb2 as pb
-from proto.errors import (
-    CoordinatorLoadInProgressError,
-    FencedInstanceIdError,
-    InvalidRequestError,
-    InvalidSessionTimeoutError,
-    KafkaError,
-    NotCoordinatorError,
-    RebalanceInProgressError,
-    UnknownMemberIdError,
-    UnstableOffsetCommitError,
-)
-from proto.hashing import partition_for
-from proto.records import encode_batch
-from proto.structs import TopicPartition
-
 from coordinator.group import log_format, snapshots
-from coordinator.group.metadata import GroupMetadata, MemberMetadata, PartitionCount, range_assignment
+from coordinator.group.classic import (
+    Effect,
+    GroupConfig,
+    GroupState,
+    JoinOutcome,
+    JoinRequest,
+    StoreGroup,
+    SyncOutcome,
+)
+from coordinator.group.metadata import GroupMetadata, PartitionCount
 from coordinator.group.validation import (
-    check_generation,
-    locked,
     map_append_error,
-    member_of,
-    validate_commit_member,
     validate_group_id,
     validate_offsets,
 )
 from coordinator.shard_snapshots import SnapshottedLog
 from partitions.model import AppendOrigin
+from proto import consumer_protocol
+from proto import txnsim_pb2 as pb
+from proto.errors import (
+    CoordinatorLoadInProgressError,
+    GroupIdNotFoundError,
+    InvalidRequestError,
+    KafkaError,
+    NonEmptyGroupError,
+    NotCoordinatorError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+    UnstableOffsetCommitError,
+    code_of,
+)
+from proto.hashing import partition_for
+from proto.records import encode_batch
+from proto.structs import TopicPartition
 
 logger = logging.getLogger(__name__)
 
 
+#: how long past its own timeouts a blocked JoinGroup/SyncGroup waits before it gives up (a bug guard)
+_WAIT_MARGIN_S = 30.0
+
+
 def _wall_clock_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _random_member_id(client_id: str, instance_id: str | None) -> str:
+    """Kafka's form: the client id (or the instance id of a static member), a dash, a random UUID."""
+    return f"{instance_id or client_id or 'consumer'}-{uuid.uuid4()}"
+
+
+def _wire_message(text: str) -> str:
+    """A message without its "[NAME] " prefix: the client's for_code() puts that back."""
+    if text.startswith("[") and "] " in text:
+        return text.split("] ", 1)[1]
+    return text
 
 
 class ShardStatus(enum.Enum):
@@ -92,7 +118,10 @@ class GroupCoordinator:
 
     def __init__(self, offsets_shards: int, *, now_ms: Callable[[], int] = _wall_clock_ms,
                  min_session_timeout_ms: int = 6000, max_session_timeout_ms: int = 1_800_000,
-                 partitions_for: PartitionCount | None = None, snapshot_interval_records: int = 1000) -> None:
+                 partitions_for: PartitionCount | None = None, snapshot_interval_records: int = 1000,
+                 initial_rebalance_delay_ms: int = 3000,
+                 new_member_id: Callable[[str, str | None], str] = _random_member_id,
+                 run_timers: bool = True) -> None:
         if offsets_shards < 1:
             raise ValueError(f"offsets_shards must be at least 1, not {offsets_shards}")
         if snapshot_interval_records < 1:
@@ -107,6 +136,11 @@ class GroupCoordinator:
         self._snapshot_interval = snapshot_interval_records
         self._snapshotter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="group-snapshot")
         self._closed = False
+        self._group_config = GroupConfig(initial_rebalance_delay_ms, min_session_timeout_ms, max_session_timeout_ms)
+        self._new_member_id = new_member_id
+        self._timer_wake = threading.Event()
+        if run_timers:
+            threading.Thread(target=self._run_timers, name="group-timers", daemon=True).start()
 
     # ------------------------------------------------------------ shards
 
@@ -147,13 +181,17 @@ class GroupCoordinator:
 
     def unload_shard(self, shard: int) -> None:
         with self._lock:
-            self._shards.pop(shard, None)
+            state = self._shards.pop(shard, None)
+        if state is not None:
+            self._fail_waiters(state, NotCoordinatorError(
+                f"[NOT_COORDINATOR] __consumer_offsets-{shard} moved away; find the coordinator again"))
 
     def close(self, *, wait: bool = False) -> None:
         """Stop snapshotting. With `wait`, snapshots already due are written first; without, they are
         dropped (the log still holds everything, so only the next load's replay is longer)."""
         with self._lock:
             self._closed = True
+        self._timer_wake.set()
         self._snapshotter.shutdown(wait=wait, cancel_futures=not wait)
 
     def loaded_shards(self) -> list[int]:
@@ -165,7 +203,7 @@ class GroupCoordinator:
         """Rebuild the shard's groups from its newest snapshot and the log after it (replay.py)."""
         contents = snapshots.restore(shard.log, shard.number, self._now_ms())
         for group in contents.groups.values():
-            group.assignment = range_assignment(group.members, self._partitions_for)
+            self._configure(group)
         shard.groups, shard.txn_groups = contents.groups, contents.txn_groups
         return ShardLoad(contents.snapshot_offset, contents.replayed)
 
@@ -181,9 +219,14 @@ class GroupCoordinator:
                 raise CoordinatorLoadInProgressError(
                     f"[COORDINATOR_LOAD_IN_PROGRESS] __consumer_offsets-{number} is still loading; retry")
             group = shard.groups.get(group_id)
-            if group is None and create:
-                group = shard.groups[group_id] = GroupMetadata(group_id)
+            if create and (group is None or group.classic.state is GroupState.DEAD):
+                group = shard.groups[group_id] = self._configure(GroupMetadata(group_id))
             return shard, group
+
+    def _configure(self, group: GroupMetadata) -> GroupMetadata:
+        group.classic.config = self._group_config
+        group.classic.new_member_id = self._new_member_id
+        return group
 
     def _check_serving(self, shard: _Shard) -> None:
         with self._lock:
@@ -234,123 +277,269 @@ class GroupCoordinator:
         except Exception:  # a bug: say so (an executor would swallow it), the log still keeps everything
             logger.exception("__consumer_offsets-%d: snapshot failed", shard.number)
 
-    # ------------------------------------------------------------ membership
+    # ------------------------------------------------------------ membership (classic.py decides, this carries out)
 
-    def join_group(self, req: pb.JoinGroupRequest) -> pb.JoinGroupResponse:
-        validate_group_id(req.group_id)
-        if not self.min_session_timeout_ms <= req.session_timeout_ms <= self.max_session_timeout_ms:
-            raise InvalidSessionTimeoutError(
-                f"[INVALID_SESSION_TIMEOUT] session_timeout_ms {req.session_timeout_ms} is outside "
-                f"[{self.min_session_timeout_ms}, {self.max_session_timeout_ms}]")
-        shard, group = self._group(req.group_id, create=True)
+    def join(self, group_id: str, request: JoinRequest) -> JoinOutcome:
+        """JoinGroup; blocks until the group's join barrier lifts (or at once when Kafka answers at once)."""
+        shard, group = self._group(group_id, create=True)
         assert group is not None
-        now = self._now_ms()
-        rebalance_timeout_ms = req.rebalance_timeout_ms if req.rebalance_timeout_ms > 0 else req.session_timeout_ms
-        instance_id = req.group_instance_id or None
-        topics = tuple(sorted(set(req.topics)))
+        waiter: Future[JoinOutcome] = Future()
         with group.lock:
             self._check_serving(shard)
-            members = dict(group.members)
-            member_id = req.member_id
-            if not member_id:
-                if instance_id is not None:  # KIP-345: a restarted static member replaces its old incarnation
-                    for old in [m for m in members.values() if m.group_instance_id == instance_id]:
-                        del members[old.member_id]
-                member_id = f"{instance_id or 'consumer'}-{uuid.uuid4()}"
-                members[member_id] = MemberMetadata(member_id, instance_id, req.session_timeout_ms,
-                                                    rebalance_timeout_ms, topics)
-                reason = f"member {member_id} joined"
-            else:
-                current = members.get(member_id)
-                if current is None:
-                    raise UnknownMemberIdError(f"[UNKNOWN_MEMBER_ID] member {member_id!r} is not in group "
-                                               f"{req.group_id!r}; rejoin with an empty member id")
-                if current.group_instance_id != instance_id:
-                    raise FencedInstanceIdError(f"[FENCED_INSTANCE_ID] member {member_id!r} has instance id "
-                                                f"{current.group_instance_id!r}, not {instance_id!r}")
-                members[member_id] = replace(current, session_timeout_ms=req.session_timeout_ms,
-                                             rebalance_timeout_ms=rebalance_timeout_ms, topics=topics)
-                reason = "" if current.topics == topics else f"member {member_id} subscribed to {list(topics)}"
-            assignment = range_assignment(members, self._partitions_for)
-            if reason or assignment != group.assignment:
-                self._write_membership(shard, group, members, assignment, now,
-                                       reason or "partitions of subscribed topics changed")
-            else:
-                group.members = members
-            member = group.members[member_id]
-            member.last_heartbeat_ms = now
-            member.generation = group.generation
-            return pb.JoinGroupResponse(generation_id=group.generation, member_id=member_id,
-                                        leader_id=group.leader_id, members=sorted(group.members))
+            self._carry_out(shard, group, group.classic.join(self._now_ms(), request, waiter))
+        self._timer_wake.set()
+        wait_s = (max(request.rebalance_timeout_ms, request.session_timeout_ms)
+                  + self._group_config.initial_rebalance_delay_ms) / 1000 + _WAIT_MARGIN_S
+        return self._await(waiter, wait_s, JoinOutcome, request.member_id)
 
-    def sync_group(self, req: pb.SyncGroupRequest) -> pb.SyncGroupResponse:
-        shard, group = self._group(req.group_id, create=False)
-        now = self._now_ms()
-        with locked(group):
+    def sync(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int,
+             protocol_type: str | None, protocol_name: str | None, assignments: dict[str, bytes]) -> SyncOutcome:
+        """SyncGroup; a follower's blocks until the leader's assignment is durable."""
+        shard, group = self._group(group_id, create=False)
+        if group is None:
+            return SyncOutcome(UnknownMemberIdError.errno, f"[UNKNOWN_MEMBER_ID] group {group_id!r} has no members")
+        waiter: Future[SyncOutcome] = Future()
+        with group.lock:
             self._check_serving(shard)
-            member = member_of(group, req.group_id, req.member_id)
-            member.last_heartbeat_ms = now
-            check_generation(group, req.generation_id)
-            member.generation = group.generation
-            return pb.SyncGroupResponse(assignment=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition)
-                                                    for tp in group.assignment.get(req.member_id, ())])
+            self._carry_out(shard, group, group.classic.sync(self._now_ms(), member_id, instance_id, generation_id,
+                                                             protocol_type, protocol_name, assignments, waiter))
+            member = group.classic.members.get(member_id)
+            wait_s = (member.rebalance_timeout_ms if member is not None else 0) / 1000 + _WAIT_MARGIN_S
+        self._timer_wake.set()
+        return self._await(waiter, wait_s, SyncOutcome, None)
 
-    def heartbeat(self, req: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
-        shard, group = self._group(req.group_id, create=False)
-        now = self._now_ms()
-        with locked(group):
+    def heartbeat_member(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int) -> None:
+        """Heartbeat; raises what Kafka answers (REBALANCE_IN_PROGRESS: rejoin)."""
+        shard, group = self._group(group_id, create=False)
+        if group is None:
+            raise UnknownMemberIdError(f"[UNKNOWN_MEMBER_ID] group {group_id!r} has no members")
+        with group.lock:
             self._check_serving(shard)
-            member = member_of(group, req.group_id, req.member_id)
-            member.last_heartbeat_ms = now
-            check_generation(group, req.generation_id)
-            assignment = range_assignment(group.members, self._partitions_for)
-            if assignment != group.assignment:  # a subscribed topic was created or grew
-                self._write_membership(shard, group, dict(group.members), assignment, now,
-                                       "partitions of subscribed topics changed")
-                raise RebalanceInProgressError(f"[REBALANCE_IN_PROGRESS] group {req.group_id!r} moved to generation "
-                                               f"{group.generation}; rejoin")
-            return pb.HeartbeatResponse()
+            group.classic.heartbeat(self._now_ms(), member_id, instance_id, generation_id)
 
-    def leave_group(self, req: pb.LeaveGroupRequest) -> pb.LeaveGroupResponse:
-        shard, group = self._group(req.group_id, create=False)
-        with locked(group):
+    def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> list[KafkaError | None]:
+        """LeaveGroup of (member id, instance id) pairs: an error or None for each."""
+        shard, group = self._group(group_id, create=False)
+        if group is None:
+            return [UnknownMemberIdError(f"[UNKNOWN_MEMBER_ID] group {group_id!r} has no members")
+                    for _ in leaving]
+        with group.lock:
             self._check_serving(shard)
-            member_of(group, req.group_id, req.member_id)
-            members = {k: v for k, v in group.members.items() if k != req.member_id}
-            self._write_membership(shard, group, members, range_assignment(members, self._partitions_for),
-                                   self._now_ms(), f"member {req.member_id} left")
-            return pb.LeaveGroupResponse()
+            errors, effects = group.classic.leave(self._now_ms(), leaving)
+            self._carry_out(shard, group, effects)
+        self._timer_wake.set()
+        return errors
+
+    def _await(self, waiter: Future, wait_s: float, outcome_type: type, member_id: str | None) -> Any:
+        try:
+            return waiter.result(timeout=wait_s)
+        except TimeoutError:  # the timers complete every waiter in time; this only guards against a bug
+            logger.warning("a group request waited %.1f s without an answer", wait_s)
+            error = RebalanceInProgressError("[REBALANCE_IN_PROGRESS] the rebalance did not finish in time; rejoin")
+            if outcome_type is JoinOutcome:
+                return JoinOutcome(code_of(error), str(error), member_id=member_id or "")
+            return SyncOutcome(code_of(error), str(error))
+
+    def _carry_out(self, shard: _Shard, group: GroupMetadata, effects: list[Effect]) -> None:
+        """Carry out the group core's effects in order. Caller holds group.lock."""
+        queue = list(effects)
+        while queue:
+            effect = queue.pop(0)
+            if isinstance(effect, StoreGroup):
+                error: KafkaError | None = None
+                now = self._now_ms()
+                try:
+                    value = log_format.encode_group(effect.record)
+                    self._append(shard, encode_batch([(now, log_format.group_key(group.group_id), value, ())]), 1)
+                    logger.info("group %r: generation %d (%s) stored; members %s", group.group_id,
+                                effect.record.generation, group.classic.state.value,
+                                [m.member_id for m in effect.record.members])
+                except KafkaError as exc:
+                    logger.warning("group %r: membership not stored: %s", group.group_id, exc)
+                    error = exc
+                queue[0:0] = group.classic.store_completed(now, effect.record.generation, error)
+            elif not effect.waiter.done():
+                effect.waiter.set_result(effect.outcome)
 
     def expire_members(self) -> None:
-        """Remove members whose session lapsed or who did not rejoin in time (a rebalance follows)."""
+        """The group timers: lapsed sessions and member ids, join barriers whose time is up, initial delays."""
         now = self._now_ms()
         with self._lock:
             candidates = [(shard, group) for shard in self._shards.values() if shard.status is ShardStatus.ACTIVE
-                          for group in shard.groups.values() if group.members]
+                          for group in shard.groups.values()]
         for shard, group in candidates:
             with group.lock:
-                expired = group.expired_members(now)
-                if not expired:
+                deadline = group.classic.next_deadline_ms()
+                if deadline is None or deadline > now:
                     continue
-                members = {k: v for k, v in group.members.items() if k not in expired}
                 try:
                     self._check_serving(shard)
-                    self._write_membership(shard, group, members, range_assignment(members, self._partitions_for),
-                                           now, f"session of {sorted(expired)} expired")
+                    self._carry_out(shard, group, group.classic.tick(now))
                 except KafkaError as exc:
-                    logger.warning("group %r: could not expire %s: %s", group.group_id, expired, exc)
+                    logger.warning("group %r: timers not run: %s", group.group_id, exc)
 
-    def _write_membership(self, shard: _Shard, group: GroupMetadata, members: dict[str, MemberMetadata],
-                          assignment: dict[str, tuple[TopicPartition, ...]], now: int, reason: str) -> None:
-        """Bump the generation: log the new membership, then apply it. Caller holds group.lock."""
-        generation = group.generation + 1
-        value = log_format.encode_group(generation, list(members.values()))
-        self._append(shard, encode_batch([(now, log_format.group_key(group.group_id), value, ())]), 1)
-        group.generation = generation
-        group.members = members
-        group.assignment = assignment
-        group.rebalance_started_ms = now
-        logger.info("group %r: generation %d (%s); members %s", group.group_id, generation, reason, sorted(members))
+    def _next_timer_ms(self) -> int | None:
+        with self._lock:
+            groups = [group for shard in self._shards.values() if shard.status is ShardStatus.ACTIVE
+                      for group in shard.groups.values()]
+        deadlines = []
+        for group in groups:
+            with group.lock:
+                deadline = group.classic.next_deadline_ms()
+            if deadline is not None:
+                deadlines.append(deadline)
+        return min(deadlines, default=None)
+
+    def _run_timers(self) -> None:
+        """Run the group timers when the earliest is due (at least every half second, for clocks that jump)."""
+        while not self._closed:
+            try:
+                self.expire_members()
+                next_ms = self._next_timer_ms()
+            except Exception:  # a bug: say so, keep the timers alive
+                logger.exception("group timers failed")
+                next_ms = None
+            wait_s = 0.5 if next_ms is None else min(0.5, max(0.002, (next_ms - self._now_ms()) / 1000))
+            self._timer_wake.wait(wait_s)
+            self._timer_wake.clear()
+
+    def _fail_waiters(self, shard: _Shard, error: KafkaError) -> None:
+        """The shard moved away: nobody waiting on its groups will be answered by this node."""
+        for group in list(shard.groups.values()):
+            with group.lock:
+                for member in group.classic.members.values():
+                    for waiter, outcome in ((member.awaiting_join, JoinOutcome(code_of(error), str(error),
+                                                                               member_id=member.member_id)),
+                                            (member.awaiting_sync, SyncOutcome(code_of(error), str(error)))):
+                        if waiter is not None and not waiter.done():
+                            waiter.set_result(outcome)
+
+    # ------------------------------------------------------------ membership over gRPC (txnsim's own consumer)
+
+    def join_group(self, req: pb.JoinGroupRequest) -> pb.JoinGroupResponse:
+        outcome = self.join(req.group_id, JoinRequest(
+            req.member_id, req.group_instance_id or None, req.client_id, "", req.session_timeout_ms,
+            req.rebalance_timeout_ms if req.rebalance_timeout_ms > 0 else req.session_timeout_ms,
+            req.protocol_type, tuple((p.name, p.metadata) for p in req.protocols), req.require_known_member_id))
+        return pb.JoinGroupResponse(
+            error_code=outcome.error_code, error_message=_wire_message(outcome.error_message),
+            generation_id=outcome.generation_id, member_id=outcome.member_id, leader_id=outcome.leader_id,
+            members=[m[0] for m in outcome.members], protocol_type=outcome.protocol_type or "",
+            protocol_name=outcome.protocol_name or "", skip_assignment=outcome.skip_assignment,
+            member_list=[pb.JoinGroupMember(member_id=m, group_instance_id=i or "", metadata=meta)
+                         for m, i, meta in outcome.members])
+
+    def sync_group(self, req: pb.SyncGroupRequest) -> pb.SyncGroupResponse:
+        outcome = self.sync(req.group_id, req.member_id, req.group_instance_id or None, req.generation_id,
+                            req.protocol_type or None, req.protocol_name or None,
+                            {a.member_id: a.assignment for a in req.assignments})
+        response = pb.SyncGroupResponse(error_code=outcome.error_code,
+                                        error_message=_wire_message(outcome.error_message),
+                                        assignment_bytes=outcome.assignment, protocol_type=outcome.protocol_type or "",
+                                        protocol_name=outcome.protocol_name or "")
+        if outcome.protocol_type == "consumer" and outcome.assignment:
+            try:
+                response.assignment.extend(pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition)
+                                           for tp in consumer_protocol.decode_assignment(outcome.assignment))
+            except ValueError as exc:
+                logger.info("group %r: assignment of %r is not ConsumerProtocol: %s", req.group_id, req.member_id, exc)
+        return response
+
+    def heartbeat(self, req: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
+        self.heartbeat_member(req.group_id, req.member_id, req.group_instance_id or None, req.generation_id)
+        return pb.HeartbeatResponse()
+
+    def leave_group(self, req: pb.LeaveGroupRequest) -> pb.LeaveGroupResponse:
+        leaving = [(m.member_id, m.group_instance_id or None) for m in req.members] or [(req.member_id, None)]
+        errors = self.leave(req.group_id, leaving)
+        if not req.members:  # the single-member form answers with the member's error
+            if errors[0] is not None:
+                raise errors[0]
+            return pb.LeaveGroupResponse()
+        return pb.LeaveGroupResponse(members=[
+            pb.LeaveGroupResult(member_id=m, group_instance_id=i or "", error_code=code_of(e) if e else 0,
+                                error_message=_wire_message(str(e)) if e else "")
+            for (m, i), e in zip(leaving, errors)])
+
+    # ------------------------------------------------------------ describe, list, delete
+
+    def describe_groups(self, req: pb.DescribeGroupsRequest) -> pb.DescribeGroupsResponse:
+        """State, protocol and members (with metadata and assignment bytes) of each group."""
+        described = []
+        for group_id in req.group_ids:
+            try:
+                _, group = self._group(group_id, create=False)
+            except KafkaError as exc:
+                described.append(pb.DescribedGroup(group_id=group_id, error_code=code_of(exc),
+                                                   error_message=_wire_message(str(exc)), state="Dead"))
+                continue
+            if group is None:
+                described.append(pb.DescribedGroup(group_id=group_id, state=GroupState.DEAD.value))
+                continue
+            with group.lock:
+                g = group.classic
+                described.append(pb.DescribedGroup(
+                    group_id=group_id, state=g.state.value, protocol_type=g.protocol_type or "",
+                    protocol=g.protocol_name or "" if g.state is GroupState.STABLE else "",
+                    generation_id=g.generation,
+                    members=[pb.DescribedGroupMember(
+                        member_id=m.member_id, group_instance_id=m.group_instance_id or "", client_id=m.client_id,
+                        client_host=m.client_host, metadata=m.metadata(g.protocol_name),
+                        assignment=m.assignment if g.state is GroupState.STABLE else b"")
+                        for m in g.members.values()]))
+        return pb.DescribeGroupsResponse(groups=described)
+
+    def list_groups(self, req: pb.ListGroupsRequest) -> pb.ListGroupsResponse:
+        """The groups of the shards this node serves (Kafka's admin asks every broker and merges)."""
+        states = {s.lower() for s in req.states_filter}
+        types = {t.lower() for t in req.types_filter}
+        with self._lock:
+            groups = [group for shard in self._shards.values() if shard.status is ShardStatus.ACTIVE
+                      for group in shard.groups.values()]
+        listed = []
+        for group in groups:
+            with group.lock:
+                state, protocol_type = group.classic.state, group.classic.protocol_type or ""
+            if state is GroupState.DEAD or (states and state.value.lower() not in states):
+                continue
+            if types and "classic" not in types:
+                continue
+            listed.append(pb.ListedGroup(group_id=group.group_id, protocol_type=protocol_type, state=state.value))
+        return pb.ListGroupsResponse(groups=sorted(listed, key=lambda g: g.group_id))
+
+    def delete_groups(self, req: pb.DeleteGroupsRequest) -> pb.DeleteGroupsResponse:
+        """Delete Empty groups: tombstones for their offsets and membership, then they are Dead."""
+        results = []
+        for group_id in req.group_ids:
+            result = pb.DeleteGroupResult(group_id=group_id)
+            try:
+                self._delete_group(group_id)
+            except KafkaError as exc:
+                result.error_code, result.error_message = code_of(exc), _wire_message(str(exc))
+            results.append(result)
+        return pb.DeleteGroupsResponse(results=results)
+
+    def _delete_group(self, group_id: str) -> None:
+        shard, group = self._group(group_id, create=False)
+        if group is None:
+            raise GroupIdNotFoundError(f"[GROUP_ID_NOT_FOUND] group {group_id!r} does not exist")
+        with group.lock:
+            self._check_serving(shard)
+            if group.classic.state is GroupState.DEAD:
+                raise GroupIdNotFoundError(f"[GROUP_ID_NOT_FOUND] group {group_id!r} does not exist")
+            if group.classic.state is not GroupState.EMPTY:
+                raise NonEmptyGroupError(f"[NON_EMPTY_GROUP] group {group_id!r} has members "
+                                         f"({group.classic.state.value}); they must leave first")
+            now = self._now_ms()
+            records = [(now, log_format.offset_key(group_id, tp), None, ()) for tp in group.offsets]
+            records.append((now, log_format.group_key(group_id), None, ()))
+            self._append(shard, encode_batch(records), len(records))
+            self._carry_out(shard, group, group.classic.delete())
+            group.offsets.clear()
+            with self._lock:
+                if not group.pending and shard.groups.get(group_id) is group:
+                    del shard.groups[group_id]
+        logger.info("group %r deleted", group_id)
 
     # ------------------------------------------------------------ offsets
 
@@ -360,7 +549,8 @@ class GroupCoordinator:
         now = self._now_ms()
         with group.lock:
             self._check_serving(shard)
-            validate_commit_member(group, req.generation_id, req.member_id, None, transactional=False)
+            group.classic.validate_offset_commit(req.generation_id, req.member_id, req.group_instance_id or None,
+                                                 transactional=False)
             results, accepted = validate_offsets(req.offsets, now, self._partition_exists)
             if accepted:
                 records = [(now, log_format.offset_key(group.group_id, tp), log_format.encode_offset(v), ())
@@ -368,8 +558,7 @@ class GroupCoordinator:
                 base = self._append(shard, encode_batch(records), len(records), offsets=True)
                 for i, (tp, value) in enumerate(accepted):
                     group.apply_commit(tp, replace(value, log_offset=None if base is None else base + i))
-            if req.member_id in group.members:
-                group.members[req.member_id].last_heartbeat_ms = now
+            group.classic.commit_heartbeat(now, req.member_id)
             return pb.OffsetCommitResponse(results=results)
 
     def txn_offset_commit(self, req: pb.TxnOffsetCommitRequest) -> pb.TxnOffsetCommitResponse:
@@ -383,8 +572,8 @@ class GroupCoordinator:
         now = self._now_ms()
         with group.lock:
             self._check_serving(shard)
-            validate_commit_member(group, req.generation_id, req.member_id, req.group_instance_id or None,
-                                    transactional=True)
+            group.classic.validate_offset_commit(req.generation_id, req.member_id, req.group_instance_id or None,
+                                                 transactional=True)
             results, accepted = validate_offsets(req.offsets, now, self._partition_exists)
             if accepted:
                 with self._lock:  # registered before the write, so a marker racing it finds this group

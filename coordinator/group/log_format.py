@@ -2,23 +2,27 @@
 
 Keys are UTF-8 text split by NUL (group ids may not contain NUL; topics never do):
     f"{group}\\x00{topic}\\x00{partition}"  -> pb.OffsetLogValue (a committed or pending offset)
-    f"{group}\\x00__generation__"           -> JSON {"version": 0, "generation": int, "members": [...]}
-The membership record is rewritten whenever the generation changes, so that a reloaded
-coordinator never hands out a generation a stale member still holds.
+    f"{group}\\x00__generation__"           -> JSON {"version": 1, "generation", "protocol_type", "protocol",
+                                                "leader", "members": [...]} (None: the group was deleted)
+The membership record is written before an assignment is handed out (and when a group empties or a
+static member's id changes), so a reloaded coordinator serves the generation its members hold.
+Version 0 records (txnsim's server-side assignment, no protocols) load as an empty group at their
+generation: their members get UNKNOWN_MEMBER_ID and rejoin.
 """
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass
 
+from coordinator.group.classic import GroupRecord, Member
+from coordinator.group.metadata import CommittedOffset
 from proto import txnsim_pb2 as pb
 from proto.errors import CorruptMessageError
 from proto.structs import TopicPartition
 
-from coordinator.group.metadata import CommittedOffset, MemberMetadata
-
 GENERATION_SUFFIX = "__generation__"
-_GROUP_VALUE_VERSION = 0
+_GROUP_VALUE_VERSION = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,12 +34,6 @@ class OffsetKey:
 @dataclass(frozen=True, slots=True)
 class GroupKey:
     group_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class GroupValue:
-    generation: int
-    members: tuple[MemberMetadata, ...]
 
 
 def offset_key(group_id: str, tp: TopicPartition) -> bytes:
@@ -67,22 +65,37 @@ def decode_offset(raw: bytes, log_offset: int) -> CommittedOffset:
     return CommittedOffset(value.offset, value.metadata, value.commit_time_ms, log_offset)
 
 
-def encode_group(generation: int, members: list[MemberMetadata]) -> bytes:
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+def encode_group(record: GroupRecord) -> bytes:
     return json.dumps({
         "version": _GROUP_VALUE_VERSION,
-        "generation": generation,
-        "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
-                     "session_timeout_ms": m.session_timeout_ms, "rebalance_timeout_ms": m.rebalance_timeout_ms,
-                     "topics": list(m.topics)} for m in members],
+        "generation": record.generation,
+        "protocol_type": record.protocol_type,
+        "protocol": record.protocol_name,
+        "leader": record.leader_id,
+        "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id, "client_id": m.client_id,
+                     "client_host": m.client_host, "session_timeout_ms": m.session_timeout_ms,
+                     "rebalance_timeout_ms": m.rebalance_timeout_ms,
+                     "protocols": [[name, _b64(metadata)] for name, metadata in m.protocols],
+                     "assignment": _b64(m.assignment)} for m in record.members],
     }, separators=(",", ":")).encode()
 
 
-def decode_group(raw: bytes) -> GroupValue:
+def decode_group(raw: bytes) -> GroupRecord:
     try:
         data = json.loads(raw)
-        members = tuple(MemberMetadata(m["member_id"], m.get("group_instance_id"), int(m["session_timeout_ms"]),
-                                       int(m["rebalance_timeout_ms"]), tuple(m["topics"]))
-                        for m in data["members"])
-        return GroupValue(int(data["generation"]), members)
+        if int(data.get("version", 0)) == 0:  # server-side assignment: nothing a client could resume
+            return GroupRecord(int(data["generation"]), None, None, None, ())
+        protocol_type = data["protocol_type"]
+        members = tuple(
+            Member(m["member_id"], m.get("group_instance_id"), m.get("client_id", ""), m.get("client_host", ""),
+                   int(m["session_timeout_ms"]), int(m["rebalance_timeout_ms"]), protocol_type or "",
+                   tuple((name, base64.b64decode(metadata)) for name, metadata in m["protocols"]),
+                   base64.b64decode(m["assignment"]))
+            for m in data["members"])
+        return GroupRecord(int(data["generation"]), protocol_type, data.get("protocol"), data.get("leader"), members)
     except (ValueError, KeyError, TypeError) as exc:
         raise CorruptMessageError(f"unreadable group membership record: {exc}") from None

@@ -1,32 +1,20 @@
-"""In-memory state of one consumer group: members, generation, assignment, committed and pending offsets.
+"""In-memory state of one consumer group: its membership (classic.py), committed and pending offsets.
 
-Plain data plus the rules that need no I/O (range assignment, expiry, applying a transaction
-marker to pending offsets). The coordinator changes it only after the matching log write is
+Plain data plus the rules that need no I/O (applying a transaction marker to pending offsets). The coordinator changes it only after the matching log write is
 durable, under the group's own lock. Invariant: an offset with a greater log position wins,
 in memory as in replay, so a reload rebuilds exactly what was served.
 """
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from coordinator.group.classic import ClassicGroup, GroupConfig
 from proto.structs import TopicPartition
 
 #: topic -> partition count (None or 0 when the topic does not exist)
 PartitionCount = Callable[[str], "int | None"]
-
-
-@dataclass(slots=True)
-class MemberMetadata:
-    member_id: str
-    group_instance_id: str | None
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    topics: tuple[str, ...]
-    last_heartbeat_ms: int = 0
-    #: the generation this member last joined or synced at (-1: none yet)
-    generation: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,40 +31,18 @@ class CommittedOffset:
         return self.log_offset < other.log_offset
 
 
-def range_assignment(members: Mapping[str, MemberMetadata], partition_count: PartitionCount | None
-                     ) -> dict[str, tuple[TopicPartition, ...]]:
-    """Kafka's RangeAssignor: per topic, contiguous ranges over the sorted subscribed members."""
-    assigned: dict[str, list[TopicPartition]] = {member_id: [] for member_id in members}
-    topics = sorted({topic for m in members.values() for topic in m.topics})
-    for topic in topics:
-        count = (partition_count(topic) if partition_count is not None else 0) or 0
-        subscribers = sorted(member_id for member_id, m in members.items() if topic in m.topics)
-        per_member, extra = divmod(count, len(subscribers))
-        start = 0
-        for i, member_id in enumerate(subscribers):
-            length = per_member + (1 if i < extra else 0)
-            assigned[member_id].extend(TopicPartition(topic, p) for p in range(start, start + length))
-            start += length
-    return {member_id: tuple(tps) for member_id, tps in assigned.items()}
-
-
 @dataclass(eq=False)
 class GroupMetadata:
     group_id: str
-    #: bumped by every membership or assignment change; 0 = never had members
-    generation: int = 0
-    #: insertion order = join order; the first is the (nominal) leader
-    members: dict[str, MemberMetadata] = field(default_factory=dict)
-    assignment: dict[str, tuple[TopicPartition, ...]] = field(default_factory=dict)
+    #: membership and rebalances (Kafka's classic protocol); the coordinator sets its config and id source
+    classic: ClassicGroup = field(init=False)
     offsets: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
     #: producer id -> offsets written in its open transaction (invisible until its marker)
     pending: dict[int, dict[TopicPartition, CommittedOffset]] = field(default_factory=dict)
-    rebalance_started_ms: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    @property
-    def leader_id(self) -> str:
-        return next(iter(self.members), "")
+    def __post_init__(self) -> None:
+        self.classic = ClassicGroup(self.group_id, GroupConfig(), _unset_member_id)
 
     def pending_partitions(self) -> set[TopicPartition]:
         return {tp for offsets in self.pending.values() for tp in offsets}
@@ -107,12 +73,6 @@ class GroupMetadata:
         if later:
             self.pending[producer_id] = later
 
-    def expired_members(self, now_ms: int) -> list[str]:
-        """Members whose session lapsed, or who did not rejoin within their rebalance timeout."""
-        expired = []
-        for member_id, m in self.members.items():
-            if now_ms - m.last_heartbeat_ms > m.session_timeout_ms:
-                expired.append(member_id)
-            elif m.generation < self.generation and now_ms - self.rebalance_started_ms > m.rebalance_timeout_ms:
-                expired.append(member_id)
-        return expired
+
+def _unset_member_id(client_id: str, instance_id: str | None) -> str:
+    raise AssertionError("the group coordinator gives every group its member id source before serving it")

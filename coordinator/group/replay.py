@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, replace
-
-from proto.errors import KafkaError
-from proto.records import ControlType, RecordBatch
-from proto.structs import TopicPartition
+from dataclasses import dataclass, field
 
 from coordinator.group import log_format
 from coordinator.group.metadata import CommittedOffset, GroupMetadata
+from proto.errors import KafkaError
+from proto.records import ControlType, RecordBatch
+from proto.structs import TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -77,11 +76,11 @@ class ShardContents:
             group = self.groups[key.group_id] = GroupMetadata(key.group_id)
         if isinstance(key, log_format.GroupKey):
             if record.value is not None:
-                value = log_format.decode_group(record.value)
-                group.generation = value.generation
-                group.members = {m.member_id: replace(m, last_heartbeat_ms=self.now_ms, generation=value.generation)
-                                 for m in value.members}
-                group.rebalance_started_ms = self.now_ms
+                group.classic.load(log_format.decode_group(record.value), self.now_ms)
+            elif not group.pending:  # DeleteGroups: the group and its offsets are gone
+                del self.groups[key.group_id]
+            else:
+                group.offsets.clear()
         elif record.producer_id is not None:
             if record.value is not None:
                 group.add_pending(record.producer_id, key.tp, log_format.decode_offset(record.value, record.offset))
@@ -104,7 +103,7 @@ class ShardContents:
         every group exists, even one left empty), its committed offsets, and its pending ones."""
         for group in self.groups.values():
             yield OffsetsRecord(-1, log_format.group_key(group.group_id),
-                                log_format.encode_group(group.generation, list(group.members.values())))
+                                log_format.encode_group(group.classic.record()))
             for tp, value in group.offsets.items():
                 yield _offset_record(group.group_id, tp, value, None)
             for producer_id, pending in group.pending.items():

@@ -9,11 +9,10 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from coordinator.group.coordinator import GroupCoordinator
 from proto import txnsim_pb2 as pb
 from proto import txnsim_pb2_grpc as rpc
 from proto.errors import KafkaError, UnknownServerError, code_of
-
-from coordinator.group.coordinator import GroupCoordinator
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -44,6 +43,15 @@ class GroupService(rpc.GroupCoordinatorServicer):
     def TxnOffsetCommit(self, request: pb.TxnOffsetCommitRequest, context: Any) -> pb.TxnOffsetCommitResponse:
         return _answer(self._coordinator.txn_offset_commit, request, pb.TxnOffsetCommitResponse)
 
+    def DescribeGroups(self, request: pb.DescribeGroupsRequest, context: Any) -> pb.DescribeGroupsResponse:
+        return _answer(self._coordinator.describe_groups, request, pb.DescribeGroupsResponse)
+
+    def ListGroups(self, request: pb.ListGroupsRequest, context: Any) -> pb.ListGroupsResponse:
+        return _answer(self._coordinator.list_groups, request, pb.ListGroupsResponse)
+
+    def DeleteGroups(self, request: pb.DeleteGroupsRequest, context: Any) -> pb.DeleteGroupsResponse:
+        return _answer(self._coordinator.delete_groups, request, pb.DeleteGroupsResponse)
+
 
 def _answer(handler: Callable[[Any], R], request: Any, response_type: Callable[..., R]) -> R:
     try:
@@ -60,4 +68,4 @@ def _wire_message(exc: KafkaError) -> str:
     """The message without its "[NAME] " prefix: the client's for_code() puts that back."""
     text = str(exc)
     prefix = f"[{getattr(exc, 'name', '')}] "
-    return text[len(prefix):] if text.startswith(prefix) else text
+    return text.removeprefix(prefix)

@@ -1,30 +1,24 @@
-"""The group coordinator's request rules, with Kafka's error names: group ids, members,
-generations, who may commit offsets (Kafka's ClassicGroup.validateOffsetCommit, KIP-447),
-and what a failed write of __consumer_offsets means to a client (KAFKA-REFERENCE §2).
+"""The group coordinator's request rules, with Kafka's error names: group ids, offsets to commit,
+and what a failed write of __consumer_offsets means to a client (KAFKA-REFERENCE §2). Who may
+commit (members, generations) is the group's own rule: ClassicGroup.validate_offset_commit.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 
+from coordinator.group.metadata import CommittedOffset
 from proto import txnsim_pb2 as pb
 from proto.errors import (
     CoordinatorNotAvailableError,
-    FencedInstanceIdError,
-    IllegalGenerationError,
     InvalidCommitOffsetSizeError,
     InvalidRequestError,
     KafkaError,
     NotCoordinatorError,
-    RebalanceInProgressError,
-    UnknownMemberIdError,
     UnknownServerError,
     UnknownTopicOrPartitionError,
     code_of,
 )
 from proto.structs import TopicPartition
-
-from coordinator.group.metadata import CommittedOffset, GroupMetadata, MemberMetadata
 
 MAX_GROUP_ID_LENGTH = 249
 #: Kafka's offset.metadata.max.bytes
@@ -39,53 +33,6 @@ def validate_group_id(group_id: str) -> None:
                                   f"the limit is {MAX_GROUP_ID_LENGTH}")
     if "\x00" in group_id:
         raise InvalidRequestError("[INVALID_REQUEST] a group id may not contain NUL characters")
-
-
-@contextmanager
-def locked(group: GroupMetadata | None) -> Iterator[None]:
-    """The group's lock; a group that does not exist has none (member_of then answers UNKNOWN_MEMBER_ID)."""
-    if group is None:
-        yield
-        return
-    with group.lock:
-        yield
-
-
-def member_of(group: GroupMetadata | None, group_id: str, member_id: str) -> MemberMetadata:
-    member = group.members.get(member_id) if group is not None else None
-    if member is None:
-        raise UnknownMemberIdError(f"[UNKNOWN_MEMBER_ID] member {member_id!r} is not in group {group_id!r}; "
-                                   f"rejoin with an empty member id")
-    return member
-
-
-def check_generation(group: GroupMetadata, generation_id: int) -> None:
-    if generation_id < group.generation:
-        raise RebalanceInProgressError(f"[REBALANCE_IN_PROGRESS] group {group.group_id!r} is at generation "
-                                       f"{group.generation}, not {generation_id}; rejoin")
-    if generation_id > group.generation:
-        raise IllegalGenerationError(f"[ILLEGAL_GENERATION] group {group.group_id!r} is at generation "
-                                     f"{group.generation}, not {generation_id}")
-
-
-def validate_commit_member(group: GroupMetadata, generation_id: int, member_id: str, instance_id: str | None,
-                            *, transactional: bool) -> None:
-    """Kafka's ClassicGroup.validateOffsetCommit (KIP-447 for TxnOffsetCommit)."""
-    if generation_id < 0 and not group.members:
-        return  # assign()-style use, or an admin: the group only stores offsets
-    if generation_id >= 0 or member_id or instance_id is not None:
-        member = member_of(group, group.group_id, member_id)
-        if instance_id is not None and member.group_instance_id != instance_id:
-            raise FencedInstanceIdError(f"[FENCED_INSTANCE_ID] member {member_id!r} of group {group.group_id!r} "
-                                        f"has instance id {member.group_instance_id!r}, not {instance_id!r}")
-        if generation_id != group.generation:
-            raise IllegalGenerationError(f"[ILLEGAL_GENERATION] group {group.group_id!r} is at generation "
-                                         f"{group.generation}; a commit from generation {generation_id} is fenced")
-    elif not transactional:
-        # A commit without member id and generation is accepted only while the group is empty;
-        # TxnOffsetCommit with a bare group id is not fenced (Kafka keeps that for old producers).
-        raise UnknownMemberIdError(f"[UNKNOWN_MEMBER_ID] group {group.group_id!r} has members; a commit with "
-                                   f"generation -1 and no member id is accepted only for a group without members")
 
 
 def map_append_error(exc: KafkaError, shard: int, *, offsets: bool) -> KafkaError:

@@ -8,11 +8,31 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
+from kafka.protocol.admin import (
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+)
 from kafka.protocol.consumer import (
     FetchRequest,
     FetchResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
 )
 from kafka.protocol.metadata import (
     ApiVersionsRequest,
@@ -119,6 +139,16 @@ SERVED: dict[int, ServedApi] = {api.key: api for api in (
     _api(ApiKey.ADD_OFFSETS_TO_TXN, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, (0, 4)),
     _api(ApiKey.END_TXN, EndTxnRequest, EndTxnResponse, (0, 4)),
     _api(ApiKey.TXN_OFFSET_COMMIT, TxnOffsetCommitRequest, TxnOffsetCommitResponse, (0, 4)),
+    # the classic group protocol (group_apis.py); OffsetCommit/OffsetFetch stop before topic ids (v10)
+    _api(ApiKey.JOIN_GROUP, JoinGroupRequest, JoinGroupResponse, (0, 9)),
+    _api(ApiKey.SYNC_GROUP, SyncGroupRequest, SyncGroupResponse, (0, 5)),
+    _api(ApiKey.HEARTBEAT, HeartbeatRequest, HeartbeatResponse, (0, 4)),
+    _api(ApiKey.LEAVE_GROUP, LeaveGroupRequest, LeaveGroupResponse, (0, 5)),
+    _api(ApiKey.OFFSET_COMMIT, OffsetCommitRequest, OffsetCommitResponse, (2, 9)),
+    _api(ApiKey.OFFSET_FETCH, OffsetFetchRequest, OffsetFetchResponse, (1, 9)),
+    _api(ApiKey.DESCRIBE_GROUPS, DescribeGroupsRequest, DescribeGroupsResponse, (0, 6)),
+    _api(ApiKey.LIST_GROUPS, ListGroupsRequest, ListGroupsResponse, (0, 5)),
+    _api(ApiKey.DELETE_GROUPS, DeleteGroupsRequest, DeleteGroupsResponse, (0, 2)),
 )}
 
 

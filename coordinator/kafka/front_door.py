@@ -14,6 +14,7 @@ from coordinator.kafka.apis import ApiKey
 from coordinator.kafka.cluster_apis import ClusterApis
 from coordinator.kafka.dispatch import Dispatcher
 from coordinator.kafka.framing import max_request_bytes
+from coordinator.kafka.group_apis import GroupApis
 from coordinator.kafka.partition_apis import PartitionApis
 from coordinator.kafka.server import KafkaListener
 from coordinator.kafka.txn_apis import TxnApis
@@ -48,6 +49,7 @@ def build_dispatcher(backends: KafkaBackends) -> Dispatcher:
         ApiKey.FETCH: partition_apis.fetch,
         ApiKey.LIST_OFFSETS: partition_apis.list_offsets,
         **txn_apis.handlers(),
+        **GroupApis(backends.groups).handlers(),
     })
 
 

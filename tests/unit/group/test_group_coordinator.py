@@ -1,4 +1,4 @@
-"""GroupCoordinator without gRPC: membership, range assignment, durable and transactional offsets.
+"""GroupCoordinator without gRPC: membership through the classic protocol, durable and transactional offsets.
 
 Every test runs twice: over a real partitions.PartitionLog in tmp_path (reloads reopen it
 from disk) and over an in-memory log with the same methods. The clock is a plain counter,
@@ -6,6 +6,10 @@ so nothing here sleeps.
 """
 from __future__ import annotations
 
+import itertools
+import threading
+import time
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -14,19 +18,35 @@ from coordinator.group import GroupCoordinator, GroupService
 from partitions import PartitionLog
 from partitions.model import AppendOrigin, AppendResult
 from proto import txnsim_pb2 as pb
+from proto.consumer_protocol import (
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
 from proto.errors import (
     CoordinatorLoadInProgressError,
+    GroupIdNotFoundError,
     IllegalGenerationError,
+    InconsistentGroupProtocolError,
     InvalidRequestError,
     InvalidSessionTimeoutError,
+    KafkaError,
+    NonEmptyGroupError,
     NotCoordinatorError,
     NotLeaderOrFollowerError,
     RebalanceInProgressError,
     UnknownMemberIdError,
     UnstableOffsetCommitError,
+    raise_for,
 )
 from proto.hashing import partition_for
-from proto.records import ControlType, encode_control_batch, iter_batches, set_base_offset
+from proto.records import (
+    ControlType,
+    encode_control_batch,
+    iter_batches,
+    set_base_offset,
+)
 from proto.structs import TopicPartition
 
 SHARDS = 4
@@ -125,7 +145,10 @@ def shard_log(request: pytest.FixtureRequest, tmp_path: Path):
 
 
 def make_coordinator(clock: Clock, shard_log: MemoryLog, topics: dict[str, int] = TOPICS) -> GroupCoordinator:
-    coordinator = GroupCoordinator(SHARDS, now_ms=clock, min_session_timeout_ms=100, partitions_for=topics.get)
+    ids = itertools.count()
+    coordinator = GroupCoordinator(SHARDS, now_ms=clock, min_session_timeout_ms=100, partitions_for=topics.get,
+                                   initial_rebalance_delay_ms=0, run_timers=False,
+                                   new_member_id=lambda client, instance: f"{instance or 'member'}-{next(ids)}")
     coordinator.load_shard(SHARD, shard_log)
     return coordinator
 
@@ -136,15 +159,87 @@ def gc(clock: Clock, shard_log: MemoryLog) -> GroupCoordinator:
 
 
 def join(gc: GroupCoordinator, topics: list[str], member_id: str = "", session_ms: int = 1000,
-         rebalance_ms: int = 5000, group_id: str = GROUP) -> pb.JoinGroupResponse:
-    return gc.join_group(pb.JoinGroupRequest(group_id=group_id, member_id=member_id, session_timeout_ms=session_ms,
-                                             rebalance_timeout_ms=rebalance_ms, topics=topics))
+         rebalance_ms: int = 5000, group_id: str = GROUP, instance_id: str = "") -> pb.JoinGroupResponse:
+    """A JoinGroup as txnsim's consumer sends it; raises the answer's error."""
+    response = gc.join_group(pb.JoinGroupRequest(
+        group_id=group_id, member_id=member_id, session_timeout_ms=session_ms, rebalance_timeout_ms=rebalance_ms,
+        topics=topics, protocol_type="consumer", group_instance_id=instance_id,
+        protocols=[pb.GroupProtocol(name="range", metadata=encode_subscription(topics))]))
+    raise_for(response.error_code, response.error_message)
+    return response
+
+
+def join_in_background(gc: GroupCoordinator, topics: list[str], member_id: str = "", **kwargs) -> Future:
+    """A JoinGroup that the join barrier may hold: its answer (or error) arrives in the future."""
+    answer: Future = Future()
+
+    def run() -> None:
+        try:
+            answer.set_result(join(gc, topics, member_id, **kwargs))
+        except KafkaError as exc:
+            answer.set_exception(exc)
+    threading.Thread(target=run, daemon=True).start()
+    return answer
+
+
+def range_assign(joined: pb.JoinGroupResponse) -> dict[str, bytes]:
+    """What a leader running the range assignor sends back."""
+    members = {m.member_id: decode_subscription(m.metadata) for m in joined.member_list}
+    assigned: dict[str, list[TopicPartition]] = {m: [] for m in members}
+    for topic in sorted({t for topics in members.values() for t in topics}):
+        subscribers = sorted(m for m, topics in members.items() if topic in topics)
+        per, extra = divmod(TOPICS.get(topic, 0), len(subscribers))
+        start = 0
+        for i, member_id in enumerate(subscribers):
+            length = per + (1 if i < extra else 0)
+            assigned[member_id] += [TopicPartition(topic, p) for p in range(start, start + length)]
+            start += length
+    return {m: encode_assignment(tps) for m, tps in assigned.items()}
 
 
 def sync(gc: GroupCoordinator, joined: pb.JoinGroupResponse) -> list[TopicPartition]:
-    response = gc.sync_group(pb.SyncGroupRequest(group_id=GROUP, generation_id=joined.generation_id,
-                                                 member_id=joined.member_id))
-    return [TopicPartition(p.topic, p.partition) for p in response.assignment]
+    assignments = range_assign(joined) if joined.leader_id == joined.member_id else {}
+    response = gc.sync_group(pb.SyncGroupRequest(
+        group_id=GROUP, generation_id=joined.generation_id, member_id=joined.member_id,
+        assignments=[pb.SyncGroupAssignment(member_id=m, assignment=a) for m, a in assignments.items()]))
+    raise_for(response.error_code, response.error_message)
+    return decode_assignment(response.assignment_bytes)
+
+
+def rebalance(gc: GroupCoordinator, topics: list[str], members: list[str], new_members: int = 0,
+              group_id: str = GROUP) -> list[pb.JoinGroupResponse]:
+    """Every one of `members` rejoins and `new_members` join, then all sync: a whole eager rebalance.
+
+    New members go first and the others rejoin once the group is rebalancing (a follower's rejoin to a
+    Stable group is answered at once with the current generation, as Kafka does)."""
+    pending = [join_in_background(gc, topics, group_id=group_id) for _ in range(new_members)]
+    if new_members and members:
+        wait_for(lambda: describe(gc, group_id).state == "PreparingRebalance")
+    pending += [join_in_background(gc, topics, m, group_id=group_id) for m in members]
+    joined = [p.result(timeout=5) for p in pending]
+    synced = []
+    for j in joined:
+        assignments = range_assign(j) if j.leader_id == j.member_id else {}
+        request = pb.SyncGroupRequest(group_id=group_id, generation_id=j.generation_id, member_id=j.member_id,
+                                      assignments=[pb.SyncGroupAssignment(member_id=m, assignment=a)
+                                                   for m, a in assignments.items()])
+        answer: Future = Future()
+        threading.Thread(target=lambda r=request, f=answer: f.set_result(gc.sync_group(r)), daemon=True).start()
+        synced.append(answer)
+    for answer in synced:
+        assert answer.result(timeout=5).error_code == 0
+    return joined
+
+
+def describe(gc: GroupCoordinator, group_id: str = GROUP) -> pb.DescribedGroup:
+    return gc.describe_groups(pb.DescribeGroupsRequest(group_ids=[group_id])).groups[0]
+
+
+def wait_for(condition, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.005)
 
 
 def heartbeat(gc: GroupCoordinator, member_id: str, generation_id: int) -> None:
@@ -190,34 +285,39 @@ T0, T1 = TopicPartition("orders", 0), TopicPartition("orders", 1)
 
 # ---------------------------------------------------------------- membership
 
-def test_two_members_get_contiguous_ranges_after_rebalance(gc: GroupCoordinator) -> None:
+def test_a_lone_member_leads_and_assigns_itself_everything(gc: GroupCoordinator) -> None:
     a = join(gc, ["orders"])
-    assert a.generation_id == 1
+    assert (a.generation_id, a.leader_id, list(a.members)) == (1, a.member_id, [a.member_id])
     assert sync(gc, a) == [TopicPartition("orders", p) for p in range(5)]
-
-    b = join(gc, ["orders", "payments"])
-    assert b.generation_id == 2
-    with pytest.raises(RebalanceInProgressError):
-        heartbeat(gc, a.member_id, a.generation_id)
-    a2 = join(gc, ["orders"], member_id=a.member_id)
-    assert a2.generation_id == 2  # a rejoin without changes does not bump again
-    assert sorted(a2.members) == sorted([a.member_id, b.member_id])
-
-    first, second = sorted([a.member_id, b.member_id])
-    expected = {first: [TopicPartition("orders", p) for p in range(3)],
-                second: [TopicPartition("orders", p) for p in (3, 4)]}
-    expected[b.member_id] = expected[b.member_id] + [TopicPartition("payments", 0), TopicPartition("payments", 1)]
-    assert sync(gc, a2) == expected[a.member_id]
-    assert sync(gc, b) == expected[b.member_id]
-    heartbeat(gc, a.member_id, 2)
-    heartbeat(gc, b.member_id, 2)
+    heartbeat(gc, a.member_id, 1)
 
 
-def test_sync_with_old_generation_asks_for_rejoin(gc: GroupCoordinator) -> None:
+def test_a_new_member_waits_at_the_barrier_until_the_leader_rejoins(gc: GroupCoordinator) -> None:
     a = join(gc, ["orders"])
-    join(gc, ["orders"])
-    with pytest.raises(RebalanceInProgressError):
-        sync(gc, a)
+    sync(gc, a)
+    pending = join_in_background(gc, ["orders", "payments"])
+    with pytest.raises(RebalanceInProgressError):  # how the leader learns of the rebalance
+        heartbeat(gc, a.member_id, 1)
+    assert not pending.done()
+    a2 = join(gc, ["orders"], member_id=a.member_id)
+    b = pending.result(timeout=5)
+    assert a2.generation_id == b.generation_id == 2
+    assert sorted(a2.members) == sorted([a.member_id, b.member_id]) and list(b.members) == []
+    b_sync = threading.Thread(target=lambda: pending_sync.set_result(sync(gc, b)))
+    pending_sync: Future = Future()
+    b_sync.start()
+    mine = sync(gc, a2)
+    theirs = pending_sync.result(timeout=5)
+    assert sorted(mine + theirs) == sorted([TopicPartition("orders", p) for p in range(5)] +
+                                           [TopicPartition("payments", 0), TopicPartition("payments", 1)])
+    assert not set(mine) & set(theirs)
+
+
+def test_sync_with_an_old_generation_is_illegal_generation(gc: GroupCoordinator) -> None:
+    a = join(gc, ["orders"])
+    sync(gc, a)
+    with pytest.raises(IllegalGenerationError):
+        sync(gc, pb.JoinGroupResponse(generation_id=7, member_id=a.member_id))
 
 
 def test_unknown_member_is_told_so(gc: GroupCoordinator) -> None:
@@ -229,56 +329,63 @@ def test_unknown_member_is_told_so(gc: GroupCoordinator) -> None:
 
 
 def test_leave_group_rebalances_the_rest(gc: GroupCoordinator) -> None:
-    a, b = join(gc, ["orders"]), join(gc, ["orders"])
+    a = join(gc, ["orders"])
+    sync(gc, a)
+    pending = join_in_background(gc, ["orders"])
+    a = join(gc, ["orders"], member_id=a.member_id)
+    b = pending.result(timeout=5)
     gc.leave_group(pb.LeaveGroupRequest(group_id=GROUP, member_id=a.member_id))
     b2 = join(gc, ["orders"], member_id=b.member_id)
-    assert b2.generation_id == 3
+    assert (b2.generation_id, b2.leader_id) == (3, b.member_id)
     assert len(sync(gc, b2)) == 5
 
 
-def test_expired_session_removes_member(gc: GroupCoordinator, clock: Clock) -> None:
+def test_expired_session_removes_member_and_rebalances(gc: GroupCoordinator, clock: Clock) -> None:
     a = join(gc, ["orders"], session_ms=1000)
-    b = join(gc, ["orders"], session_ms=1000)
-    a = join(gc, ["orders"], member_id=a.member_id)
-    clock.ms += 800
-    heartbeat(gc, b.member_id, 2)
-    clock.ms += 800  # a has been silent 1600 ms, b 800 ms
+    sync(gc, a)
+    clock.ms += 1001
     gc.expire_members()
     with pytest.raises(UnknownMemberIdError):
-        heartbeat(gc, a.member_id, 2)
-    with pytest.raises(RebalanceInProgressError):
-        heartbeat(gc, b.member_id, 2)
-    assert len(sync(gc, join(gc, ["orders"], member_id=b.member_id))) == 5
+        heartbeat(gc, a.member_id, 1)
+    b = join(gc, ["orders"])
+    assert b.generation_id == 3  # 2 was the empty group after a's expiry
 
 
 def test_member_that_never_rejoins_is_removed_after_rebalance_timeout(gc: GroupCoordinator, clock: Clock) -> None:
     a = join(gc, ["orders"], session_ms=10_000, rebalance_ms=2000)
-    b = join(gc, ["orders"], session_ms=10_000, rebalance_ms=2000)
+    sync(gc, a)
+    pending = join_in_background(gc, ["orders"], session_ms=10_000, rebalance_ms=2000)
     clock.ms += 1500
     with pytest.raises(RebalanceInProgressError):
         heartbeat(gc, a.member_id, 1)  # alive, but not rejoining
+    assert not pending.done()
     clock.ms += 1000
     gc.expire_members()
+    b = pending.result(timeout=5)
+    assert (b.generation_id, b.leader_id, list(b.members)) == (2, b.member_id, [b.member_id])
     with pytest.raises(UnknownMemberIdError):
         heartbeat(gc, a.member_id, 1)
-    assert len(sync(gc, join(gc, ["orders"], member_id=b.member_id))) == 5
-
-
-def test_new_partitions_of_a_subscribed_topic_trigger_a_rebalance(clock: Clock, shard_log: MemoryLog) -> None:
-    topics = {"orders": 2}
-    gc = make_coordinator(clock, shard_log, topics)
-    a = join(gc, ["orders"])
-    assert len(sync(gc, a)) == 2
-    topics["orders"] = 4
-    with pytest.raises(RebalanceInProgressError):
-        heartbeat(gc, a.member_id, a.generation_id)
-    a2 = join(gc, ["orders"], member_id=a.member_id)
-    assert len(sync(gc, a2)) == 4
 
 
 def test_session_timeout_outside_bounds_is_rejected(gc: GroupCoordinator) -> None:
     with pytest.raises(InvalidSessionTimeoutError):
         join(gc, ["orders"], session_ms=10)
+
+
+def test_describe_list_and_delete_groups(gc: GroupCoordinator) -> None:
+    a = join(gc, ["orders"])
+    sync(gc, a)
+    commit(gc, {T0: 1}, group_id="offsets-only")
+    (described,) = gc.describe_groups(pb.DescribeGroupsRequest(group_ids=[GROUP])).groups
+    assert (described.state, described.protocol_type, described.protocol) == ("Stable", "consumer", "range")
+    (member,) = described.members
+    assert decode_subscription(member.metadata) == ["orders"] and len(decode_assignment(member.assignment)) == 5
+    listed = {g.group_id: (g.state, g.protocol_type) for g in gc.list_groups(pb.ListGroupsRequest()).groups}
+    assert listed == {GROUP: ("Stable", "consumer"), "offsets-only": ("Empty", "")}
+    nope = next(g for g in (f"nope-{i}" for i in range(100)) if partition_for(g, SHARDS) == SHARD)
+    deleted = gc.delete_groups(pb.DeleteGroupsRequest(group_ids=[GROUP, "offsets-only", nope])).results
+    assert [r.error_code for r in deleted] == [NonEmptyGroupError.errno, 0, GroupIdNotFoundError.errno]
+    assert fetch(gc, [T0], group_id="offsets-only") == {T0: -1}
 
 
 # ---------------------------------------------------------------- offsets
@@ -294,13 +401,14 @@ def test_offsets_survive_a_reload_into_a_fresh_coordinator(gc: GroupCoordinator,
 def test_generation_survives_reload_so_a_stale_member_is_fenced(gc: GroupCoordinator, clock: Clock,
                                                                 shard_log: MemoryLog) -> None:
     a = join(gc, ["orders"])
-    b = join(gc, ["orders"])
+    assert len(sync(gc, a)) == 5
     fresh = make_coordinator(clock, shard_log.reopened())
     with pytest.raises(IllegalGenerationError):
-        commit(fresh, {T0: 5}, generation_id=a.generation_id, member_id=a.member_id)
-    assert fresh.join_group(pb.JoinGroupRequest(group_id=GROUP, member_id=b.member_id, session_timeout_ms=1000,
-                                                topics=["orders"])).generation_id == 2
-    commit(fresh, {T0: 5}, generation_id=2, member_id=b.member_id)
+        commit(fresh, {T0: 5}, generation_id=0, member_id=a.member_id)
+    (described,) = fresh.describe_groups(pb.DescribeGroupsRequest(group_ids=[GROUP])).groups
+    assert described.state == "Stable" and len(decode_assignment(described.members[0].assignment)) == 5
+    assert sync(fresh, a) == [TopicPartition("orders", p) for p in range(5)]  # Stable: its assignment again
+    commit(fresh, {T0: 5}, generation_id=1, member_id=a.member_id)
     assert fetch(fresh, [T0]) == {T0: 5}
 
 
@@ -330,11 +438,13 @@ def test_failed_log_write_changes_nothing(gc: GroupCoordinator, shard_log: Memor
     shard_log.fail_with = NotLeaderOrFollowerError("[NOT_LEADER_OR_FOLLOWER] gone")
     with pytest.raises(NotCoordinatorError):
         commit(gc, {T0: 2})
+    a = join(gc, ["orders"])  # joining writes nothing; the leader's assignment is written before it is handed out
     with pytest.raises(NotCoordinatorError):
-        join(gc, ["orders"])
+        sync(gc, a)
     shard_log.fail_with = None
     assert fetch(gc, [T0]) == {T0: 1}
-    assert join(gc, ["orders"]).generation_id == 1
+    a = join(gc, ["orders"], member_id=a.member_id)
+    assert a.generation_id == 2 and len(sync(gc, a)) == 5
 
 
 # ---------------------------------------------------------------- transactional offsets
@@ -391,7 +501,11 @@ def test_txn_write_after_a_marker_waits_for_the_next_marker(gc: GroupCoordinator
 
 def test_stale_member_txn_offset_commit_is_fenced(gc: GroupCoordinator, shard_log: MemoryLog) -> None:
     a = join(gc, ["orders"])
-    b = join(gc, ["orders"])
+    sync(gc, a)
+    pending = join_in_background(gc, ["orders"])
+    a2 = join(gc, ["orders"], member_id=a.member_id)
+    b = pending.result(timeout=5)
+    assert a2.generation_id == b.generation_id == 2
     written = shard_log.next_offset
     with pytest.raises(IllegalGenerationError):
         txn_commit(gc, {T0: 50}, generation_id=a.generation_id, member_id=a.member_id)
@@ -454,5 +568,8 @@ def test_service_answers_errors_in_the_response(gc: GroupCoordinator) -> None:
     assert response.error_code == InvalidRequestError.errno and "empty" in response.error_message
     response = service.Heartbeat(pb.HeartbeatRequest(group_id=GROUP, member_id="ghost"), None)
     assert response.error_code == UnknownMemberIdError.errno
-    ok = service.JoinGroup(pb.JoinGroupRequest(group_id=GROUP, session_timeout_ms=1000, topics=["orders"]), None)
+    no_protocol = service.JoinGroup(pb.JoinGroupRequest(group_id=GROUP, session_timeout_ms=1000), None)
+    assert no_protocol.error_code == InconsistentGroupProtocolError.errno
+    ok = service.JoinGroup(pb.JoinGroupRequest(group_id=GROUP, session_timeout_ms=1000, protocol_type="consumer",
+                                               protocols=[pb.GroupProtocol(name="range")]), None)
     assert ok.error_code == 0 and ok.generation_id == 1

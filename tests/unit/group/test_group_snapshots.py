@@ -19,7 +19,14 @@ from coordinator.group.coordinator import ShardLoad
 from partitions import LogConfig, PartitionLog
 from proto import txnsim_pb2 as pb
 from proto.structs import TopicPartition
-from tests.unit.group.test_group_coordinator import TOPICS, Clock, commit, fetch, join, txn_commit
+from tests.unit.group.test_group_coordinator import (
+    TOPICS,
+    Clock,
+    commit,
+    fetch,
+    rebalance,
+    txn_commit,
+)
 
 SHARD = 0
 INTERVAL = 100
@@ -71,7 +78,7 @@ def shard(tmp_path: Path):
 
 def load(clock: Clock, shard_log: PartitionLog, interval: int = INTERVAL) -> tuple[GroupCoordinator, ShardLoad]:
     gc = GroupCoordinator(1, now_ms=clock, min_session_timeout_ms=100, partitions_for=TOPICS.get,
-                          snapshot_interval_records=interval)
+                          snapshot_interval_records=interval, initial_rebalance_delay_ms=0, run_timers=False)
     return gc, gc.load_shard(SHARD, shard_log)
 
 
@@ -79,7 +86,9 @@ def served(gc: GroupCoordinator) -> tuple[dict, dict]:
     """Everything a replay rebuilds, as the coordinator serves it (its private state: that is what
     must survive a reload exactly)."""
     state = gc._shards[SHARD]
-    groups = {name: (g.generation, list(g.members), g.assignment, dict(g.offsets),
+    groups = {name: (g.classic.state, g.classic.generation, g.classic.protocol_type, g.classic.protocol_name,
+                     g.classic.leader_id, [(m.member_id, m.group_instance_id, m.protocols, m.assignment)
+                                           for m in g.classic.members.values()], dict(g.offsets),
                      {pid: dict(offsets) for pid, offsets in g.pending.items()})
               for name, g in state.groups.items()}
     return groups, {pid: set(names) for pid, names in state.txn_groups.items()}
@@ -119,14 +128,17 @@ class Workload:
                 commit(self.gc, self.offsets(), **self.member_of(group))
 
     def join(self, group: str) -> None:
-        joined = join(self.gc, ["orders"], group_id=group)
-        self.members[group].append(joined.member_id)
-        self.generation[group] = joined.generation_id
+        joined = rebalance(self.gc, ["orders"], self.members[group], new_members=1, group_id=group)
+        self.members[group] = [j.member_id for j in joined]
+        self.generation[group] = joined[0].generation_id
 
     def leave(self, group: str) -> None:
         member = self.members[group].pop(self.rng.randrange(len(self.members[group])))
         self.gc.leave_group(pb.LeaveGroupRequest(group_id=group, member_id=member))
         self.generation[group] += 1
+        if self.members[group]:
+            joined = rebalance(self.gc, ["orders"], self.members[group], group_id=group)
+            self.generation[group] = joined[0].generation_id
 
     def txn_commit(self, group: str) -> None:
         producer_id = self.rng.choice(self.PRODUCERS)

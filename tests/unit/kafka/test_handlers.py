@@ -251,6 +251,7 @@ def test_every_answer_encodes_at_every_served_version():
                 L.ListOffsetsPartition(partition_index=0, timestamp=t) for t in (-1, -2, 5)])])),
     }
     requests.update(txn_requests())
+    requests.update(group_requests())
     for key, api in SERVED.items():
         for version in range(api.lowest_served, api.max_version + 1):
             handler, request = requests[key](version)
@@ -350,3 +351,80 @@ def test_a_request_level_error_is_every_partitions_error():
         assert handler(request, 0).error_code == 16
     handler, request = requests[ApiKey.TXN_OFFSET_COMMIT](3)
     assert {p.error_code for t in handler(request, 3).topics for p in t.partitions} == {16}
+
+
+def group_requests() -> dict:
+    """The group APIs (group_apis.py) on a real GroupCoordinator over an in-memory shard."""
+    import itertools
+
+    from kafka.protocol.admin import (
+        DeleteGroupsRequest,
+        DescribeGroupsRequest,
+        ListGroupsRequest,
+    )
+    from kafka.protocol.consumer import (
+        HeartbeatRequest,
+        JoinGroupRequest,
+        LeaveGroupRequest,
+        OffsetCommitRequest,
+        OffsetFetchRequest,
+        SyncGroupRequest,
+    )
+
+    from coordinator.group import GroupCoordinator
+    from coordinator.kafka.apis import ApiKey
+    from coordinator.kafka.group_apis import GroupApis
+    from partitions.model import AppendResult
+    from proto.records import iter_batches
+
+    class Log:
+        next_offset = 0
+
+        def append(self, records: bytes, *, origin: object = None) -> AppendResult:
+            base = self.next_offset
+            self.next_offset += sum(b.header.last_offset_delta + 1 for b in iter_batches(records))
+            return AppendResult(base, self.next_offset - 1)
+
+        def batches(self):
+            return iter(())
+
+    ids = itertools.count()
+    groups = GroupCoordinator(1, initial_rebalance_delay_ms=0, run_timers=False,
+                              new_member_id=lambda client, instance: f"m-{next(ids)}")
+    groups.load_shard(0, Log())
+    apis = GroupApis(groups)
+    J = JoinGroupRequest.JoinGroupRequestProtocol
+    OT = OffsetCommitRequest.OffsetCommitRequestTopic
+    FT = OffsetFetchRequest.OffsetFetchRequestTopic
+    FG = OffsetFetchRequest.OffsetFetchRequestGroup
+
+    def join(v: int) -> tuple:
+        request = JoinGroupRequest(version=v, group_id=f"j{v}", session_timeout_ms=10000, rebalance_timeout_ms=10000,
+                                   member_id="m-x" if v >= 4 else "", group_instance_id=None, protocol_type="consumer",
+                                   protocols=[J(name="range", metadata=b"")])
+        request.with_header(correlation_id=1, client_id="c")
+        return apis.join_group, request
+    return {
+        ApiKey.JOIN_GROUP: join,
+        ApiKey.SYNC_GROUP: lambda v: (apis.sync_group, SyncGroupRequest(
+            version=v, group_id="j3", generation_id=1, member_id="m-0", assignments=[])),
+        ApiKey.HEARTBEAT: lambda v: (apis.heartbeat, HeartbeatRequest(version=v, group_id="g", generation_id=1,
+                                                                      member_id="m")),
+        ApiKey.LEAVE_GROUP: lambda v: (apis.leave_group, LeaveGroupRequest(
+            version=v, group_id="g", member_id="m",
+            members=[LeaveGroupRequest.MemberIdentity(member_id="m", group_instance_id=None)])),
+        ApiKey.OFFSET_COMMIT: lambda v: (apis.offset_commit, OffsetCommitRequest(
+            version=v, group_id="o", generation_id_or_member_epoch=-1, member_id="", topics=[OT(
+                name="t", partitions=[OT.OffsetCommitRequestPartition(partition_index=0, committed_offset=5,
+                                                                      committed_metadata=None)])])),
+        ApiKey.OFFSET_FETCH: lambda v: (apis.offset_fetch, OffsetFetchRequest(
+            version=v, group_id="o", topics=[FT(name="t", partition_indexes=[0, 1])],
+            groups=[FG(group_id="o", topics=[FG.OffsetFetchRequestTopics(name="t", partition_indexes=[0])])],
+            require_stable=True)),
+        ApiKey.DESCRIBE_GROUPS: lambda v: (apis.describe_groups, DescribeGroupsRequest(
+            version=v, groups=["j3", "o", "nope"], include_authorized_operations=False)),
+        ApiKey.LIST_GROUPS: lambda v: (apis.list_groups, ListGroupsRequest(version=v, states_filter=[],
+                                                                           types_filter=[])),
+        ApiKey.DELETE_GROUPS: lambda v: (apis.delete_groups, DeleteGroupsRequest(version=v,
+                                                                                 groups_names=["o", "x"])),
+    }
