@@ -25,9 +25,11 @@ from proto.errors import (
     NotEnoughReplicasError,
     UnknownServerError,
     name_of,
+    InvalidProducerEpochError,
     InvalidTopicError,
     KafkaError,
     NotLeaderOrFollowerError,
+    ProducerFencedError,
     TransactionAbortableError,
     UnknownTopicOrPartitionError,
     code_of,
@@ -138,6 +140,13 @@ class PartitionServer:
                 raise NotEnoughReplicasError(
                     f"[NOT_ENOUGH_REPLICAS] could not verify {tp} with the coordinator of {tid!r} "
                     f"({name_of(code)}); retry")
+            if code in (ProducerFencedError.errno, InvalidProducerEpochError.errno):
+                # Kafka's leader answers a fenced producer's produce with INVALID_PRODUCER_EPOCH, which
+                # producers handle there (abortable; their EndTxn then learns PRODUCER_FENCED)
+                raise InvalidProducerEpochError(
+                    f"[INVALID_PRODUCER_EPOCH] producer {producer_id} wrote to {tp} with epoch {producer_epoch}, "
+                    f"but the coordinator of {tid!r} has a newer one ({name_of(code)}): a newer producer "
+                    "instance fenced this one")
             if code != 0:
                 raise TransactionAbortableError(
                     f"[TRANSACTION_ABORTABLE] {tp} is not part of the open transaction of {tid!r} "

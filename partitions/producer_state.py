@@ -204,12 +204,18 @@ class ProducerStateTable:
             self._install(entry)
 
     def needs_verification(self, headers: Iterable[BatchHeader]) -> list[tuple[int, int]]:
-        """(pid, epoch) of transactional batches whose producer has no open transaction here."""
+        """(pid, epoch) of transactional batches whose producer has no open transaction here.
+
+        A batch whose epoch is below the one stored for its producer is INVALID_PRODUCER_EPOCH at
+        once, as in Kafka, before anyone asks the coordinator (a fenced zombie's send)."""
         wanted: dict[int, int] = {}
         for header in headers:
-            if header.is_transactional and not header.is_control and header.producer_id >= 0 \
-                    and header.producer_id not in self._open and header.producer_id not in wanted:
-                wanted[header.producer_id] = header.producer_epoch
+            if header.is_transactional and not header.is_control and header.producer_id >= 0:
+                stored = self._entries.get(header.producer_id)
+                if stored is not None:
+                    check_epoch(stored, header.producer_epoch)
+                if header.producer_id not in self._open and header.producer_id not in wanted:
+                    wanted[header.producer_id] = header.producer_epoch
         return list(wanted.items())
 
     # ------------------------------------------------------------ markers
