@@ -1,0 +1,353 @@
+"""Consumer groups on the Kafka port with real clients: confluent-kafka (librdkafka) and kafka-python members
+joining, leaving and being SIGKILLed while records flow. Every assignment change goes into one timeline
+(on_assign / on_revoke, a subprocess member's too) that must never show a partition owned by two members at
+once, and a monitor reads the committed offsets throughout: they never move backwards.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from tests.helpers import wait_until
+from txnsim import Admin, LocalCluster
+
+pytestmark = pytest.mark.timeout(180)
+
+PARTITIONS = 6
+#: short enough that a SIGKILLed member's partitions move within a test's patience
+SESSION_MS = 2000
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with LocalCluster(nodes=3, data_dir=tmp_path_factory.mktemp("groups"), txn_shards=4, offsets_shards=4,
+                      group_min_session_timeout_ms=500, group_initial_rebalance_delay_ms=300) as c:
+        yield c
+
+
+_names = iter(range(10**6))
+
+
+@pytest.fixture
+def topic(cluster, request) -> str:
+    name = f"g{next(_names)}-{request.node.name[:30]}"
+    with Admin(cluster.bootstrap_servers) as admin:
+        admin.create_topic(name, partitions=PARTITIONS)
+    return name
+
+
+def consumer_config(cluster, group: str, **extra) -> dict:
+    return {"bootstrap.servers": cluster.kafka_bootstrap_servers, "group.id": group, "auto.offset.reset": "earliest",
+            "session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": 200, "max.poll.interval.ms": 20000,
+            "enable.auto.commit": True, "auto.commit.interval.ms": 200, "fetch.wait.max.ms": 100,
+            "topic.metadata.refresh.interval.ms": 1000, **extra}
+
+
+class Timeline:
+    """Assignment events of every member, stamped with wall-clock time (shared by subprocesses)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.events: list[tuple[float, str, str, tuple[int, ...]]] = []
+
+    def record(self, member: str, kind: str, partitions: list[int], at: float | None = None) -> None:
+        with self._lock:
+            self.events.append((time.time() if at is None else at, member, kind, tuple(sorted(partitions))))
+
+    def owners(self) -> dict[int, str]:
+        """Who owns each partition now (by the events so far, in time order)."""
+        owner: dict[int, str] = {}
+        with self._lock:
+            events = sorted(self.events)
+        for _, member, kind, partitions in events:
+            if kind == "assign":
+                owner.update(dict.fromkeys(partitions, member))
+            elif kind == "revoke":
+                for p in partitions:
+                    if owner.get(p) == member:
+                        del owner[p]
+            elif kind == "dead":
+                owner = {p: m for p, m in owner.items() if m != member}
+        return owner
+
+    def overlaps(self) -> list[str]:
+        """Every moment a partition was assigned to a member while another still owned it."""
+        owner: dict[int, str] = {}
+        found = []
+        with self._lock:
+            events = sorted(self.events)
+        for at, member, kind, partitions in events:
+            if kind == "assign":
+                for p in partitions:
+                    if owner.get(p, member) != member:
+                        found.append(f"{at:.3f}: partition {p} assigned to {member} while {owner[p]} owns it")
+                    owner[p] = member
+            elif kind == "revoke":
+                for p in partitions:
+                    if owner.get(p) == member:
+                        del owner[p]
+            elif kind == "dead":
+                owner = {p: m for p, m in owner.items() if m != member}
+        return found
+
+
+class Member(threading.Thread):
+    """A confluent-kafka consumer polling in its own thread; its rebalance callbacks feed the timeline."""
+
+    def __init__(self, name: str, config: dict, topic: str, timeline: Timeline) -> None:
+        super().__init__(name=name, daemon=True)
+        self.consumer = Consumer(config)
+        self.timeline = timeline
+        self.stopping = threading.Event()
+        self.consumed = 0
+        self.error: BaseException | None = None
+        self.consumer.subscribe([topic], on_assign=self._assigned, on_revoke=self._revoked)
+
+    def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.timeline.record(self.name, "assign", [tp.partition for tp in partitions])
+
+    def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.timeline.record(self.name, "revoke", [tp.partition for tp in partitions])
+
+    def run(self) -> None:
+        try:
+            while not self.stopping.is_set():
+                message = self.consumer.poll(0.1)
+                if message is not None and message.error() is None:
+                    self.consumed += 1
+            self.consumer.close()  # eager: revokes (committing) and leaves
+        except BaseException as exc:  # noqa: BLE001 - reported by stop()
+            self.error = exc
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(30)
+        assert not self.is_alive() and self.error is None, self.error
+
+
+SUBPROCESS_MEMBER = r"""
+import json, sys, time
+from confluent_kafka import Consumer
+config, topic, name = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+def say(kind, partitions):
+    print(json.dumps({"at": time.time(), "kind": kind, "partitions": [tp.partition for tp in partitions]}), flush=True)
+consumer = Consumer(config)
+consumer.subscribe([topic], on_assign=lambda c, ps: say("assign", ps), on_revoke=lambda c, ps: say("revoke", ps))
+while True:
+    consumer.poll(0.1)
+"""
+
+
+class SubprocessMember:
+    """A confluent-kafka consumer in its own process, so that it can be SIGKILLed; it prints its callbacks."""
+
+    def __init__(self, name: str, config: dict, topic: str, timeline: Timeline) -> None:
+        self.name, self.timeline = name, timeline
+        self.process = subprocess.Popen([sys.executable, "-c", SUBPROCESS_MEMBER, json.dumps(config), topic, name],
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            event = json.loads(line)
+            self.timeline.record(self.name, event["kind"], event["partitions"], at=event["at"])
+
+    def kill(self) -> None:
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+        self.reader.join(10)
+        self.timeline.record(self.name, "dead", [])
+
+
+class CommitMonitor(threading.Thread):
+    """Reads the group's committed offsets every 50 ms; any offset lower than one seen before is a violation."""
+
+    def __init__(self, cluster, group: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.consumer = Consumer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "group.id": group,
+                                  "enable.auto.commit": False})
+        self.tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        self.highest: dict[int, int] = {}
+        self.violations: list[str] = []
+        self.stopping = threading.Event()
+
+    def read(self) -> dict[int, int]:
+        committed = {tp.partition: tp.offset for tp in self.consumer.committed(self.tps, timeout=10)}
+        for p, offset in committed.items():
+            if offset >= 0:
+                if offset < self.highest.get(p, -1):
+                    self.violations.append(f"partition {p}: committed {offset} after {self.highest[p]}")
+                self.highest[p] = max(offset, self.highest.get(p, -1))
+        return committed
+
+    def run(self) -> None:
+        while not self.stopping.wait(0.05):
+            self.read()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(20)
+        self.consumer.close()
+
+
+class Traffic(threading.Thread):
+    """Records to every partition until stopped; `sent` per partition once flushed."""
+
+    def __init__(self, cluster, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.producer = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "linger.ms": 5})
+        self.topic = topic
+        self.sent = [0] * PARTITIONS
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        i = 0
+        while not self.stopping.wait(0.005):
+            self.producer.produce(self.topic, value=b"%d" % i, partition=i % PARTITIONS)
+            self.sent[i % PARTITIONS] += 1
+            self.producer.poll(0)
+            i += 1
+        assert self.producer.flush(20) == 0
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(30)
+
+
+def owned_by(timeline: Timeline, members: set[str]) -> Callable[[], bool]:
+    """All partitions owned, each by one of `members`, and every member owning some."""
+    def check() -> bool:
+        owners = timeline.owners()
+        return len(owners) == PARTITIONS and set(owners.values()) == members
+    return check
+
+
+@pytest.mark.slow
+def test_members_join_leave_and_die_without_sharing_a_partition_or_moving_a_commit_back(cluster, topic):
+    group = f"{topic}-app"
+    timeline = Timeline()
+    traffic, monitor = Traffic(cluster, topic), CommitMonitor(cluster, group, topic)
+    traffic.start()
+    monitor.start()
+    a = Member("a", consumer_config(cluster, group), topic, timeline)
+    a.start()
+    wait_until(owned_by(timeline, {"a"}), 20, "a owning every partition")
+    b = Member("b", consumer_config(cluster, group), topic, timeline)
+    b.start()
+    wait_until(owned_by(timeline, {"a", "b"}), 20, "a and b sharing the partitions")
+    c = SubprocessMember("c", consumer_config(cluster, group), topic, timeline)
+    wait_until(owned_by(timeline, {"a", "b", "c"}), 30, "a, b and c sharing the partitions")
+    b.stop()  # leaves the group
+    wait_until(owned_by(timeline, {"a", "c"}), 20, "a and c sharing the partitions after b left")
+    c.kill()  # no LeaveGroup: its session expires
+    wait_until(owned_by(timeline, {"a"}), 30, "a owning every partition after c was killed")
+    traffic.stop()
+    wait_until(lambda: [monitor.highest.get(p, -1) for p in range(PARTITIONS)] == traffic.sent, 30,
+               "a committing every record")
+    a.stop()
+    monitor.stop()
+    assert timeline.overlaps() == []
+    assert monitor.violations == []
+    assert a.consumed > 0
+
+
+def test_commit_and_committed_and_a_new_member_resumes_there(cluster, topic):
+    group = f"{topic}-app"
+    producer = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers})
+    for i in range(30):
+        producer.produce(topic, value=b"%d" % i, partition=i % 3)
+    assert producer.flush(20) == 0
+    consumer = Consumer(consumer_config(cluster, group, **{"enable.auto.commit": False}))
+    consumer.subscribe([topic])
+    seen = []
+    wait_until(lambda: (m := consumer.poll(0.2)) is not None and m.error() is None and seen.append(m) is None
+               and len(seen) >= 5, 30, "five records")
+    last = seen[-1]
+    consumer.commit(message=last, asynchronous=False)
+    (committed,) = consumer.committed([TopicPartition(topic, last.partition())], timeout=10)
+    assert committed.offset == last.offset() + 1
+    consumer.close()
+    again = Consumer(consumer_config(cluster, group))
+    again.subscribe([topic])
+    first = {}
+    wait_until(lambda: (m := again.poll(0.2)) is not None and m.error() is None
+               and first.setdefault(m.partition(), m.offset()) is not None and last.partition() in first,
+               30, "the committed partition read again")
+    assert first[last.partition()] == last.offset() + 1
+    again.close()
+
+
+def test_a_static_member_restarting_within_its_session_keeps_its_partitions_without_a_rebalance(cluster, topic):
+    group = f"{topic}-app"
+    timeline = Timeline()
+    static = {"session.timeout.ms": 6000}
+    s1 = Member("s1", consumer_config(cluster, group, **static, **{"group.instance.id": "one"}), topic, timeline)
+    s2 = Member("s2", consumer_config(cluster, group, **static, **{"group.instance.id": "two"}), topic, timeline)
+    s1.start()
+    s2.start()
+    wait_until(owned_by(timeline, {"s1", "s2"}), 30, "s1 and s2 sharing the partitions")
+    before = timeline.owners()
+    mine = sorted(p for p, m in before.items() if m == "s1")
+    s2_events = [e for e in timeline.events if e[1] == "s2"]
+    s1.stop()  # a static member's close sends no LeaveGroup (KIP-345)
+    timeline.record("s1", "dead", [])
+    restarted = Member("s1b", consumer_config(cluster, group, **static, **{"group.instance.id": "one"}), topic,
+                       timeline)
+    restarted.start()
+    wait_until(lambda: sorted(p for p, m in timeline.owners().items() if m == "s1b") == mine, 20,
+               "the restarted static member getting its old partitions")
+    assert [e for e in timeline.events if e[1] == "s2"] == s2_events  # s2 saw no rebalance
+    restarted.stop()
+    s2.stop()
+    assert timeline.overlaps() == []
+
+
+def test_kafka_python_and_confluent_kafka_members_share_a_group(cluster, topic):
+    from kafka import KafkaConsumer
+
+    group = f"{topic}-app"
+    timeline = Timeline()
+    producer = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers})
+    for i in range(60):
+        producer.produce(topic, value=b"%d" % i, partition=i % PARTITIONS)
+    assert producer.flush(20) == 0
+    confluent = Member("confluent", consumer_config(cluster, group), topic, timeline)
+    confluent.start()
+    wait_until(owned_by(timeline, {"confluent"}), 20, "the confluent member owning every partition")
+    consumed = []
+    stopping = threading.Event()
+
+    def kafka_python_member() -> None:
+        consumer = KafkaConsumer(topic, bootstrap_servers=cluster.kafka_bootstrap_servers, group_id=group,
+                                 auto_offset_reset="earliest", session_timeout_ms=6000, heartbeat_interval_ms=300,
+                                 enable_auto_commit=True, auto_commit_interval_ms=200)
+        while not stopping.is_set():
+            for records in consumer.poll(timeout_ms=100).values():
+                consumed.extend(records)
+            owned = sorted(tp.partition for tp in consumer.assignment())
+            if [e[3] for e in timeline.events if e[1] == "kafka-python"][-1:] != [tuple(owned)]:
+                timeline.record("kafka-python", "assign" if owned else "revoke", owned)
+        consumer.close()
+
+    thread = threading.Thread(target=kafka_python_member, daemon=True)
+    thread.start()
+    wait_until(owned_by(timeline, {"confluent", "kafka-python"}), 30, "both clients sharing the partitions")
+    mine = {p for p, m in timeline.owners().items() if m == "kafka-python"}
+    for i in range(60):  # the confluent member read (and committed) the first ones alone
+        producer.produce(topic, value=b"%d" % i, partition=i % PARTITIONS)
+    assert producer.flush(20) == 0
+    wait_until(lambda: {r.partition for r in consumed} == mine, 30, "kafka-python reading its partitions")
+    stopping.set()
+    thread.join(30)
+    confluent.stop()
