@@ -2,6 +2,9 @@
 Kafka's name, nothing stored changes, and the rest of the node carries on."""
 from __future__ import annotations
 
+import struct
+
+import crc32c
 import pytest
 
 from proto import records
@@ -95,3 +98,30 @@ def test_abort_succeeds_after_the_transactional_id_expired(tmp_path, txn_id):
                 p.send("expiry", value=b"kept", partition=0)
                 p.commit_transaction()
         assert [r.value for r in read_all(bs, "expiry", partitions=1, isolation_level="read_committed")] == [b"kept"]
+
+
+def test_a_crc_valid_batch_whose_records_cannot_be_decoded_is_corrupt_message(cluster, topic):
+    """Before, the node stored it and every consumer stopped at it for good."""
+    bs = cluster.bootstrap_servers
+    client = ClusterClient(bs)
+    try:
+        stubs = client.stubs(client.leader_address(TopicPartition(topic, 0)))
+
+        def produce(data: bytes) -> pb.PartitionProduceResult:
+            request = pb.ProduceRequest(acks=-1, timeout_ms=5000, partitions=[
+                pb.PartitionRecords(topic=topic, partition=0, records=data)])
+            return call(stubs.partitions.Produce, request, 10.0).partitions[0]
+
+        assert produce(records.encode_batch([(1, None, b"before", ())])).error_code == 0
+        before = log_bytes(cluster, topic)
+        damaged = bytearray(records.encode_batch([(1, None, b"abc", ())]))
+        damaged[records.HEADER_SIZE + 5] = 4  # the value's length says 2 bytes, the record holds 3
+        struct.pack_into(">I", damaged, 17, crc32c.crc32c(bytes(damaged[21:])))
+        result = produce(bytes(damaged))
+        assert errors.name_of(result.error_code) == "CORRUPT_MESSAGE" and "record 0" in result.error_message
+        assert log_bytes(cluster, topic) == before
+        assert produce(records.encode_batch([(1, None, b"after", ())])).error_code == 0
+    finally:
+        client.close()
+    values = [r.value for r in read_all(bs, topic, partitions=3, isolation_level="read_uncommitted")]
+    assert values == [b"before", b"after"]

@@ -7,10 +7,10 @@ import kafka.serializer
 import kafka.structs
 import pytest
 
+from producer.transaction_manager import TransactionState
 from proto import errors as e
 from proto.records import iter_batches
 from proto.structs import OffsetAndMetadata, TopicPartition
-from producer.transaction_manager import TransactionState
 
 
 def test_send_takes_kafka_pythons_positional_order(fake_cluster, make_producer):

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from proto import errors as e
 from producer.transaction_manager import TransactionState
+from proto import errors as e
 
 S = TransactionState
 

@@ -1,0 +1,82 @@
+"""A batch whose CRC is valid but whose records a consumer could not decode is CORRUPT_MESSAGE at append."""
+from __future__ import annotations
+
+import struct
+
+import crc32c
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from partitions import AppendOrigin
+from partitions.validation import framing_problem
+from proto import records
+from proto.errors import CorruptMessageError
+from proto.records import HEADER_SIZE, iter_batches
+
+
+def with_valid_crc(batch: bytearray) -> bytes:
+    """Fix batchLength and the CRC after an edit: only the framing is wrong, as a buggy producer makes it."""
+    struct.pack_into(">i", batch, 8, len(batch) - records.LOG_OVERHEAD)
+    struct.pack_into(">I", batch, 17, crc32c.crc32c(bytes(batch[21:])))
+    return bytes(batch)
+
+
+def one_record_batch(value: bytes = b"abc") -> bytearray:
+    return bytearray(records.encode_batch([(1, b"k", value, (("h", b"1"),))]))
+
+
+def damaged_batches() -> dict[str, bytes]:
+    value_length_at = HEADER_SIZE + 6  # after length, attributes, timestamp delta, offset delta, key length, b"k"
+    shorter_value = one_record_batch()
+    assert shorter_value[value_length_at] == 6  # zigzag(3)
+    shorter_value[value_length_at] = 4           # claims 2 bytes: the fields end before the record does
+    two_counted = one_record_batch()
+    struct.pack_into(">i", two_counted, 23, 1)  # lastOffsetDelta
+    struct.pack_into(">i", two_counted, 57, 2)  # recordsCount: one record fewer than claimed
+    trailing = one_record_batch() + b"\x7f\x00garbage"
+    cut = one_record_batch()[:-3]
+    huge_length = one_record_batch()
+    huge_length[HEADER_SIZE] = 0x7E             # the record claims 63 bytes
+    wrong_delta = bytearray(records.encode_batch([(1, None, b"a", ()), (1, None, b"b", ())]))
+    second_delta_at = HEADER_SIZE + 8 + 3  # the first record is 8 bytes; then length, attributes, timestamp
+    assert wrong_delta[second_delta_at] == 2    # zigzag(1): the second record's offset delta
+    wrong_delta[second_delta_at] = 0
+    return {name: with_valid_crc(batch) for name, batch in [
+        ("shorter value", shorter_value), ("count", two_counted), ("trailing garbage", trailing),
+        ("truncated record", cut), ("record longer than batch", huge_length), ("offset delta", wrong_delta)]}
+
+
+@pytest.mark.parametrize("name", sorted(damaged_batches()))
+def test_a_crc_valid_batch_with_broken_framing_is_corrupt_and_changes_nothing(open_log, name):
+    log = open_log()
+    log.append(records.encode_batch([(1, None, b"before", ())]))
+    damaged = damaged_batches()[name]
+    (_batch,) = iter_batches(damaged)  # the CRC really is valid
+    with pytest.raises(CorruptMessageError, match="CORRUPT_MESSAGE"):
+        log.append(damaged)
+    assert log.log_end_offset == 1
+    log.append(records.encode_batch([(1, None, b"after", ())]))
+    assert [r.value for b in log.batches() for r in b.records()] == [b"before", b"after"]
+
+
+def test_the_node_does_not_walk_its_own_coordinator_batches(open_log):
+    damaged = damaged_batches()["count"]
+    log = open_log()
+    with pytest.raises(CorruptMessageError):
+        log.append(damaged)
+    log.append(damaged, origin=AppendOrigin.COORDINATOR)  # built by the node itself: trusted, as before
+
+
+_header = st.tuples(st.text(max_size=5), st.one_of(st.none(), st.binary(max_size=20)))
+_record = st.tuples(st.integers(0, 10**6), st.one_of(st.none(), st.binary(max_size=300)),
+                    st.one_of(st.none(), st.binary(max_size=300)), st.lists(_header, max_size=3))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_record, min_size=1, max_size=40))
+def test_every_batch_the_encoder_builds_passes_the_framing_walk(batch_records):
+    raw = records.encode_batch([(ts, k, v, tuple(h)) for ts, k, v, h in batch_records])
+    (batch,) = iter_batches(raw)
+    assert framing_problem(batch.raw, batch.header.records_count) is None
+    assert len(list(batch.records())) == len(batch_records)
