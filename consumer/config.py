@@ -71,6 +71,10 @@ class ConsumerConfig:
     rebalance_timeout_ms: int = 30_000
     request_timeout_ms: int = 30_000
     retry_backoff_ms: int = 100
+    #: assignors this member offers, in order of preference (names as kafka-python: "range", "roundrobin")
+    partition_assignment_strategy: tuple[str, ...] = ("range", "roundrobin")
+    #: how often a pattern subscription, and a leader's view of partition counts, are checked against metadata
+    metadata_max_age_ms: int = 300_000
 
     @classmethod
     def from_kwargs(cls, configs: Mapping[str, Any]) -> ConsumerConfig:
@@ -98,6 +102,9 @@ class ConsumerConfig:
                 raise KafkaConfigurationError(str(exc)) from None
         if "auto_offset_reset" in values:
             values["auto_offset_reset"] = OffsetResetStrategy.parse(values["auto_offset_reset"])
+        strategy = values.get("partition_assignment_strategy")
+        if strategy is not None:
+            values["partition_assignment_strategy"] = _assignor_names(strategy)
         auto_commit = values.pop("enable_auto_commit", _UNSET)
         group_id = values.get("group_id")
         if auto_commit is _UNSET:
@@ -114,6 +121,14 @@ class ConsumerConfig:
         for name in ("auto_commit_interval_ms", "fetch_max_bytes", "max_partition_fetch_bytes", "max_poll_records",
                      "session_timeout_ms", "heartbeat_interval_ms", "rebalance_timeout_ms", "request_timeout_ms"):
             _require_int(name, getattr(self, name), minimum=1)
+        _require_int("metadata_max_age_ms", self.metadata_max_age_ms, minimum=1)
+        from consumer.assignors import (
+            ASSIGNORS,  # here, so that config stays importable on its own
+        )
+        unknown = [name for name in self.partition_assignment_strategy if name not in ASSIGNORS]
+        if not self.partition_assignment_strategy or unknown:
+            raise KafkaConfigurationError(f"partition_assignment_strategy must name assignors among "
+                                          f"{sorted(ASSIGNORS)}, not {list(self.partition_assignment_strategy)}")
         for name in ("fetch_max_wait_ms", "fetch_min_bytes", "retry_backoff_ms"):
             _require_int(name, getattr(self, name), minimum=0)
         if not isinstance(self.enable_auto_commit, bool):
@@ -159,3 +174,9 @@ def _require_int(name: str, value: Any, *, minimum: int) -> None:
         raise KafkaConfigurationError(f"{name} must be an int, not {value!r}")
     if value < minimum:
         raise KafkaConfigurationError(f"{name} must be at least {minimum}, not {value}")
+
+
+def _assignor_names(value: Any) -> tuple[str, ...]:
+    """Names, or kafka-python's assignor classes (their `name`), as a tuple of names."""
+    items = [value] if isinstance(value, str) else list(value) if isinstance(value, Iterable) else [value]
+    return tuple(item if isinstance(item, str) else str(getattr(item, "name", item)) for item in items)

@@ -7,10 +7,11 @@ is used from one thread; only its heartbeat thread runs beside it.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from proto.cluster_client import ClusterClient
 from proto.errors import (
@@ -36,6 +37,14 @@ log = logging.getLogger(__name__)
 _REJOIN_ERRORS = (RebalanceInProgressError, IllegalGenerationError, UnknownMemberIdError)
 
 
+class ConsumerRebalanceListener(Protocol):
+    """kafka-python's (and Kafka's) callbacks around a rebalance, called from poll() in the consumer's thread."""
+
+    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None: ...
+
+    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None: ...
+
+
 class Consumer:
     """Reads records from txnsim topics, Kafka's way.
 
@@ -55,6 +64,8 @@ class Consumer:
         self._closed = False
         self._membership: GroupMembership | None = None
         self._offsets: OffsetManager | None = None
+        self._listener: ConsumerRebalanceListener | None = None
+        self._next_metadata_check = 0.0
         if self.config.group_id is not None:
             client = GroupCoordinatorClient(self._cluster, self.config.group_id, self.config)
             self._membership = GroupMembership(client, self.config, lambda: self._subscription.topics, self._wakeup)
@@ -72,23 +83,33 @@ class Consumer:
         self._subscription.assign_from_user(partitions)
         self._fetcher.discard(lost)
 
-    def subscribe(self, topics: Iterable[str] | str) -> None:
-        """Join the group and read the partitions its coordinator assigns from these topics."""
+    def subscribe(self, topics: Iterable[str] | str = (), pattern: str | re.Pattern[str] | None = None,
+                  listener: ConsumerRebalanceListener | None = None) -> None:
+        """Join the group and read the partitions its leader assigns from these topics, or from every topic
+        whose name matches `pattern` (re.match, rechecked every metadata_max_age_ms); `listener` is told
+        of every revocation (before the consumer rejoins) and assignment."""
         self._ensure_open()
         if self._membership is None:
             raise KafkaConfigurationError("subscribe() needs a group_id: pass group_id='...' to Consumer, "
                                           "or choose partitions with assign()")
         topics = frozenset([topics] if isinstance(topics, str) else topics)
-        changed = self._subscription.is_subscribed and topics != self._subscription.topics
-        self._subscription.subscribe(topics)
-        if changed:
-            self._membership.request_rejoin(f"subscription changed to {sorted(topics)}")
+        if bool(topics) == (pattern is not None):
+            raise IllegalStateError("subscribe() takes topics or a pattern, exactly one of them")
+        compiled = re.compile(pattern) if isinstance(pattern, str) else pattern
+        before = (self._subscription.topics, self._subscription.pattern)
+        was_subscribed = self._subscription.is_subscribed
+        self._subscription.subscribe(topics, compiled)
+        self._listener = listener
+        if compiled is not None:
+            self._next_metadata_check = 0.0  # resolve the pattern on the next poll
+        if was_subscribed and (topics, compiled) != before:
+            self._membership.request_rejoin(f"subscription changed to {sorted(topics) or compiled}")
 
     def unsubscribe(self) -> None:
         """Stop reading everything; a subscribed consumer commits (with auto commit) and leaves its group."""
         self._ensure_open()
         if self._subscription.is_subscribed and self._membership is not None:
-            self._maybe_commit_on_leave("unsubscribe")
+            self._revoke_all("unsubscribe", Deadline(self.config.request_timeout_ms / 1000))
             self._membership.leave(Deadline(self.config.request_timeout_ms / 1000))
         self._fetcher.discard(self._subscription.assigned_partitions())
         self._subscription.unsubscribe()
@@ -121,6 +142,7 @@ class Consumer:
             self._membership.record_poll()
         while True:
             self._wakeup.clear()
+            self._maybe_check_metadata(deadline)
             self._maybe_join_group(deadline)
             if self._offsets is not None:
                 self._offsets.maybe_auto_commit(deadline)
@@ -136,24 +158,68 @@ class Consumer:
             self._wakeup.wait(wait_s)
 
     def _maybe_join_group(self, deadline: Deadline) -> None:
+        """Eager rebalance: commit and give up every partition first, then JoinGroup and SyncGroup, so that no
+        partition is ever read by two members and no position is committed for a partition held by another."""
         membership = self._membership
         if membership is None or not self._subscription.is_subscribed or not membership.needs_join():
             return
+        self._revoke_all("rebalance", deadline)  # nothing left to revoke once the rebalance is under way
         try:
-            membership.join(deadline)
-            # Commit with the new generation before the new assignment takes partitions away
-            # (the coordinator fences the old generation as soon as the group changes).
-            self._maybe_commit_on_leave("rebalance", deadline)
-            assignment = membership.sync(deadline)
+            assignment = membership.advance(deadline)
         except KafkaError as exc:
             if exc.retriable or isinstance(exc, _REJOIN_ERRORS):
                 log.info("group %r: rebalance not finished (%s); retrying", membership.group_id, exc)
                 return
             raise
-        lost = self._subscription.assign_from_subscribed(assignment)
-        self._fetcher.discard(lost)
-        if lost:
-            log.info("group %r: partitions %s moved to other members", membership.group_id, sorted(map(str, lost)))
+        if assignment is None:
+            return  # the coordinator holds our JoinGroup/SyncGroup until the group is there: poll again
+        mine = {tp for tp in assignment if tp.topic in self._subscription.topics}
+        self._subscription.assign_from_subscribed(mine)
+        log.info("group %r: assigned %s", membership.group_id, sorted(map(str, mine)) or "nothing")
+        self._call_listener("on_partitions_assigned", set(mine))
+
+    def _revoke_all(self, reason: str, deadline: Deadline) -> None:
+        """Commit (with auto commit) the positions of every assigned partition, tell the listener, forget them."""
+        owned = self._subscription.assigned_partitions()
+        if not owned:
+            return
+        self._maybe_commit_on_leave(reason, deadline)
+        self._call_listener("on_partitions_revoked", owned)
+        self._subscription.assign_from_subscribed(())
+        self._fetcher.discard(owned)
+
+    def _call_listener(self, method: str, partitions: set[TopicPartition]) -> None:
+        if self._listener is None:
+            return
+        try:
+            getattr(self._listener, method)(partitions)
+        except Exception:  # as kafka-python: the application's bug is logged, the rebalance goes on
+            log.exception("group %r: %s failed", self.config.group_id, method)
+
+    def _maybe_check_metadata(self, deadline: Deadline) -> None:
+        """Every metadata_max_age_ms: re-resolve a pattern subscription; as leader, notice partitions added to
+        the group's topics. Either change calls for a rebalance."""
+        membership = self._membership
+        if membership is None or not self._subscription.is_subscribed or time.monotonic() < self._next_metadata_check:
+            return
+        self._next_metadata_check = time.monotonic() + self.config.metadata_max_age_ms / 1000
+        assigned_counts = membership.assigned_counts()
+        pattern = self._subscription.pattern
+        if pattern is None and not assigned_counts:
+            return
+        try:
+            metadata = self._cluster.refresh_metadata((), deadline)
+        except KafkaError as exc:
+            log.debug("metadata check failed (%s); the next poll tries again", exc)
+            self._next_metadata_check = time.monotonic() + self._backoff_s
+            return
+        counts = {t.name: len(t.partitions) for t in metadata.topics if not t.error_code}
+        if pattern is not None:
+            matched = {t.name for t in metadata.topics if not t.internal and not t.error_code and pattern.match(t.name)}
+            if self._subscription.change_topics(matched):
+                membership.request_rejoin(f"pattern {pattern.pattern!r} now matches {sorted(matched)}")
+        if any(counts.get(topic, 0) != count for topic, count in assigned_counts.items()):
+            membership.request_rejoin("partitions of the group's topics changed")
 
     def _maybe_commit_on_leave(self, reason: str, deadline: Deadline | None = None) -> None:
         if self._offsets is not None and self.config.enable_auto_commit:
@@ -290,7 +356,9 @@ class Consumer:
         if self._closed:
             return
         try:
-            if autocommit:
+            if autocommit and self._subscription.is_subscribed:
+                self._revoke_all("close", Deadline(min(self.config.request_timeout_ms / 1000, 5.0)))
+            elif autocommit:
                 self._maybe_commit_on_leave("close")
             if self._membership is not None:
                 self._membership.close()

@@ -1,9 +1,11 @@
-"""Group membership of a subscribed consumer: JoinGroup, SyncGroup, a heartbeat thread, LeaveGroup.
+"""Group membership of a subscribed consumer: Kafka's classic protocol over gRPC (JoinGroup, SyncGroup, a
+heartbeat thread, LeaveGroup), eager.
 
-The coordinator computes the assignment (txnsim's simplified eager protocol); this side only
-joins, asks for its share, and learns from heartbeats when it must rejoin. State lives in one
-`MemberState` machine guarded by one lock; the heartbeat thread never touches positions, it
-only flags a rejoin that the next poll() carries out.
+Each member sends its subscription in Kafka's ConsumerProtocol format for every assignor it offers; the
+coordinator holds the JoinGroup answers until every member has rejoined, and the member it makes leader runs
+the chosen assignor (assignors.py) and sends the assignment with its SyncGroup. State lives in one
+`MemberState` machine guarded by one lock; the heartbeat thread never touches positions, it only flags a
+rejoin that the next poll() carries out (after revoking everything, consumer.py).
 """
 from __future__ import annotations
 
@@ -14,20 +16,30 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from consumer.assignors import ASSIGNORS
+from consumer.config import ConsumerConfig
 from proto import txnsim_pb2 as pb
 from proto.cluster_client import GROUP, ClusterClient
+from proto.consumer_protocol import (
+    PROTOCOL_TYPE,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
 from proto.errors import (
     IllegalGenerationError,
     IllegalStateError,
     KafkaError,
+    MemberIdRequiredError,
     RebalanceInProgressError,
     UnknownMemberIdError,
+    UnknownTopicOrPartitionError,
     needs_rediscovery,
+    raise_for,
 )
 from proto.structs import ConsumerGroupMetadata, TopicPartition
-from proto.transport import Deadline, call, retrying
-
-from consumer.config import ConsumerConfig
+from proto.transport import Deadline, call, call_future, result_of, retrying
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +57,18 @@ class GroupCoordinatorClient:
         address = self.cluster.coordinator_address(GROUP, self.group_id, deadline)
         return self.cluster.stubs(address).groups
 
-    def call(self, rpc_name: str, request: Any, deadline: Deadline) -> Any:
-        """One attempt; the response's error code is raised; a moved coordinator is forgotten."""
+    def call(self, rpc_name: str, request: Any, deadline: Deadline, *, timeout_s: float | None = None,
+             check: bool = True) -> Any:
+        """One attempt; the response's error code is raised (with `check`); a moved coordinator is forgotten.
+
+        `timeout_s` overrides the RPC's timeout: a JoinGroup or SyncGroup waits for the whole group."""
         try:
             stub = self.coordinator_stub(deadline)
-            return call(getattr(stub, rpc_name), request, self._config.rpc_timeout(deadline))
+            timeout = self._config.rpc_timeout(deadline) if timeout_s is None else timeout_s
+            response = call(getattr(stub, rpc_name), request, timeout, check=False)
+            if check:
+                raise_for(getattr(response, "error_code", 0), getattr(response, "error_message", ""))
+            return response
         except KafkaError as exc:
             self.note_error(exc)
             raise
@@ -110,6 +129,12 @@ class GroupMembership:
         self._last_poll = time.monotonic()
         self._closing = threading.Event()
         self._heartbeat_thread: threading.Thread | None = None
+        #: the JoinGroup or SyncGroup in flight: (kind, future, member id, generation) (poll()'s thread only)
+        self._pending: tuple[str, Any, str, int] | None = None
+        #: set by a JoinGroup answer that made this member the leader: whom to assign, with which assignor
+        self._leader_of: tuple[str, dict[str, list[str]]] | None = None
+        #: the partition counts the leader last assigned from (a change calls for a rebalance)
+        self._assigned_counts: dict[str, int] = {}
 
     # ------------------------------------------------------------ state
 
@@ -132,8 +157,9 @@ class GroupMembership:
         self._state = target
 
     def needs_join(self) -> bool:
+        """Whether a rebalance is to be started or is under way (poll() carries it on)."""
         with self._lock:
-            return self._state in (MemberState.UNJOINED, MemberState.PREPARING_REBALANCE)
+            return self._state is not MemberState.STABLE
 
     def generation(self) -> tuple[int, str]:
         """(generation_id, member_id) to send with commits; (-1, "") outside the group."""
@@ -163,6 +189,7 @@ class GroupMembership:
             if if_member is not None and if_member != self._member_id:
                 return
             log.info("group %r: member %r reset (%s)", self.group_id, self._member_id, reason)
+            self._pending = None  # an answer still on its way belongs to the forgotten member
             self._member_id = ""
             self._generation_id = -1
             self._transition_to(MemberState.UNJOINED)
@@ -181,45 +208,143 @@ class GroupMembership:
 
     # ------------------------------------------------------------ join and sync
 
-    def join(self, deadline: Deadline) -> None:
+    def _group_wait_s(self) -> float:
+        """How long a JoinGroup or SyncGroup may be held: the whole rebalance, as Kafka's clients allow."""
+        return (max(self._config.rebalance_timeout_ms, self._config.request_timeout_ms) + 5000) / 1000
+
+    def advance(self, deadline: Deadline) -> list[TopicPartition] | None:
+        """One step of a rebalance that never blocks: send JoinGroup or SyncGroup, or take an answer that
+        arrived (the coordinator holds them until the whole group is there). Returns the assignment once
+        SyncGroup answered, None while waiting (poll() comes back); raises what the group answered."""
+        while True:
+            pending = self._pending
+            if pending is None:
+                state = self.state
+                if state in (MemberState.UNJOINED, MemberState.PREPARING_REBALANCE):
+                    self._send_join(deadline)
+                elif state is MemberState.COMPLETING_REBALANCE:
+                    self._send_sync(deadline)
+                else:
+                    return None
+                continue
+            kind, future, member_id, generation_id = pending
+            if not future.done():
+                return None
+            self._pending = None
+            try:
+                response = result_of(future, check=False)
+            except KafkaError as exc:
+                self._client.note_error(exc)
+                if kind == "sync":
+                    self.request_rejoin("SyncGroup failed", if_generation=generation_id)
+                raise
+            if kind == "join":
+                self._on_join(response, member_id)
+            else:
+                return self._on_sync(response, member_id, generation_id)
+
+    def _send(self, kind: str, rpc: str, request: Any, deadline: Deadline, member_id: str, generation_id: int
+              ) -> None:
+        stub = self._client.coordinator_stub(deadline)
+        future = call_future(getattr(stub, rpc), request, self._group_wait_s())
+        self._pending = (kind, future, member_id, generation_id)
+        future.add_done_callback(lambda _: self._wakeup.set())
+
+    def _send_join(self, deadline: Deadline) -> None:
+        topics = sorted(self._topics())
+        subscription = encode_subscription(topics)
         with self._lock:
             member_id = self._member_id
         request = pb.JoinGroupRequest(
             group_id=self.group_id, member_id=member_id, session_timeout_ms=self._config.session_timeout_ms,
-            rebalance_timeout_ms=self._config.rebalance_timeout_ms, topics=sorted(self._topics()),
-            group_instance_id=self._config.group_instance_id or "")
+            rebalance_timeout_ms=self._config.rebalance_timeout_ms, topics=topics,
+            group_instance_id=self._config.group_instance_id or "", protocol_type=PROTOCOL_TYPE,
+            protocols=[pb.GroupProtocol(name=name, metadata=subscription)
+                       for name in self._config.partition_assignment_strategy],
+            client_id=self._config.client_id, require_known_member_id=True)
+        self._send("join", "JoinGroup", request, deadline, member_id, -1)
+
+    def _on_join(self, response: pb.JoinGroupResponse, member_id: str) -> None:
+        if response.error_code == MemberIdRequiredError.errno:  # a new member: join again with this id
+            with self._lock:
+                if self._member_id == member_id:
+                    self._member_id = response.member_id
+            return
         try:
-            response = self._client.call("JoinGroup", request, deadline)
+            raise_for(response.error_code, response.error_message)
         except UnknownMemberIdError as exc:
             self.reset_member(str(exc), if_member=member_id)
             raise
+        except KafkaError as exc:
+            self._client.note_error(exc)
+            raise
         with self._lock:
+            if self._member_id != member_id or self._state not in (MemberState.UNJOINED,
+                                                                    MemberState.PREPARING_REBALANCE):
+                raise RebalanceInProgressError(f"[REBALANCE_IN_PROGRESS] group {self.group_id!r}: this member "
+                                               f"changed during JoinGroup; rejoining")
             self._member_id = response.member_id
             self._generation_id = response.generation_id
+            self._leader_of = None
+            if response.leader_id == response.member_id and not response.skip_assignment:
+                self._leader_of = (response.protocol_name, {
+                    m.member_id: decode_subscription(m.metadata) for m in response.member_list})
             self._transition_to(MemberState.COMPLETING_REBALANCE)
-        log.info("group %r: joined as %r, generation %d", self.group_id, response.member_id, response.generation_id)
+        log.info("group %r: joined as %r, generation %d%s", self.group_id, response.member_id,
+                 response.generation_id, " (leader)" if self._leader_of else "")
 
-    def sync(self, deadline: Deadline) -> list[TopicPartition]:
+    def _assign(self, deadline: Deadline) -> list[pb.SyncGroupAssignment]:
+        """The leader's part: run the chosen assignor over every member's subscription."""
         with self._lock:
-            if self._state is not MemberState.COMPLETING_REBALANCE:  # e.g. a commit just learnt of a newer generation
-                raise RebalanceInProgressError(f"[REBALANCE_IN_PROGRESS] group {self.group_id!r} changed before "
-                                               f"SyncGroup (member state {self._state.value}); rejoining")
+            leader_of = self._leader_of
+        if leader_of is None:
+            return []
+        protocol, subscriptions = leader_of
+        counts: dict[str, int] = {}
+        for topic in sorted({t for topics in subscriptions.values() for t in topics}):
+            try:
+                counts[topic] = self._client.cluster.partitions_for(topic, deadline)
+            except UnknownTopicOrPartitionError:
+                counts[topic] = 0
+        assignment = ASSIGNORS[protocol](subscriptions, lambda topic: counts.get(topic, 0))
+        with self._lock:
+            self._assigned_counts = counts
+        return [pb.SyncGroupAssignment(member_id=m, assignment=encode_assignment(tps)) for m, tps in assignment.items()]
+
+    def assigned_counts(self) -> dict[str, int]:
+        """As leader: the partition counts of the group's topics the current assignment was made from."""
+        with self._lock:
+            return dict(self._assigned_counts) if self._leader_of is not None else {}
+
+    def _send_sync(self, deadline: Deadline) -> None:
+        with self._lock:
             generation_id, member_id = self._generation_id, self._member_id
-        request = pb.SyncGroupRequest(group_id=self.group_id, generation_id=generation_id, member_id=member_id)
         try:
-            response = self._client.call("SyncGroup", request, deadline)
+            request = pb.SyncGroupRequest(group_id=self.group_id, generation_id=generation_id, member_id=member_id,
+                                          group_instance_id=self._config.group_instance_id or "",
+                                          assignments=self._assign(deadline))
+            self._send("sync", "SyncGroup", request, deadline, member_id, generation_id)
+        except KafkaError:
+            self.request_rejoin("SyncGroup failed", if_generation=generation_id)
+            raise
+
+    def _on_sync(self, response: pb.SyncGroupResponse, member_id: str, generation_id: int) -> list[TopicPartition]:
+        try:
+            raise_for(response.error_code, response.error_message)
         except UnknownMemberIdError as exc:
             self.reset_member(str(exc), if_member=member_id)
             raise
-        except KafkaError:
+        except KafkaError as exc:
+            self._client.note_error(exc)
             self.request_rejoin("SyncGroup failed", if_generation=generation_id)
             raise
         with self._lock:
             if self._generation_id != generation_id or self._state is not MemberState.COMPLETING_REBALANCE:
-                raise RebalanceInProgressError(f"[REBALANCE_IN_PROGRESS] group {self.group_id!r} moved on during SyncGroup")
+                raise RebalanceInProgressError(f"[REBALANCE_IN_PROGRESS] group {self.group_id!r} moved on during "
+                                               f"SyncGroup")
             self._transition_to(MemberState.STABLE)
             self._last_poll = time.monotonic()
-        assignment = [TopicPartition(p.topic, p.partition) for p in response.assignment]
+        assignment = decode_assignment(response.assignment_bytes)
         log.info("group %r: generation %d assigns %s", self.group_id, generation_id,
                  sorted(map(str, assignment)) or "nothing")
         self._start_heartbeat()
@@ -229,7 +354,7 @@ class GroupMembership:
         """Send LeaveGroup (best effort) and forget the membership."""
         with self._lock:
             member_id, joined = self._member_id, self._state is not MemberState.UNJOINED
-        if member_id and joined:
+        if member_id and joined and self._config.group_instance_id is None:  # static members stay (KIP-345)
             try:
                 self._client.call("LeaveGroup", pb.LeaveGroupRequest(group_id=self.group_id, member_id=member_id),
                                   deadline)
@@ -264,7 +389,8 @@ class GroupMembership:
                         "is %d); leaving the group", self.group_id, idle_s, self._config.rebalance_timeout_ms)
             self.leave(Deadline(self._config.heartbeat_interval_ms / 1000))
             return
-        request = pb.HeartbeatRequest(group_id=self.group_id, generation_id=generation_id, member_id=member_id)
+        request = pb.HeartbeatRequest(group_id=self.group_id, generation_id=generation_id, member_id=member_id,
+                                      group_instance_id=self._config.group_instance_id or "")
         deadline = Deadline(min(self._config.request_timeout_ms, self._config.session_timeout_ms) / 1000)
         try:
             self._client.call("Heartbeat", request, deadline)

@@ -7,6 +7,7 @@ aborted, or were control markers). Positions move by seek() or by the fetcher dr
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -44,19 +45,30 @@ class SubscriptionState:
         self.default_reset = default_reset
         self.type = SubscriptionType.NONE
         self.topics: frozenset[str] = frozenset()
+        #: subscribe(pattern=...): `topics` are the cluster's topics it matched at the last check
+        self.pattern: re.Pattern[str] | None = None
         self._assignment: dict[TopicPartition, PartitionState] = {}
 
     # ------------------------------------------------------------ what is read
 
-    def subscribe(self, topics: Iterable[str]) -> None:
+    def subscribe(self, topics: Iterable[str], pattern: re.Pattern[str] | None = None) -> None:
+        """Topics by name, or (with `pattern`) the topics matching it, which the consumer keeps resolving."""
         topics = frozenset(topics)
         if self.type is SubscriptionType.USER_ASSIGNED:
             raise IllegalStateError("subscribe() after assign(): call unsubscribe() first "
                                     "(a consumer either joins a group or chooses its partitions)")
-        if not topics:
+        if not topics and pattern is None:
             raise IllegalStateError("subscribe() needs at least one topic; use unsubscribe() to stop reading")
         self.type = SubscriptionType.AUTO_TOPICS
         self.topics = topics
+        self.pattern = pattern
+
+    def change_topics(self, topics: Iterable[str]) -> bool:
+        """A pattern subscription matched these topics now; True if that changed the subscription."""
+        topics = frozenset(topics)
+        changed = topics != self.topics
+        self.topics = topics
+        return changed
 
     def assign_from_user(self, partitions: Iterable[TopicPartition]) -> None:
         if self.type is SubscriptionType.AUTO_TOPICS:
@@ -77,6 +89,7 @@ class SubscriptionState:
     def unsubscribe(self) -> None:
         self.type = SubscriptionType.NONE
         self.topics = frozenset()
+        self.pattern = None
         self._assignment.clear()
 
     def _set_assignment(self, partitions: set[TopicPartition]) -> set[TopicPartition]:

@@ -351,3 +351,95 @@ def test_kafka_python_and_confluent_kafka_members_share_a_group(cluster, topic):
     stopping.set()
     thread.join(30)
     confluent.stop()
+
+
+# ---------------------------------------------------------------- txnsim's own consumer (gRPC), same coordinator
+
+class TxnsimMember(threading.Thread):
+    """txnsim's Consumer polling in its own thread; its ConsumerRebalanceListener feeds the timeline."""
+
+    def __init__(self, name: str, cluster, group: str, topic: str, timeline: Timeline) -> None:
+        from txnsim import Consumer as TxnsimConsumer
+
+        super().__init__(name=name, daemon=True)
+        self.consumer = TxnsimConsumer(bootstrap_servers=cluster.bootstrap_servers, group_id=group,
+                                       auto_offset_reset="earliest", enable_auto_commit=True,
+                                       auto_commit_interval_ms=100, session_timeout_ms=SESSION_MS,
+                                       heartbeat_interval_ms=200, metadata_max_age_ms=1000)
+        self.timeline = timeline
+        self.stopping = threading.Event()
+        self.consumed = 0
+        self.error: BaseException | None = None
+        member = self
+
+        class Listener:
+            def on_partitions_revoked(self, revoked: set) -> None:
+                member.timeline.record(member.name, "revoke", [tp.partition for tp in revoked])
+
+            def on_partitions_assigned(self, assigned: set) -> None:
+                member.timeline.record(member.name, "assign", [tp.partition for tp in assigned])
+        self.consumer.subscribe([topic], listener=Listener())
+
+    def run(self) -> None:
+        try:
+            while not self.stopping.is_set():
+                self.consumed += sum(len(rs) for rs in self.consumer.poll(timeout_ms=100).values())
+            self.consumer.close()  # revokes (committing) and leaves
+        except BaseException as exc:  # noqa: BLE001 - reported by stop()
+            self.error = exc
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(30)
+        assert not self.is_alive() and self.error is None, self.error
+
+
+def test_txnsim_members_never_read_a_partition_at_the_same_time_as_another(cluster, topic):
+    """Bug (1): a member joining used to get partitions another member was still reading."""
+    group = f"{topic}-app"
+    timeline = Timeline()
+    traffic = Traffic(cluster, topic)
+    traffic.start()
+    a = TxnsimMember("a", cluster, group, topic, timeline)
+    a.start()
+    wait_until(owned_by(timeline, {"a"}), 20, "a owning every partition")
+    b = TxnsimMember("b", cluster, group, topic, timeline)
+    b.start()
+    wait_until(owned_by(timeline, {"a", "b"}), 20, "a and b sharing the partitions")
+    c = TxnsimMember("c", cluster, group, topic, timeline)
+    c.start()
+    wait_until(owned_by(timeline, {"a", "b", "c"}), 20, "a, b and c sharing the partitions")
+    b.stop()
+    wait_until(owned_by(timeline, {"a", "c"}), 20, "a and c sharing the partitions after b left")
+    traffic.stop()
+    a.stop()
+    c.stop()
+    assert timeline.overlaps() == []
+    assert a.consumed and c.consumed
+
+
+def test_an_auto_committing_txnsim_member_never_moves_anothers_commit_back(cluster, topic):
+    """Bug (2): a member rejoining used to auto-commit its old positions of partitions it had lost."""
+    group = f"{topic}-app"
+    timeline = Timeline()
+    traffic, monitor = Traffic(cluster, topic), CommitMonitor(cluster, group, topic)
+    traffic.start()
+    monitor.start()
+    a = TxnsimMember("a", cluster, group, topic, timeline)
+    a.start()
+    wait_until(owned_by(timeline, {"a"}), 20, "a owning every partition")
+    wait_until(lambda: len(monitor.highest) == PARTITIONS, 20, "a committing every partition")
+    for name in ("b", "c"):  # each join moves partitions away from members that keep auto-committing
+        joiner = TxnsimMember(name, cluster, group, topic, timeline)
+        joiner.start()
+        wait_until(owned_by(timeline, {"a", name}), 20, f"a and {name} sharing the partitions")
+        wait_until(lambda j=joiner: j.consumed > 0, 20, f"{name} reading")
+        joiner.stop()
+        wait_until(owned_by(timeline, {"a"}), 20, f"a owning every partition after {name} left")
+    traffic.stop()
+    wait_until(lambda: [monitor.highest.get(p, -1) for p in range(PARTITIONS)] == traffic.sent, 30,
+               "a committing every record")
+    a.stop()
+    monitor.stop()
+    assert monitor.violations == []
+    assert timeline.overlaps() == []

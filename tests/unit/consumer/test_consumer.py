@@ -6,6 +6,7 @@ transaction index) and the group RPCs through GroupService; no gRPC, no processe
 """
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -19,14 +20,22 @@ from coordinator.group import GroupCoordinator, GroupService
 from partitions.model import AppendResult
 from proto import txnsim_pb2 as pb
 from proto.errors import (
+    IllegalStateError,
     KafkaTimeoutError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
 )
-from proto.records import ControlType, encode_batch, encode_control_batch, iter_batches, set_base_offset
+from proto.records import (
+    ControlType,
+    encode_batch,
+    encode_control_batch,
+    iter_batches,
+    set_base_offset,
+)
 from proto.structs import OffsetAndMetadata, TopicPartition
+from tests.helpers import wait_until
 
 TOPIC = "orders"
 TP0, TP1 = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)
@@ -121,7 +130,7 @@ class FakeNode:
         self.before: dict[str, Callable[[], None]] = {}
         self.group_log = MemoryLog()
         self.groups = GroupCoordinator(1, now_ms=lambda: self.clock_ms, min_session_timeout_ms=100,
-                                       partitions_for=self.topics.get)
+                                       partitions_for=self.topics.get, initial_rebalance_delay_ms=0)
         self.groups.load_shard(0, self.group_log)
         service = GroupService(self.groups)
         rpcs = ["JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit", "TxnOffsetCommit"]
@@ -211,6 +220,12 @@ class FakeClusterClient:
 
     def partitions_for(self, topic: str, deadline: Any = None) -> int:
         return self.node.topics[topic]
+
+    def refresh_metadata(self, topics: Any = (), deadline: Any = None) -> pb.MetadataResponse:
+        return pb.MetadataResponse(topics=[
+            pb.TopicMetadata(name=name, internal=name.startswith("__"),
+                             partitions=[pb.PartitionMetadata(partition=p) for p in range(count)])
+            for name, count in {**self.node.topics, "__consumer_offsets": 1, "other": 1}.items()])
 
     def close(self) -> None:
         pass
@@ -422,11 +437,14 @@ def test_two_subscribers_split_the_partitions_and_rebalance(node: FakeNode) -> N
         assert c1.group_metadata().generation_id == 1
 
         c2.subscribe([TOPIC])
-        c2.poll(timeout_ms=50)
-        assert c2.group_metadata().generation_id == 2
-        assert len(c2.assignment()) == 1  # the other partition is still c1's in generation 2
+        joining = threading.Thread(target=lambda: c2.poll(timeout_ms=50))
+        joining.start()  # its JoinGroup waits at the barrier until c1 rejoins
+        wait_until(lambda: node.groups.describe_groups(pb.DescribeGroupsRequest(group_ids=[GROUP])).groups[0].state
+                   == "PreparingRebalance", 5, "the group rebalancing")
         c1._membership.heartbeat_once()  # the coordinator answers REBALANCE_IN_PROGRESS
-        c1.poll(timeout_ms=50)
+        c1.poll(timeout_ms=50)  # revokes and commits both, rejoins, leads, assigns
+        joining.join(10)
+        assert c1.group_metadata().generation_id == c2.group_metadata().generation_id == 2
         assert c1.assignment() | c2.assignment() == {TP0, TP1}
         assert not c1.assignment() & c2.assignment()
         lost = (c1.assignment() ^ {TP0, TP1}).pop()
@@ -456,14 +474,33 @@ def test_a_member_whose_session_expired_rejoins_with_a_new_id(node: FakeNode) ->
         assert c.assignment() == {TP0, TP1}
 
 
-def test_a_group_change_between_join_and_sync_is_retried_not_raised(node: FakeNode) -> None:
+def test_an_eager_rejoin_commits_and_revokes_everything_before_its_join_group(node: FakeNode) -> None:
     node.partitions[TP0].produce(b"a")
+    events: list[str] = []
+
+    class Listener:
+        def on_partitions_revoked(self, revoked: set) -> None:
+            events.append(f"revoked {sorted(tp.partition for tp in revoked)}")
+
+        def on_partitions_assigned(self, assigned: set) -> None:
+            events.append(f"assigned {sorted(tp.partition for tp in assigned)}")
     with make(enable_auto_commit=True) as c:
-        c.subscribe([TOPIC])
+        c.subscribe([TOPIC], listener=Listener())
         assert poll_until(c, 1) == {TP0: [b"a"]}
         c._membership.request_rejoin("test")
-        # another member arrives after our JoinGroup, so the rebalance commit meets a newer generation
-        node.before["OffsetCommit"] = lambda: node.groups.join_group(pb.JoinGroupRequest(
-            group_id=GROUP, session_timeout_ms=60_000, rebalance_timeout_ms=60_000, topics=[TOPIC]))
+        node.before["OffsetCommit"] = lambda: events.append("commit")
+        node.before["JoinGroup"] = lambda: events.append("join")
         c.poll(timeout_ms=200)
-        assert len(c.assignment()) == 1 and c.group_metadata().generation_id == 2
+        assert events == ["assigned [0, 1]", "commit", "revoked [0, 1]", "join", "assigned [0, 1]"]
+        assert c.committed(TP0) == 1
+
+
+def test_subscribe_takes_topics_or_a_pattern(node: FakeNode) -> None:
+    with make() as c:
+        with pytest.raises(IllegalStateError):
+            c.subscribe()
+        with pytest.raises(IllegalStateError):
+            c.subscribe([TOPIC], pattern="x.*")
+        c.subscribe(pattern=TOPIC[:2] + ".*")
+        c.poll(timeout_ms=100)
+        assert c.subscription() == {TOPIC} and c.assignment() == {TP0, TP1}
