@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
 from proto.errors import IllegalStateError, KafkaError, KafkaTimeoutError
-from proto.records import BatchBuilder, Header
+from proto.records import BatchBuilder, Header, iter_batches
 from proto.structs import TopicPartition
 
 from producer.future import FutureRecordMetadata, ProduceRequestResult
@@ -87,6 +87,30 @@ class ProducerBatch:
         self.payload = self.builder.build(producer_id=producer_id, producer_epoch=producer_epoch,
                                           base_sequence=base_sequence, transactional=transactional)
         return self.payload
+
+    def split_in_halves(self) -> tuple[ProducerBatch, ProducerBatch]:
+        """Two batches holding this one's records, first half first, with its producer id, epoch,
+        sequences (the second starts where the first ends) and creation time, built and ready to
+        send; this batch's futures follow their records (Kafka's ProducerBatch.split, in halves so
+        that repeated splits always reach batches the node accepts)."""
+        assert self.payload is not None and self.record_count > 1
+        (built,) = iter_batches(self.payload)
+        decoded = list(built.records())
+        middle = len(decoded) // 2
+        halves = []
+        for start, part in ((0, decoded[:middle]), (middle, decoded[middle:])):
+            half = ProducerBatch(self.topic_partition, min(r.timestamp for r in part), 1 << 62, self.created)
+            for record in part:
+                half.builder.append(record.timestamp, record.key, record.value, record.headers)
+            half.futures = self.futures[start:start + len(part)]
+            first_share = self.buffered_bytes * middle // len(decoded)
+            half.buffered_bytes = self.buffered_bytes - first_share if start else first_share
+            sequence = self.base_sequence + start if self.holds_sequences else -1
+            half.build(self.producer_id, self.producer_epoch, sequence, self.transactional)
+            half.closed = True
+            halves.append(half)
+        first, second = halves
+        return first, second
 
     def complete(self, base_offset: int, error: KafkaError | None) -> None:
         self.result.set(base_offset, error)
@@ -216,11 +240,15 @@ class RecordAccumulator:
 
     def await_all(self, deadline: float | None, what: str = "flush") -> None:
         """Wait until every batch that exists now is answered; KafkaTimeoutError at `deadline` (monotonic)."""
-        for batch in self.incomplete_batches():
+        results = [batch.result for batch in self.incomplete_batches()]
+        while results:
+            result = results.pop()
             remaining = None if deadline is None else max(0.0, deadline - self.clock())
-            if not batch.result.wait(remaining):
+            if not result.wait(remaining):
                 pending = len(self._incomplete)
                 raise KafkaTimeoutError(f"{what} timed out with {pending} batch(es) still unacknowledged")
+            if result.children is not None:  # split (MESSAGE_TOO_LARGE): its parts are what was sent
+                results.extend(child for _start, child in result.children)
 
     # ------------------------------------------------------------ the sender's alarm clock
 
@@ -328,6 +356,24 @@ class RecordAccumulator:
             self._buffered -= batch.buffered_bytes
             self._space.notify_all()
         batch.complete(base_offset, error)
+
+    def split_and_reenqueue(self, batch: ProducerBatch) -> tuple[ProducerBatch, ProducerBatch] | None:
+        """Put the two halves of a batch the node refused as too large where it stood in its queue, so
+        they are sent next, in order; None if the batch is no longer queued (aborted, expired)."""
+        first, second = batch.split_in_halves()
+        with self._lock:
+            queue = self._queues.get(batch.topic_partition)
+            if batch not in self._incomplete or not queue or batch not in queue:
+                return None
+            index = queue.index(batch)
+            del queue[index]
+            queue.insert(index, second)
+            queue.insert(index, first)
+            self._incomplete.discard(batch)
+            self._incomplete.update((first, second))
+            batch.result.split(((0, first.result), (first.record_count, second.result)))
+            self._wake_sender_locked()
+        return first, second
 
     def complete_all(self, batches: Iterable[ProducerBatch], error_for: Callable[[ProducerBatch], KafkaError]) -> None:
         for batch in batches:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -22,18 +23,35 @@ log = logging.getLogger(__name__)
 class ProduceRequestResult:
     """The outcome of one batch: its base offset, or the error that failed it."""
 
-    __slots__ = ("topic_partition", "base_offset", "error", "_done")
+    __slots__ = ("topic_partition", "base_offset", "error", "_done", "children")
 
     def __init__(self, topic_partition: TopicPartition) -> None:
         self.topic_partition = topic_partition
         self.base_offset = -1
         self.error: KafkaError | None = None
         self._done = threading.Event()
+        #: set when the batch was split (MESSAGE_TOO_LARGE): (first relative offset, result) per part
+        self.children: tuple[tuple[int, ProduceRequestResult], ...] | None = None
 
     def set(self, base_offset: int, error: KafkaError | None) -> None:
         self.base_offset = base_offset
         self.error = error
         self._done.set()
+
+    def split(self, children: tuple[tuple[int, ProduceRequestResult], ...]) -> None:
+        """The batch was split and resent in parts: its records' futures follow them (Kafka chains them)."""
+        self.children = children
+        self._done.set()
+
+    def locate(self, relative_offset: int) -> tuple[ProduceRequestResult, int]:
+        """The result that holds the record at `relative_offset`, and its offset there, across splits."""
+        result = self
+        while result.children is not None:
+            for start, child in reversed(result.children):
+                if relative_offset >= start:
+                    result, relative_offset = child, relative_offset - start
+                    break
+        return result, relative_offset
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._done.wait(timeout)
@@ -58,19 +76,28 @@ class FutureRecordMetadata:
 
     # ------------------------------------------------------------ reading
 
+    def _current(self) -> tuple[ProduceRequestResult, int]:
+        """The result this record now belongs to (a split batch hands its records on) and its offset there."""
+        if self._result.children is None:  # the common case: no split, no loop
+            return self._result, self._relative_offset
+        return self._result.locate(self._relative_offset)
+
     @property
     def is_done(self) -> bool:
-        return self._result.is_done
+        return self._current()[0].is_done
 
     def succeeded(self) -> bool:
-        return self._result.is_done and self._result.error is None
+        result = self._current()[0]
+        return result.is_done and result.error is None
 
     def failed(self) -> bool:
-        return self._result.is_done and self._result.error is not None
+        result = self._current()[0]
+        return result.is_done and result.error is not None
 
     @property
     def exception(self) -> KafkaError | None:
-        return self._result.error if self._result.is_done else None
+        result = self._current()[0]
+        return result.error if result.is_done else None
 
     @property
     def value(self) -> RecordMetadata | None:
@@ -78,17 +105,23 @@ class FutureRecordMetadata:
 
     def get(self, timeout: float | None = None) -> RecordMetadata:
         """The record's metadata once acknowledged; KafkaTimeoutError if `timeout` seconds pass first."""
-        if not self._result.wait(timeout):
-            tp = self._result.topic_partition
-            raise KafkaTimeoutError(f"record for {tp} was not acknowledged within {timeout} s")
-        if self._result.error is not None:
-            raise copy_error(self._result.error)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            result, _ = self._current()
+            remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            if not result.wait(remaining):
+                raise KafkaTimeoutError(f"record for {result.topic_partition} was not acknowledged within {timeout} s")
+            if result.children is None:
+                break  # else the batch was split meanwhile: wait for the part that holds this record
+        if result.error is not None:
+            raise copy_error(result.error)
         return self._metadata()
 
     def _metadata(self) -> RecordMetadata:
-        tp = self._result.topic_partition
-        base = self._result.base_offset
-        offset = base + self._relative_offset if base >= 0 else -1
+        result, relative_offset = self._current()
+        tp = result.topic_partition
+        base = result.base_offset
+        offset = base + relative_offset if base >= 0 else -1
         return RecordMetadata(tp.topic, tp.partition, offset, self._timestamp)
 
     # ------------------------------------------------------------ callbacks
@@ -109,7 +142,7 @@ class FutureRecordMetadata:
         if self._lock is None:
             self._lock = threading.Lock()  # benign race: only futures with callbacks ever build one
         with self._lock:
-            if not self._result.is_done:
+            if not self.is_done:
                 if on_success:
                     self._callbacks = (self._callbacks or []) + [call]
                 else:
@@ -119,7 +152,7 @@ class FutureRecordMetadata:
         return self
 
     def _run(self, call: Callable[[Any], Any], on_success: bool) -> None:
-        error = self._result.error
+        error = self._current()[0].error
         if on_success != (error is None):
             return
         try:

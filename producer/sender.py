@@ -29,6 +29,7 @@ from proto.errors import (
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
+    RecordTooLargeError,
     TransactionAbortedError,
     UnknownServerError,
     for_code,
@@ -345,8 +346,17 @@ class Sender(threading.Thread):
     def _on_batch_error(self, batch: ProducerBatch, error: KafkaError) -> None:
         if batch.is_done:
             return  # failed already (forced close)
-        action = classify_produce_error(error)
         tp = batch.topic_partition
+        if isinstance(error, RecordTooLargeError) and batch.record_count > 1 and not self._forced:
+            # Kafka's Sender: a batch over the node's limit is split and its parts resent, in order and
+            # with the same sequences, instead of failing records that would each have fitted
+            halves = self._acc.split_and_reenqueue(batch)
+            if halves is not None:
+                log.warning("the node refused a batch of %d records for %s as too large; resending it in two "
+                            "(%d + %d records): %s", batch.record_count, tp, halves[0].record_count,
+                            halves[1].record_count, error)
+                return
+        action = classify_produce_error(error)
         if action is Action.SUCCESS:
             self._acc.complete(batch, base_offset=-1)
             return

@@ -125,3 +125,27 @@ def test_a_crc_valid_batch_whose_records_cannot_be_decoded_is_corrupt_message(cl
         client.close()
     values = [r.value for r in read_all(bs, topic, partitions=3, isolation_level="read_uncommitted")]
     assert values == [b"before", b"after"]
+
+
+def test_a_batch_over_message_max_bytes_is_split_and_every_record_lands_in_order(tmp_path):
+    """Before, the whole batch failed with MESSAGE_TOO_LARGE though each record fitted the node's limit."""
+    with LocalCluster(nodes=1, data_dir=tmp_path, txn_shards=2, offsets_shards=1, message_max_bytes=2_000) as cluster:
+        bs = cluster.bootstrap_servers
+        with Admin(bs) as admin:
+            admin.create_topic("small", partitions=1)
+        values = [b"%03d" % i + b"x" * 97 for i in range(60)]  # each producer's 30 fill one 3.4 KB batch
+        with Producer(bootstrap_servers=bs, linger_ms=60_000) as idempotent:
+            futures = [idempotent.send("small", value=v, partition=0) for v in values[:30]]
+            idempotent.flush(timeout=10)
+            assert [f.get(timeout=10).offset for f in futures] == list(range(30))
+        with Producer(bootstrap_servers=bs, transactional_id="split-tx", linger_ms=60_000) as transactional:
+            transactional.init_transactions()
+            transactional.begin_transaction()
+            for v in values[30:]:
+                transactional.send("small", value=v, partition=0)
+            transactional.commit_transaction()
+        read = [r.value for r in read_all(bs, "small", partitions=1, isolation_level="read_committed")]
+        assert read == values
+        stored = list(records.iter_batches(log_bytes(cluster, "small")))
+        data = [batch for batch in stored if not batch.header.is_control]
+        assert all(batch.header.size <= 2_000 for batch in data) and len(data) >= 4

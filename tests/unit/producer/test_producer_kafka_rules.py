@@ -1,10 +1,14 @@
 """Where users found txnsim's producer differing from Kafka's TransactionManager: each rule, against the fake nodes."""
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from producer.transaction_manager import TransactionState
 from proto import errors as e
+from proto import txnsim_pb2 as pb
+from proto.records import iter_batches
 
 S = TransactionState
 
@@ -83,3 +87,60 @@ def test_a_commit_that_runs_out_of_max_block_ms_is_still_a_retriable_timeout(fak
     fake_cluster.scripts["EndTxn"].clear()
     p.commit_transaction()
     assert p.transaction_state is S.READY
+
+
+# ---------------------------------------------------------------- MESSAGE_TOO_LARGE: split, do not fail
+
+
+def refuse_batches_above(cluster, max_records: int, times: int = 100) -> None:
+    """Answer MESSAGE_TOO_LARGE, as a node with a small message_max_bytes does, to a request holding a batch
+    of more records (the tests below write to one partition, so a request holds one batch)."""
+    def answer(request, node_id):
+        counts = [next(iter(iter_batches(p.records))).header.records_count for p in request.partitions]
+        if max(counts) <= max_records:
+            return None  # written as usual
+        return pb.ProduceResponse(partitions=[
+            pb.PartitionProduceResult(topic=p.topic, partition=p.partition, base_offset=-1, error_code=10,
+                                      error_message="too large") for p in request.partitions])
+    cluster.script("Produce", *([answer] * times))
+
+
+@pytest.mark.parametrize("max_records", [4, 2, 1])
+def test_a_batch_over_the_nodes_limit_is_split_and_resent_in_order(fake_cluster, make_producer, max_records):
+    p = make_producer(fake_cluster, linger_ms=30_000, delivery_timeout_ms=60_000)
+    called_back: list[int] = []
+    futures = [p.send("orders", value=b"v%d" % i, partition=0) for i in range(8)]
+    futures[5].add_callback(lambda meta: called_back.append(meta.offset))
+    refuse_batches_above(fake_cluster, max_records)
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(futures[7].get, 5)  # blocked on the batch before it is split
+        p.flush(timeout=5)
+        assert waiting.result(5).offset == 7
+    assert [f.get(timeout=5).offset for f in futures] == list(range(8))
+    assert called_back == [5]
+    entries = fake_cluster.data("orders", 0)
+    assert [r for entry in entries for r in entry.records] == [(None, b"v%d" % i) for i in range(8)]
+    # the parts keep the original batch's sequences: each starts where the one before ended
+    assert [entry.base_sequence for entry in entries] == list(range(0, 8, max(e.count for e in entries)))
+    assert all(entry.count <= max_records for entry in entries)
+    assert len({entry.producer_epoch for entry in entries}) == 1
+
+
+def test_a_transaction_commits_only_once_every_part_of_a_split_batch_is_written(fake_cluster, make_producer):
+    p = transactional(make_producer, fake_cluster, linger_ms=30_000, delivery_timeout_ms=60_000)
+    p.begin_transaction()
+    futures = [p.send("orders", value=b"t%d" % i, partition=1) for i in range(6)]
+    refuse_batches_above(fake_cluster, 2)
+    p.commit_transaction()
+    assert all(f.is_done and f.succeeded() for f in futures)
+    assert [f.get(0).offset for f in futures] == list(range(6))
+    methods = fake_cluster.methods()
+    assert methods[-1] == "EndTxn" and methods.count("Produce") >= 4
+    assert p.transaction_state is S.READY
+
+
+def test_a_single_record_over_the_nodes_limit_still_fails(fake_cluster, make_producer):
+    p = make_producer(fake_cluster)
+    fake_cluster.script("Produce", 10)
+    with pytest.raises(e.RecordTooLargeError):
+        p.send("orders", value=b"alone", partition=0).get(timeout=5)
