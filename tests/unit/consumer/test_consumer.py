@@ -504,3 +504,16 @@ def test_subscribe_takes_topics_or_a_pattern(node: FakeNode) -> None:
         c.subscribe(pattern=TOPIC[:2] + ".*")
         c.poll(timeout_ms=100)
         assert c.subscription() == {TOPIC} and c.assignment() == {TP0, TP1}
+
+
+def test_the_leader_rebalances_when_a_subscribed_topic_gains_partitions(node: FakeNode) -> None:
+    with make(metadata_max_age_ms=1) as c:
+        c.subscribe([TOPIC])
+        c.poll(timeout_ms=50)
+        assert c.assignment() == {TP0, TP1}
+        tp2 = TopicPartition(TOPIC, 2)
+        node.partitions[tp2] = FakePartition()
+        node.topics[TOPIC] = 3
+        wait_until(lambda: c.poll(timeout_ms=20) is not None and c.assignment() == {TP0, TP1, tp2}, 5,
+                   "the new partition assigned")
+        assert c.group_metadata().generation_id == 2
