@@ -448,3 +448,19 @@ def test_demo_runs_every_scene_to_completion():
     for number, title in scenes:
         assert f"Scene {number}: {title}" in result.stdout, title
     assert "ProducerFencedError" in result.stdout
+
+
+@pytest.mark.slow
+def test_demo_through_confluent_kafka_runs_every_scene_with_librdkafka():
+    source = (Path(__file__).parents[2] / "txnsim" / "cli" / "demo_confluent.py").read_text()
+    scenes = re.findall(r'_scene\((\d+), "([^"]+)"', source)
+    assert len(scenes) == 5
+    result = txnsim("demo", "--client", "confluent-kafka", timeout_s=180)
+    assert result.returncode == 0, result
+    for number, title in scenes:
+        assert f"Scene {number}: {title}" in result.stdout, title
+    assert "_FENCED (fatal=True)" in result.stdout  # the zombie's commit, as librdkafka reports it
+    assert "all there, once" in result.stdout
+    assert "%0|" not in result.stdout + result.stderr, "librdkafka's own log lines leaked into the demo"
+    refused = txnsim("demo", "orders", "--client", "confluent-kafka")
+    assert refused.returncode != 0 and "--client native or rocketmq" in refused.stderr, refused

@@ -25,6 +25,7 @@ from txnsim.admin import Admin
 from txnsim.cli.common import console, exits_cleanly
 from partitions.segment import segment_files
 from txnsim.cli.dump_log_cmd import describe_segment
+from txnsim.cli.demo_confluent import run_confluent_demo
 from txnsim.cluster import LocalCluster
 from txnsim.demo_orders.runner import run_orders_demo
 
@@ -34,9 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     demo.add_argument("which", nargs="?", choices=["orders"], default=None,
                       help="orders: RocketMQ-style transactional messages, order service and points service on "
                            "SQLite, every check-back path (default: the Kafka-style scenes)")
-    demo.add_argument("--client", choices=["native", "rocketmq"], default=None,
-                      help="with `orders`: txnsim's Producer/Consumer (native, the default) or the official "
-                           "RocketMQ 5 Python client (rocketmq)")
+    demo.add_argument("--client", choices=["native", "rocketmq", "confluent-kafka"], default=None,
+                      help="txnsim's own Producer/Consumer (native, the default); confluent-kafka: the scenes "
+                           "through librdkafka on the Kafka listeners; with `orders`, rocketmq: the official "
+                           "RocketMQ 5 Python client")
     demo.add_argument("--data-dir", type=Path, default=None, help="keep the cluster's files here (default: a temp dir)")
     demo.set_defaults(func=run_demo)
 
@@ -87,10 +89,15 @@ def scene(number: int, title: str, text: str) -> None:
 @exits_cleanly
 def run_demo(args: argparse.Namespace) -> int:
     if args.which == "orders":
+        if args.client == "confluent-kafka":
+            raise SystemExit("error: `txnsim demo orders` runs RocketMQ-style transactions: --client native or rocketmq")
         logging.getLogger().setLevel(logging.ERROR)  # nodes are killed on purpose: retry warnings are expected
         return run_orders_demo(args.data_dir, args.client or "native", console)
-    if args.client is not None:
-        raise SystemExit("error: --client applies to `txnsim demo orders` only")
+    if args.client == "rocketmq":
+        raise SystemExit("error: --client rocketmq applies to `txnsim demo orders` only")
+    if args.client == "confluent-kafka":
+        logging.getLogger().setLevel(logging.ERROR)
+        return run_confluent_demo(args.data_dir)
     # the clients' retry warnings (a node was killed on purpose) would interrupt the tables
     logging.getLogger().setLevel(logging.ERROR)
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="txnsim-demo-"))
