@@ -81,6 +81,6 @@ def test_demo_orders_refuses_a_data_dir_that_is_not_empty(tmp_path):
     assert proc.returncode == 1 and b"not empty" in proc.stdout + proc.stderr
 
 
-def test_client_applies_to_demo_orders_only():
+def test_the_rocketmq_client_applies_to_demo_orders_only():
     proc = txnsim("demo", "--client", "rocketmq", timeout_s=60)
-    assert proc.returncode == 1 and b"--client applies to `txnsim demo orders`" in proc.stderr
+    assert proc.returncode == 1 and b"--client rocketmq applies to `txnsim demo orders` only" in proc.stderr
