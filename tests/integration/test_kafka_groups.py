@@ -443,3 +443,83 @@ def test_an_auto_committing_txnsim_member_never_moves_anothers_commit_back(clust
     monitor.stop()
     assert monitor.violations == []
     assert timeline.overlaps() == []
+
+
+@pytest.mark.slow
+def test_a_stable_group_survives_its_coordinator_killed_without_a_rebalance(tmp_path):
+    """Membership is in __consumer_offsets: the next owner serves the same generation and assignments."""
+    from proto import txnsim_pb2 as pb
+    from proto.cluster_client import GROUP
+    from proto.transport import call
+
+    with LocalCluster(nodes=3, data_dir=tmp_path / "cluster", txn_shards=4, offsets_shards=4,
+                      group_min_session_timeout_ms=500, group_initial_rebalance_delay_ms=300) as fresh:
+        with Admin(fresh.bootstrap_servers) as admin:
+            admin.create_topic("orders", partitions=PARTITIONS)
+        group = "survivors"
+        timeline = Timeline()
+        traffic, monitor = Traffic(fresh, "orders"), CommitMonitor(fresh, group, "orders")
+        members = [Member(name, consumer_config(fresh, group, **{"session.timeout.ms": 6000}), "orders", timeline)
+                   for name in ("a", "b")]
+        for m in members:
+            m.start()
+        wait_until(owned_by(timeline, {"a", "b"}), 30, "a and b sharing the partitions")
+        traffic.start()
+        monitor.start()
+        wait_until(lambda: len(monitor.highest) == PARTITIONS, 20, "commits of every partition")
+        events_before = len(timeline.events)
+        request = pb.FindCoordinatorRequest(key_type=GROUP, key=group)
+        coordinator = fresh.client.any_node(lambda s: call(s.cluster.FindCoordinator, request, 5.0)).node_id
+        fresh.kill(coordinator)
+        committed_at_kill = dict(monitor.highest)
+        wait_until(lambda: all(monitor.highest.get(p, -1) > committed_at_kill[p] for p in range(PARTITIONS)), 30,
+                   "commits moving on through the new coordinator")
+        after_failover = timeline.events[events_before:]
+        traffic.stop()
+        for m in members:
+            m.stop()
+        monitor.stop()
+        assert after_failover == []  # no rebalance: the same generation and assignments went on
+        assert monitor.violations == [] and timeline.overlaps() == []
+
+
+def test_aiokafka_and_confluent_kafka_members_share_a_group(cluster, topic):
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer
+
+    group = f"{topic}-app"
+    timeline = Timeline()
+    confluent = Member("confluent", consumer_config(cluster, group), topic, timeline)
+    confluent.start()
+    wait_until(owned_by(timeline, {"confluent"}), 20, "the confluent member owning every partition")
+    consumed: list = []
+    stopping = threading.Event()
+
+    async def aiokafka_member() -> None:
+        consumer = AIOKafkaConsumer(topic, bootstrap_servers=cluster.kafka_bootstrap_servers, group_id=group,
+                                    auto_offset_reset="earliest", session_timeout_ms=6000,
+                                    heartbeat_interval_ms=300)
+        await consumer.start()
+        try:
+            while not stopping.is_set():
+                for records in (await consumer.getmany(timeout_ms=100)).values():
+                    consumed.extend(records)
+                owned = sorted(tp.partition for tp in consumer.assignment())
+                if [e[3] for e in timeline.events if e[1] == "aiokafka"][-1:] != [tuple(owned)]:
+                    timeline.record("aiokafka", "assign" if owned else "revoke", owned)
+        finally:
+            await consumer.stop()
+
+    thread = threading.Thread(target=lambda: asyncio.run(aiokafka_member()), daemon=True)
+    thread.start()
+    wait_until(owned_by(timeline, {"confluent", "aiokafka"}), 30, "both clients sharing the partitions")
+    mine = {p for p, m in timeline.owners().items() if m == "aiokafka"}
+    producer = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers})
+    for i in range(60):
+        producer.produce(topic, value=b"%d" % i, partition=i % PARTITIONS)
+    assert producer.flush(20) == 0
+    wait_until(lambda: {r.partition for r in consumed} == mine, 30, "aiokafka reading its partitions")
+    stopping.set()
+    thread.join(30)
+    confluent.stop()
