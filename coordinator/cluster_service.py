@@ -1,19 +1,38 @@
-"""The Cluster service: metadata, coordinator discovery, topic creation and status, answered by any node."""
+"""The Cluster service: metadata, coordinator discovery, topic creation and deletion, and status, answered by
+any node.
+
+Deleting a topic removes it from topics.json first (from then on no node serves or opens it), then has every
+live node close its open logs of it, then removes the log directories; a node that could not be told
+forgets its logs at their next lookup, since their directories are gone.
+"""
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+from typing import Any
 
 from coordinator.layout import ClusterSpec
 from coordinator.membership import Membership
 from coordinator.ownership_log import OwnershipLog
 from coordinator.rpc import answers_with
-from coordinator.topics import TopicStore
+from coordinator.topics import TopicStore, remove_log_dirs
+from partitions import LogManager
 from proto import txnsim_pb2 as pb
 from proto import txnsim_pb2_grpc as rpc
-from proto.errors import CoordinatorNotAvailableError, InvalidRequestError
+from proto.errors import CoordinatorNotAvailableError, InvalidRequestError, KafkaError
 from proto.hashing import partition_for
-from proto.structs import (CONSUMER_OFFSETS_TOPIC, HALF_MESSAGE_TOPICS, HALF_TOPIC, INTERNAL_TOPICS,
-                           TRANSACTION_STATE_TOPIC)
+from proto.structs import (
+    CONSUMER_OFFSETS_TOPIC,
+    HALF_MESSAGE_TOPICS,
+    HALF_TOPIC,
+    INTERNAL_TOPICS,
+    TRANSACTION_STATE_TOPIC,
+)
+from proto.transport import call
+
+log = logging.getLogger(__name__)
+#: how long a deletion waits for each peer to close its logs of the topic
+DROP_TIMEOUT_S = 5.0
 
 #: FindCoordinator key types: Kafka's group and transaction, and txnsim's half-message shard of a producer group
 GROUP, TRANSACTION, HALF_MESSAGES = 0, 1, 100
@@ -22,8 +41,12 @@ GROUP, TRANSACTION, HALF_MESSAGES = 0, 1, 100
 class ClusterServer:
     def __init__(self, *, node_id: int, spec: ClusterSpec, membership: Membership, ownership_log: OwnershipLog,
                  topics: TopicStore, owned_logs: Callable[[], list[tuple[str, int, int]]],
-                 ready: Callable[[], bool]) -> None:
+                 ready: Callable[[], bool], logs: LogManager | None = None,
+                 peer_stubs: Callable[[int], Any] | None = None) -> None:
         self.node_id = node_id
+        #: this node's open logs, and the stubs of a peer by node id (topic deletion)
+        self._logs = logs
+        self._peer_stubs = peer_stubs
         self._spec = spec
         self._membership = membership
         self._ownership_log = ownership_log
@@ -77,6 +100,30 @@ class ClusterServer:
         self._topics.create(req.name, req.partitions, dict(req.configs))
         return pb.CreateTopicResponse()
 
+    def delete_topic(self, req: pb.DeleteTopicRequest) -> pb.DeleteTopicResponse:
+        """Delete the topic: gone from metadata at once, its logs closed on every live node, then removed."""
+        partitions = self._topics.delete(req.name)
+        drop = pb.DropTopicLogsRequest(name=req.name, partitions=partitions)
+        for node in sorted(self._membership.live):
+            try:
+                if node == self.node_id or self._peer_stubs is None:
+                    self.drop_topic_logs(drop)
+                else:
+                    call(self._peer_stubs(node).cluster.DropTopicLogs, drop, DROP_TIMEOUT_S)
+            except KafkaError as exc:  # it forgets its logs at their next lookup: their directories are gone
+                log.warning("node %d could not close its logs of deleted topic %s: %s", node, req.name, exc)
+        if self._logs is not None:
+            removed = remove_log_dirs(self._logs.root, req.name)
+            log.info("deleted topic %s (%d partitions, %d log directories)", req.name, partitions, len(removed))
+        return pb.DeleteTopicResponse(partitions=partitions)
+
+    def drop_topic_logs(self, req: pb.DropTopicLogsRequest) -> pb.DropTopicLogsResponse:
+        """Close this node's open logs of a deleted topic (none if the name was created again meanwhile)."""
+        if self._logs is not None and self._topics.partitions(req.name) is None:
+            for partition in range(req.partitions):
+                self._logs.forget(req.name, partition)
+        return pb.DropTopicLogsResponse()
+
     def status(self, req: pb.ClusterStatusRequest) -> pb.ClusterStatusResponse:
         if not self._ready():
             return pb.ClusterStatusResponse(error_code=14, node_id=self.node_id,
@@ -106,3 +153,11 @@ class ClusterServicer(rpc.ClusterServicer):
     @answers_with(pb.ClusterStatusResponse)
     def Status(self, request, context):
         return self._server.status(request)
+
+    @answers_with(pb.DeleteTopicResponse)
+    def DeleteTopic(self, request, context):
+        return self._server.delete_topic(request)
+
+    @answers_with(pb.DropTopicLogsResponse)
+    def DropTopicLogs(self, request, context):
+        return self._server.drop_topic_logs(request)

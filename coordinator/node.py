@@ -88,7 +88,7 @@ class Node:
                                      session_timeout_s=self.config.broker_session_timeout_ms / 1000)
         self.ownership_log = OwnershipLog(layout.metadata)
         self._reconcile_lock = threading.Lock()
-        self.topics = TopicStore(layout.metadata)
+        self.topics = TopicStore(layout.metadata, layout.logs)
         self.logs = LogManager(
             layout.logs,
             LogConfig(segment_bytes=self.config.log_segment_bytes, message_max_bytes=self.config.message_max_bytes),
@@ -151,7 +151,8 @@ class Node:
                              options=SERVER_OPTIONS)
         cluster = ClusterServer(
             node_id=self.node_id, spec=self.spec, membership=self.membership, ownership_log=self.ownership_log,
-            topics=self.topics, owned_logs=self._owned_logs, ready=self._ready.is_set)
+            topics=self.topics, owned_logs=self._owned_logs, ready=self._ready.is_set, logs=self.logs,
+            peer_stubs=lambda n: self.channels.stubs(self.spec.nodes[n]))
         rpc.add_ClusterServicer_to_server(ClusterServicer(cluster), server)
         rpc.add_PartitionsServicer_to_server(PartitionsServicer(self.partitions), server)
         rpc.add_TransactionCoordinatorServicer_to_server(TransactionServicer(self.txn, self.node_id), server)

@@ -86,7 +86,11 @@ class PartitionServer:
         if existing is not None:
             return existing
         with self._open_lock:
-            return self._logs.open_as_leader(topic, partition, self._membership.may_cut_off)
+            opened = self._logs.open_as_leader(topic, partition, self._membership.may_cut_off)
+        if self.partition_count(topic) is None:  # deleted while it was being opened: let it go again
+            self._logs.forget(topic, partition)
+            raise UnknownTopicOrPartitionError(f"[UNKNOWN_TOPIC_OR_PARTITION] {topic}-{partition} was deleted")
+        return opened
 
     def notify_appended(self) -> None:
         with self._data_arrived:

@@ -3,22 +3,33 @@
 Each topic maps to its partition count, or, with settings, to {"partitions": N, "configs": {...}}
 (the settings are in TOPIC_CONFIGS).
 
-Any node may create a topic; an exclusive flock serialises writers and an atomic rename means
-readers never see half a file. Readers cache by modification time, so a topic created
-through one node is served by every node at its next lookup.
+Any node may create or delete a topic; an exclusive flock serialises writers and an atomic rename
+means readers never see half a file. Readers cache by modification time, so a topic created or
+deleted through one node is seen by every node at its next lookup. Invariant: a topic created
+starts with empty logs, so creating a name removes any log directories a deletion left behind.
 """
 from __future__ import annotations
 
 import fcntl
 import json
 import os
+import re
+import shutil
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from coordinator.layout import write_atomically
-from proto.errors import InvalidConfigError, InvalidPartitionsError, InvalidTopicError, TopicAlreadyExistsError
+from proto.errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidTopicError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
 from proto.structs import INTERNAL_TOPICS, MAX_PARTITIONS_PER_TOPIC, validate_topic_name
-
 
 #: the settings a topic may have, with the values each accepts
 TOPIC_CONFIGS: dict[str, frozenset[str]] = {
@@ -40,9 +51,38 @@ def validate_configs(configs: dict[str, str]) -> dict[str, str]:
     return dict(configs)
 
 
+def remove_log_dirs(logs_dir: Path, topic: str) -> list[str]:
+    """Remove every `<topic>-<partition>` log directory under `logs_dir`; returns their names.
+
+    Each is first renamed out of the way (atomic), so a crash midway leaves no half-deleted log under
+    its real name; directories left renamed are removed by the next call for any topic.
+    """
+    if not logs_dir.is_dir():
+        return []
+    pattern = re.compile(re.escape(topic) + r"-\d+")
+    removed = []
+    for entry in sorted(logs_dir.iterdir()):
+        if entry.is_dir() and pattern.fullmatch(entry.name):
+            doomed = logs_dir / f".deleted-{entry.name}-{time.time_ns()}"
+            os.rename(entry, doomed)
+            removed.append(entry.name)
+    for entry in logs_dir.iterdir():
+        if entry.name.startswith(".deleted-"):
+            shutil.rmtree(entry, ignore_errors=True)
+    if removed:
+        fd = os.open(logs_dir, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return removed
+
+
 class TopicStore:
-    def __init__(self, metadata_dir: Path) -> None:
+    def __init__(self, metadata_dir: Path, logs_dir: Path | None = None) -> None:
         self._path = metadata_dir / "topics.json"
+        #: where partition logs live, so that creating a topic can clear what a deletion left behind
+        self._logs_dir = logs_dir
         self._lock_path = metadata_dir / "topics.lock"
         self._lock = threading.Lock()
         self._cache: dict[str, int] = {}
@@ -81,20 +121,49 @@ class TopicStore:
             self._refresh()
             return dict(self._configs.get(topic, {}))
 
-    def create(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> None:
+    def validate(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> dict[str, str]:
+        """Check a topic could be created as asked (TOPIC_ALREADY_EXISTS included); its settings, checked."""
         validate_topic_name(name)
         if name in INTERNAL_TOPICS or name.startswith("__"):
             raise InvalidTopicError(f"topic names starting with '__' are reserved for internal topics: {name!r}")
         if not 1 <= partitions <= MAX_PARTITIONS_PER_TOPIC:
             raise InvalidPartitionsError(f"a topic needs 1..{MAX_PARTITIONS_PER_TOPIC} partitions, not {partitions}")
         settings = validate_configs(configs or {})
+        if name in self.all():
+            raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+        return settings
+
+    def create(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> None:
+        settings = self.validate(name, partitions, configs)
+        with self._locked() as current:
+            if name in current:
+                raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            if self._logs_dir is not None:  # what a deletion interrupted by a crash left behind
+                remove_log_dirs(self._logs_dir, name)
+            current[name] = {"partitions": partitions, "configs": settings} if settings else partitions
+            write_atomically(self._path, json.dumps(current, indent=1, sort_keys=True).encode())
+
+    def delete(self, name: str) -> int:
+        """Remove the topic from the cluster's topics, durably; returns how many partitions it had.
+
+        The logs stay on disk until the caller removed them (`remove_log_dirs`, once no node has them
+        open); a crash before that leaves them to the next creation of the name, which clears them.
+        """
+        if name in INTERNAL_TOPICS or name.startswith("__"):
+            raise InvalidTopicError(f"[INVALID_TOPIC_EXCEPTION] internal topic {name!r} cannot be deleted")
+        with self._locked() as current:
+            entry = current.pop(name, None)
+            if entry is None:
+                raise UnknownTopicOrPartitionError(f"[UNKNOWN_TOPIC_OR_PARTITION] topic {name!r} does not exist")
+            write_atomically(self._path, json.dumps(current, indent=1, sort_keys=True).encode())
+        return int(entry["partitions"]) if isinstance(entry, dict) else int(entry)
+
+    @contextmanager
+    def _locked(self) -> Iterator[dict]:
+        """The topics file's current content, under the writers' flock."""
         with open(self._lock_path, "a+") as lock_file:
             fcntl.flock(lock_file, fcntl.LOCK_EX)
             try:
-                current = json.loads(self._path.read_text()) if self._path.exists() else {}
-                if name in current:
-                    raise TopicAlreadyExistsError(f"topic {name!r} already exists")
-                current[name] = {"partitions": partitions, "configs": settings} if settings else partitions
-                write_atomically(self._path, json.dumps(current, indent=1, sort_keys=True).encode())
+                yield json.loads(self._path.read_text()) if self._path.exists() else {}
             finally:
                 fcntl.flock(lock_file, fcntl.LOCK_UN)

@@ -9,6 +9,8 @@ The new epoch's first offset is recorded durably after recovery and before anyth
 """
 from __future__ import annotations
 
+import logging
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -16,8 +18,10 @@ from pathlib import Path
 from partitions.leader_epochs import LeaderEpochs
 from partitions.log import PartitionLog
 from partitions.model import LogConfig
-from proto.errors import InvalidPartitionsError, NotLeaderOrFollowerError
+from proto.errors import InvalidPartitionsError, KafkaError, NotLeaderOrFollowerError
 from proto.structs import validate_topic_name
+
+logger = logging.getLogger(__name__)
 
 
 def _never(_node_id: int) -> bool:
@@ -36,6 +40,8 @@ class LogManager:
         self.node_id = node_id
         self._lock = threading.Lock()
         self._logs: dict[tuple[str, int], PartitionLog] = {}
+        #: the inode of each open log's directory: a deleted topic's directory is gone or replaced
+        self._inodes: dict[tuple[str, int], int] = {}
         self._opening: dict[tuple[str, int], threading.Lock] = {}
 
     def log_dir(self, topic: str, partition: int) -> Path:
@@ -67,6 +73,7 @@ class LogManager:
                     self._opening.pop(key, None)
             with self._lock:
                 self._logs[key] = log
+                self._inodes[key] = log.directory.stat().st_ino
             return log
 
     def _claim_and_open(self, topic: str, partition: int, may_cut_off: Callable[[int], bool]) -> PartitionLog:
@@ -97,6 +104,8 @@ class LogManager:
         """
         released = []
         for log_dir in sorted(self.root.iterdir()) if self.root.is_dir() else []:
+            if log_dir.name.startswith("."):  # a deleted topic's directory on its way out
+                continue
             epochs = LeaderEpochs(log_dir)
             latest = epochs.latest() if log_dir.is_dir() else None
             if latest is not None and latest.node_id == self.node_id and not latest.released:
@@ -105,8 +114,38 @@ class LogManager:
         return released
 
     def get(self, topic: str, partition: int) -> PartitionLog | None:
+        """The open log, or None; a log whose directory was removed meanwhile (its topic was deleted while
+        this node could not be told, e.g. paused) is forgotten, so a topic created again opens afresh."""
+        key = (topic, partition)
         with self._lock:
-            return self._logs.get((topic, partition))
+            log = self._logs.get(key)
+            if log is None:
+                return None
+            try:
+                same = os.stat(log.directory).st_ino == self._inodes.get(key)
+            except FileNotFoundError:
+                same = False
+            if same:
+                return log
+            self._logs.pop(key, None)
+            self._inodes.pop(key, None)
+        self._close_quietly(log)
+        return None
+
+    def forget(self, topic: str, partition: int) -> None:
+        """Close the log of a deleted topic if it is open here; nothing is released, the directory goes."""
+        with self._lock:
+            log = self._logs.pop((topic, partition), None)
+            self._inodes.pop((topic, partition), None)
+        if log is not None:
+            self._close_quietly(log)
+
+    @staticmethod
+    def _close_quietly(log: PartitionLog) -> None:
+        try:
+            log.close()
+        except (KafkaError, OSError) as error:  # its data is being deleted: nothing left to protect
+            logger.info("closing %s-%d of a deleted topic: %s", log.topic, log.partition, error)
 
     def open_logs(self) -> list[PartitionLog]:
         with self._lock:
@@ -116,6 +155,7 @@ class LogManager:
         """Close the log and hand its leadership back (only after everything written is durable)."""
         with self._lock:
             log = self._logs.pop((topic, partition), None)
+            self._inodes.pop((topic, partition), None)
         if log is None:
             return
         try:

@@ -103,6 +103,23 @@ class Admin:
         self._client.any_node(lambda s: call(s.cluster.CreateTopic, request, self._timeout_s))
         self._client.refresh_metadata([name])
 
+    def delete_topic(self, name: str) -> int:
+        """Delete a topic and its data on every node; returns how many partitions it had.
+
+        UnknownTopicOrPartitionError if there is no such topic, InvalidTopicError for an internal one.
+        """
+        validate_topic_name(name)
+        request = pb.DeleteTopicRequest(name=name)
+        # the answer's error is raised only here: UNKNOWN_TOPIC_OR_PARTITION is retriable, and would be retried
+        response = self._client.any_node(lambda s: call(s.cluster.DeleteTopic, request, self._timeout_s, check=False))
+        self._client.refresh_metadata([name])  # forgets the topic's partition count and leaders
+        raise_for(response.error_code, response.error_message)
+        return response.partitions
+
+    def delete_topics(self, names: Iterable[str]) -> dict[str, int]:
+        """Delete each topic in turn (stopping at the first error); topic -> how many partitions it had."""
+        return {name: self.delete_topic(name) for name in names}
+
     def list_topics(self, include_internal: bool = False) -> dict[str, int]:
         response = self._client.refresh_metadata()
         return {t.name: len(t.partitions) for t in response.topics

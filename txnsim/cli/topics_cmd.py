@@ -1,18 +1,23 @@
-"""`txnsim topics create|list|describe`."""
+"""`txnsim topics create|delete|list|describe`."""
 from __future__ import annotations
 
 import argparse
 
 from rich.table import Table
 
-from proto.errors import UnknownTopicOrPartitionError, raise_for
+from proto.errors import InvalidConfigError, UnknownTopicOrPartitionError, raise_for
 from proto.structs import TopicPartition
-from proto.errors import InvalidConfigError
-from txnsim.cli.common import add_cluster_args, admin_client, console, exits_cleanly, print_data
+from txnsim.cli.common import (
+    add_cluster_args,
+    admin_client,
+    console,
+    exits_cleanly,
+    print_data,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    topics = sub.add_parser("topics", help="create, list and describe topics")
+    topics = sub.add_parser("topics", help="create, delete, list and describe topics")
     verbs = topics.add_subparsers(dest="verb", required=True)
     create = verbs.add_parser("create")
     create.add_argument("name")
@@ -22,6 +27,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                              "TRANSACTION|MIXED, half.message.storage=rocketmq|kafka (repeatable)")
     add_cluster_args(create)
     create.set_defaults(func=create_topic)
+    delete = verbs.add_parser("delete", help="delete a topic and its data on every node")
+    delete.add_argument("name")
+    add_cluster_args(delete)
+    delete.set_defaults(func=delete_topic)
     listing = verbs.add_parser("list")
     listing.add_argument("--internal", action="store_true", help="include __transaction_state and __consumer_offsets")
     add_cluster_args(listing)
@@ -43,6 +52,14 @@ def create_topic(args: argparse.Namespace) -> int:
     with admin_client(args) as admin:
         admin.create_topic(args.name, partitions=args.partitions, configs=configs)
     console.print(f"created topic {args.name} with {args.partitions} partition(s)")
+    return 0
+
+
+@exits_cleanly
+def delete_topic(args: argparse.Namespace) -> int:
+    with admin_client(args) as admin:
+        partitions = admin.delete_topic(args.name)
+    console.print(f"deleted topic {args.name} ({partitions} partition(s))")
     return 0
 
 

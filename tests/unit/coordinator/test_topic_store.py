@@ -1,0 +1,48 @@
+"""TopicStore: deleting topics, and a name created again starting with empty logs."""
+from __future__ import annotations
+
+import pytest
+
+from coordinator.topics import TopicStore, remove_log_dirs
+from proto.errors import (
+    InvalidTopicError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+
+
+@pytest.fixture
+def store(tmp_path) -> TopicStore:
+    (tmp_path / "metadata").mkdir()
+    (tmp_path / "logs").mkdir()
+    return TopicStore(tmp_path / "metadata", tmp_path / "logs")
+
+
+def test_delete_returns_the_partition_count_and_the_topic_is_gone(store):
+    store.create("orders", 3, {"message.type": "FIFO"})
+    store.create("audit", 1)
+    assert store.delete("orders") == 3
+    assert store.all() == {"audit": 1} and store.configs("orders") == {}
+    with pytest.raises(UnknownTopicOrPartitionError):
+        store.delete("orders")
+    with pytest.raises(InvalidTopicError):
+        store.delete("__consumer_offsets")
+
+
+def test_validate_checks_everything_create_checks_without_writing(store):
+    store.create("orders", 1)
+    with pytest.raises(TopicAlreadyExistsError):
+        store.validate("orders", 1)
+    assert store.validate("fresh", 2, {"half.message.storage": "kafka"}) == {"half.message.storage": "kafka"}
+    assert "fresh" not in store.all()
+
+
+def test_creating_a_name_again_clears_log_directories_a_deletion_left_behind(store, tmp_path):
+    logs = tmp_path / "logs"
+    for name in ("orders-0", "orders-1", "orders-x-0", "orders2-0"):
+        (logs / name).mkdir()
+        (logs / name / "00000000000000000000-e0.log").write_bytes(b"old")
+    store.create("orders", 2)
+    assert sorted(p.name for p in logs.iterdir()) == ["orders-x-0", "orders2-0"]
+    assert remove_log_dirs(logs, "orders-x") == ["orders-x-0"]
+    assert sorted(p.name for p in logs.iterdir()) == ["orders2-0"]
