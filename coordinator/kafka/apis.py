@@ -16,6 +16,18 @@ from kafka.protocol.admin import (
     ListGroupsRequest,
     ListGroupsResponse,
 )
+from kafka.protocol.admin import (
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeProducersRequest,
+    DescribeProducersResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+)
 from kafka.protocol.consumer import (
     FetchRequest,
     FetchResponse,
@@ -95,8 +107,11 @@ class WireError(IntEnum):
     LEADER_NOT_AVAILABLE = 5
     INVALID_REQUIRED_ACKS = 21
     UNSUPPORTED_VERSION = 35
+    INVALID_REPLICATION_FACTOR = 38
+    INVALID_REPLICA_ASSIGNMENT = 39
     INVALID_REQUEST = 42
     FETCH_SESSION_ID_NOT_FOUND = 70
+    INVALID_REGULAR_EXPRESSION = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +164,12 @@ SERVED: dict[int, ServedApi] = {api.key: api for api in (
     _api(ApiKey.DESCRIBE_GROUPS, DescribeGroupsRequest, DescribeGroupsResponse, (0, 6)),
     _api(ApiKey.LIST_GROUPS, ListGroupsRequest, ListGroupsResponse, (0, 5)),
     _api(ApiKey.DELETE_GROUPS, DeleteGroupsRequest, DeleteGroupsResponse, (0, 2)),
+    # admin (admin_apis.py): CreateTopics v7 answers topic ids and DeleteTopics v6 takes them, so both stop before
+    _api(ApiKey.CREATE_TOPICS, CreateTopicsRequest, CreateTopicsResponse, (2, 6)),
+    _api(ApiKey.DELETE_TOPICS, DeleteTopicsRequest, DeleteTopicsResponse, (1, 5)),
+    _api(ApiKey.DESCRIBE_PRODUCERS, DescribeProducersRequest, DescribeProducersResponse, (0, 0)),
+    _api(ApiKey.DESCRIBE_TRANSACTIONS, DescribeTransactionsRequest, DescribeTransactionsResponse, (0, 0)),
+    _api(ApiKey.LIST_TRANSACTIONS, ListTransactionsRequest, ListTransactionsResponse, (0, 2)),
 )}
 
 

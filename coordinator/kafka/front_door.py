@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from coordinator.cluster_service import ClusterServer
 from coordinator.group import GroupCoordinator
+from coordinator.kafka.admin_apis import AdminApis
 from coordinator.kafka.apis import ApiKey
 from coordinator.kafka.cluster_apis import ClusterApis
 from coordinator.kafka.dispatch import Dispatcher
@@ -50,6 +51,8 @@ def build_dispatcher(backends: KafkaBackends) -> Dispatcher:
         ApiKey.LIST_OFFSETS: partition_apis.list_offsets,
         **txn_apis.handlers(),
         **GroupApis(backends.groups).handlers(),
+        **AdminApis(cluster=backends.cluster, partitions=backends.partitions, txn=backends.txn,
+                    topics=backends.topics, node_id=backends.node_id).handlers(),
     })
 
 

@@ -251,6 +251,7 @@ def test_every_answer_encodes_at_every_served_version():
                 L.ListOffsetsPartition(partition_index=0, timestamp=t) for t in (-1, -2, 5)])])),
     }
     requests.update(txn_requests())
+    requests.update(admin_requests())
     requests.update(group_requests())
     for key, api in SERVED.items():
         for version in range(api.lowest_served, api.max_version + 1):
@@ -428,3 +429,9 @@ def group_requests() -> dict:
         ApiKey.DELETE_GROUPS: lambda v: (apis.delete_groups, DeleteGroupsRequest(version=v,
                                                                                  groups_names=["o", "x"])),
     }
+
+
+def admin_requests() -> dict:
+    """The admin APIs (admin_apis.py), from their own test module's stand-ins."""
+    from tests.unit.kafka.test_admin_handlers import admin_requests as build
+    return build()
