@@ -9,22 +9,20 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from kafka.protocol.admin import (
-    DeleteGroupsRequest,
-    DeleteGroupsResponse,
-    DescribeGroupsRequest,
-    DescribeGroupsResponse,
-    ListGroupsRequest,
-    ListGroupsResponse,
-)
-from kafka.protocol.admin import (
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
     DescribeProducersRequest,
     DescribeProducersResponse,
     DescribeTransactionsRequest,
     DescribeTransactionsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
     ListTransactionsRequest,
     ListTransactionsResponse,
 )
