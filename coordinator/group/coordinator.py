@@ -287,9 +287,8 @@ class GroupCoordinator:
         with group.lock:
             self._check_serving(shard)
             self._carry_out(shard, group, group.classic.join(self._now_ms(), request, waiter))
+            wait_s = self._longest_wait_s(group)
         self._timer_wake.set()
-        wait_s = (max(request.rebalance_timeout_ms, request.session_timeout_ms)
-                  + self._group_config.initial_rebalance_delay_ms) / 1000 + _WAIT_MARGIN_S
         return self._await(waiter, wait_s, JoinOutcome, request.member_id)
 
     def sync(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int,
@@ -303,8 +302,7 @@ class GroupCoordinator:
             self._check_serving(shard)
             self._carry_out(shard, group, group.classic.sync(self._now_ms(), member_id, instance_id, generation_id,
                                                              protocol_type, protocol_name, assignments, waiter))
-            member = group.classic.members.get(member_id)
-            wait_s = (member.rebalance_timeout_ms if member is not None else 0) / 1000 + _WAIT_MARGIN_S
+            wait_s = self._longest_wait_s(group)
         self._timer_wake.set()
         return self._await(waiter, wait_s, SyncOutcome, None)
 
@@ -329,6 +327,13 @@ class GroupCoordinator:
             self._carry_out(shard, group, effects)
         self._timer_wake.set()
         return errors
+
+    def _longest_wait_s(self, group: GroupMetadata) -> float:
+        """The longest the group can hold a JoinGroup or SyncGroup: its barrier (initial delay included), or a
+        silent leader's session. Caller holds group.lock."""
+        longest = max((max(m.rebalance_timeout_ms, m.session_timeout_ms) for m in group.classic.members.values()),
+                      default=0)
+        return (longest + self._group_config.initial_rebalance_delay_ms) / 1000 + _WAIT_MARGIN_S
 
     def _await(self, waiter: Future, wait_s: float, outcome_type: type, member_id: str | None) -> Any:
         try:
