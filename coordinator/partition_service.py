@@ -242,6 +242,11 @@ class PartitionServer:
 
     def _write_marker(self, marker: pb.TxnMarker, part: pb.TopicPartitionRef) -> pb.PartitionError:
         result = pb.PartitionError(topic=part.topic, partition=part.partition)
+        if self.partition_count(part.topic) is None:
+            # the topic was deleted: nothing is left to mark, and a retried marker would hold its transaction
+            # in Prepare* for good (Kafka's marker channel drops markers for deleted partitions too)
+            result.error_message = f"{part.topic} was deleted; no marker written"
+            return result
         try:
             partition_log = self.owned_log(part.topic, part.partition)
             appended = partition_log.append_marker(

@@ -235,7 +235,44 @@ def test_kafka_python_offsets_for_times(cluster, timed_topic):
         consumer.close()
 
 
-# ------------------------------------------------------------ txnsim's own Admin; restarts
+# ------------------------------------------------------------ txnsim's own Admin and command line; restarts
+
+
+def test_a_transaction_that_wrote_to_a_deleted_topic_still_completes(cluster, admin, topic, txn_id):
+    admin.create_topic("short-lived", partitions=1)
+    producer = TxnsimProducer(bootstrap_servers=cluster.bootstrap_servers, transactional_id=txn_id)
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("short-lived", value=b"a", partition=0).get(timeout=10)
+        producer.send(topic, value=b"b", partition=0).get(timeout=10)
+        admin.delete_topic("short-lived")
+        producer.commit_transaction()
+    finally:
+        producer.close()
+    wait_until(lambda: admin.describe_transaction(txn_id).state == "CompleteCommit", 10, "the commit to complete")
+    tp = TxnsimTopicPartition(topic, 0)
+    assert admin.last_stable_offsets([tp]) == admin.end_offsets([tp]) == {tp: 2}  # record and marker
+
+
+def test_txnsim_topics_delete_on_the_command_line(cluster, admin):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = Path(sys.executable).with_name("txnsim")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "txnsim.cli.main"]
+    env = dict(os.environ, COLUMNS="200", NO_COLOR="1")
+    admin.create_topic("cli-doomed", partitions=2)
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*command, "topics", "delete", *args, "--bootstrap-servers", cluster.bootstrap_servers],
+                              check=False, capture_output=True, text=True, env=env, timeout=60)
+    done = run("cli-doomed")
+    assert done.returncode == 0 and "deleted topic cli-doomed (2 partition(s))" in done.stdout, done
+    assert "cli-doomed" not in admin.list_topics()
+    again = run("cli-doomed")
+    assert again.returncode != 0 and "UNKNOWN_TOPIC_OR_PARTITION" in again.stderr and "Traceback" not in again.stderr
 
 
 @pytest.mark.slow
