@@ -517,3 +517,20 @@ def test_the_leader_rebalances_when_a_subscribed_topic_gains_partitions(node: Fa
         wait_until(lambda: c.poll(timeout_ms=20) is not None and c.assignment() == {TP0, TP1, tp2}, 5,
                    "the new partition assigned")
         assert c.group_metadata().generation_id == 2
+
+
+def test_a_static_member_closed_and_restarted_gets_its_partitions_back_in_the_same_generation(node: FakeNode) -> None:
+    with make(group_instance_id="worker-1") as first:
+        first.subscribe([TOPIC])
+        first.poll(timeout_ms=50)
+        assert first.assignment() == {TP0, TP1}
+        before = first.group_metadata()
+    # closing sent no LeaveGroup (KIP-345): the member stays until its session expires
+    (group,) = node.groups.describe_groups(pb.DescribeGroupsRequest(group_ids=[GROUP])).groups
+    assert group.state == "Stable" and [m.group_instance_id for m in group.members] == ["worker-1"]
+    with make(group_instance_id="worker-1") as second:
+        second.subscribe([TOPIC])
+        second.poll(timeout_ms=50)
+        after = second.group_metadata()
+        assert second.assignment() == {TP0, TP1}
+        assert after.generation_id == before.generation_id and after.member_id != before.member_id
