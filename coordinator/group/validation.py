@@ -11,6 +11,7 @@ from proto import txnsim_pb2 as pb
 from proto.errors import (
     CoordinatorNotAvailableError,
     InvalidCommitOffsetSizeError,
+    InvalidGroupIdError,
     InvalidRequestError,
     KafkaError,
     NotCoordinatorError,
@@ -26,13 +27,14 @@ MAX_OFFSET_METADATA_BYTES = 4096
 
 
 def validate_group_id(group_id: str) -> None:
+    """Kafka answers INVALID_GROUP_ID for an empty id; txnsim also refuses ids its log keys cannot hold."""
     if not group_id:
-        raise InvalidRequestError("[INVALID_REQUEST] the group id is empty")
+        raise InvalidGroupIdError("[INVALID_GROUP_ID] the group id is empty")
     if len(group_id) > MAX_GROUP_ID_LENGTH:
-        raise InvalidRequestError(f"[INVALID_REQUEST] the group id is {len(group_id)} characters long; "
+        raise InvalidGroupIdError(f"[INVALID_GROUP_ID] the group id is {len(group_id)} characters long; "
                                   f"the limit is {MAX_GROUP_ID_LENGTH}")
     if "\x00" in group_id:
-        raise InvalidRequestError("[INVALID_REQUEST] a group id may not contain NUL characters")
+        raise InvalidGroupIdError("[INVALID_GROUP_ID] a group id may not contain NUL characters")
 
 
 def map_append_error(exc: KafkaError, shard: int, *, offsets: bool) -> KafkaError:

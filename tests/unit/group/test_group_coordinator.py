@@ -29,6 +29,7 @@ from proto.errors import (
     GroupIdNotFoundError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
+    InvalidGroupIdError,
     InvalidRequestError,
     InvalidSessionTimeoutError,
     KafkaError,
@@ -428,8 +429,8 @@ def test_invalid_offsets_are_rejected_per_partition_and_never_stored(gc: GroupCo
 
 
 @pytest.mark.parametrize("group_id", ["", "g" * 250, "a\x00b"])
-def test_bad_group_ids_are_invalid_requests(gc: GroupCoordinator, group_id: str) -> None:
-    with pytest.raises(InvalidRequestError):
+def test_bad_group_ids_are_invalid_group_ids(gc: GroupCoordinator, group_id: str) -> None:
+    with pytest.raises(InvalidGroupIdError):
         gc.offset_commit(pb.OffsetCommitRequest(group_id=group_id, generation_id=-1))
 
 
@@ -565,7 +566,7 @@ def test_unload_makes_the_group_not_coordinator(gc: GroupCoordinator) -> None:
 def test_service_answers_errors_in_the_response(gc: GroupCoordinator) -> None:
     service = GroupService(gc)
     response = service.JoinGroup(pb.JoinGroupRequest(group_id="", session_timeout_ms=1000), None)
-    assert response.error_code == InvalidRequestError.errno and "empty" in response.error_message
+    assert response.error_code == InvalidGroupIdError.errno and "empty" in response.error_message
     response = service.Heartbeat(pb.HeartbeatRequest(group_id=GROUP, member_id="ghost"), None)
     assert response.error_code == UnknownMemberIdError.errno
     no_protocol = service.JoinGroup(pb.JoinGroupRequest(group_id=GROUP, session_timeout_ms=1000), None)
