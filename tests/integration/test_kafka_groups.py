@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from tests.helpers import wait_until
 from txnsim import Admin, LocalCluster
@@ -193,7 +193,10 @@ class CommitMonitor(threading.Thread):
 
     def run(self) -> None:
         while not self.stopping.wait(0.05):
-            self.read()
+            try:
+                self.read()
+            except KafkaException:  # a timeout or a coordinator moving: read again
+                continue
 
     def stop(self) -> None:
         self.stopping.set()
