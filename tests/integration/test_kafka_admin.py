@@ -224,6 +224,21 @@ def test_confluent_offsets_for_times_is_the_first_record_at_or_after_the_time(cl
     assert (result.offset, result.timestamp) == (5, 6000)
 
 
+def test_grpc_list_offsets_finds_by_time_too(cluster, timed_topic):
+    from proto import txnsim_pb2 as pb
+    from proto.transport import NodeChannels, call
+    metadata = call(NodeChannels().stubs(cluster.bootstrap_servers.split(",")[0]).cluster.Metadata,
+                    pb.MetadataRequest(topics=[timed_topic]), 5.0)
+    leader = metadata.topics[0].partitions[0].leader
+    stubs = NodeChannels().stubs(cluster.spec.nodes[leader])
+    ref = pb.TopicPartitionRef(topic=timed_topic, partition=0)
+    answer = call(stubs.partitions.ListOffsets, pb.ListOffsetsRequest(
+        partitions=[ref, ref, ref, ref], timestamps=[1500, 6000, 6001, -3], isolation_level=1), 5.0)
+    assert [(p.offset_for_timestamp, p.timestamp) for p in answer.partitions] == [
+        (1, 2000), (5, 6000), (-1, -1), (5, 6000)]
+    assert answer.partitions[0].high_watermark == 6
+
+
 def test_kafka_python_offsets_for_times(cluster, timed_topic):
     consumer = KafkaConsumer(bootstrap_servers=cluster.kafka_bootstrap_servers, request_timeout_ms=10_000)
     try:
