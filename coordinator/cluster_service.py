@@ -15,7 +15,7 @@ from coordinator.layout import ClusterSpec
 from coordinator.membership import Membership
 from coordinator.ownership_log import OwnershipLog
 from coordinator.rpc import answers_with
-from coordinator.topics import TopicStore, remove_log_dirs
+from coordinator.topics import TopicStore
 from partitions import LogManager
 from proto import txnsim_pb2 as pb
 from proto import txnsim_pb2_grpc as rpc
@@ -113,7 +113,7 @@ class ClusterServer:
             except KafkaError as exc:  # it forgets its logs at their next lookup: their directories are gone
                 log.warning("node %d could not close its logs of deleted topic %s: %s", node, req.name, exc)
         if self._logs is not None:
-            removed = remove_log_dirs(self._logs.root, req.name)
+            removed = self._topics.remove_logs_if_deleted(req.name)
             log.info("deleted topic %s (%d partitions, %d log directories)", req.name, partitions, len(removed))
         return pb.DeleteTopicResponse(partitions=partitions)
 

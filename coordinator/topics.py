@@ -158,6 +158,14 @@ class TopicStore:
             write_atomically(self._path, json.dumps(current, indent=1, sort_keys=True).encode())
         return int(entry["partitions"]) if isinstance(entry, dict) else int(entry)
 
+    def remove_logs_if_deleted(self, name: str) -> list[str]:
+        """Remove the log directories of a deleted topic, under the writers' flock and only while the name is
+        still unused: a topic created again meanwhile keeps its new logs. Returns the directories removed."""
+        if self._logs_dir is None:
+            return []
+        with self._locked() as current:
+            return [] if name in current else remove_log_dirs(self._logs_dir, name)
+
     @contextmanager
     def _locked(self) -> Iterator[dict]:
         """The topics file's current content, under the writers' flock."""

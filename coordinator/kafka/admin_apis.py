@@ -32,7 +32,13 @@ from coordinator.partition_service import PartitionServer
 from coordinator.topics import TopicStore
 from coordinator.txn.coordinator import TransactionCoordinator
 from proto import txnsim_pb2 as pb
-from proto.errors import InvalidConfigError, InvalidPartitionsError, KafkaError, code_of
+from proto.errors import (
+    CoordinatorLoadInProgressError,
+    InvalidConfigError,
+    InvalidPartitionsError,
+    KafkaError,
+    code_of,
+)
 
 #: Kafka's num.partitions default, used when CreateTopics asks for -1
 DEFAULT_PARTITIONS = 1
@@ -191,6 +197,8 @@ class AdminApis:
                 pattern = re.compile(request.transactional_id_pattern)
             except re.error:
                 return answer(WireError.INVALID_REGULAR_EXPRESSION)
+        if any(shard.loading for shard in self._txn.owned_shards()):  # a partial list would hide transactions
+            return answer(CoordinatorLoadInProgressError.errno)
         try:
             listed = self._txn.list_transactions(pb.ListTransactionsRequest(
                 state_filters=filters, producer_id_filters=list(request.producer_id_filters or [])))

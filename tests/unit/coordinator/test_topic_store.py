@@ -46,3 +46,13 @@ def test_creating_a_name_again_clears_log_directories_a_deletion_left_behind(sto
     assert sorted(p.name for p in logs.iterdir()) == ["orders-x-0", "orders2-0"]
     assert remove_log_dirs(logs, "orders-x") == ["orders-x-0"]
     assert sorted(p.name for p in logs.iterdir()) == ["orders2-0"]
+
+
+def test_a_deletion_removes_logs_only_while_the_name_is_unused(store, tmp_path):
+    logs = tmp_path / "logs"
+    store.create("orders", 1)
+    (logs / "orders-0").mkdir()
+    assert store.remove_logs_if_deleted("orders") == []  # created again meanwhile: its logs stay
+    store.delete("orders")
+    assert store.remove_logs_if_deleted("orders") == ["orders-0"]
+    assert not (logs / "orders-0").exists()

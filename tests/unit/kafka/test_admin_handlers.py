@@ -50,8 +50,17 @@ class FakePartitions:
         return pb.DescribeProducersResponse(partitions=out)
 
 
+class FakeShard:
+    def __init__(self, loading: bool) -> None:
+        self.loading = loading
+
+
 class FakeTxn:
+    loading = False
     TXNS: ClassVar[dict[str, tuple[str, int, int]]] = {"tx-a": ("Ongoing", 7, 1_000), "tx-b": ("CompleteCommit", 8, 9_000), "tx-dead": ("Dead", 9, 0)}
+
+    def owned_shards(self) -> list[FakeShard]:
+        return [FakeShard(False), FakeShard(self.loading)]
 
     def list_transactions(self, req: pb.ListTransactionsRequest) -> pb.ListTransactionsResponse:
         return pb.ListTransactionsResponse(transactions=[
@@ -161,6 +170,8 @@ def test_list_transactions_filters_by_state_producer_duration_and_pattern_and_hi
     assert listed(duration_filter=5_000) == (0, ["tx-a"], [])  # started at 1 000, now 10 000
     assert listed(transactional_id_pattern="tx-b") == (0, ["tx-b"], [])
     assert listed(transactional_id_pattern="(")[0] == 128
+    apis._txn.loading = True
+    assert listed() == (14, [], [])  # COORDINATOR_LOAD_IN_PROGRESS, as Kafka answers while a shard loads
 
 
 def admin_requests():
