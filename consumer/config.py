@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -75,6 +76,14 @@ class ConsumerConfig:
     partition_assignment_strategy: tuple[str, ...] = ("range", "roundrobin")
     #: how often a pattern subscription, and a leader's view of partition counts, are checked against metadata
     metadata_max_age_ms: int = 300_000
+    #: applied to each record's key / value before poll() or iteration returns it: a callable of the bytes, or
+    #: an object with deserialize(topic, headers, data) or deserialize(topic, data) (kafka-python's Deserializer)
+    key_deserializer: Any = None
+    value_deserializer: Any = None
+    #: `for record in consumer` stops (StopIteration) after this long without a record; inf: never (kafka-python)
+    consumer_timeout_ms: float = float("inf")
+    #: commit_async(callback=None) calls this as callback(offsets, None or exception)
+    default_offset_commit_callback: Any = None
 
     @classmethod
     def from_kwargs(cls, configs: Mapping[str, Any]) -> ConsumerConfig:
@@ -131,6 +140,16 @@ class ConsumerConfig:
                                           f"{sorted(ASSIGNORS)}, not {list(self.partition_assignment_strategy)}")
         for name in ("fetch_max_wait_ms", "fetch_min_bytes", "retry_backoff_ms"):
             _require_int(name, getattr(self, name), minimum=0)
+        for name in ("key_deserializer", "value_deserializer"):
+            value = getattr(self, name)
+            if value is not None and not callable(value) and not callable(getattr(value, "deserialize", None)):
+                raise KafkaConfigurationError(f"{name} must be a callable of the bytes or an object with "
+                                              f"deserialize(topic, headers, data), not {value!r}")
+        if self.default_offset_commit_callback is not None and not callable(self.default_offset_commit_callback):
+            raise KafkaConfigurationError("default_offset_commit_callback must be callable(offsets, response)")
+        timeout = self.consumer_timeout_ms
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or math.isnan(timeout):
+            raise KafkaConfigurationError(f"consumer_timeout_ms must be a number of milliseconds, not {timeout!r}")
         if not isinstance(self.enable_auto_commit, bool):
             raise KafkaConfigurationError(f"enable_auto_commit must be a bool, not {self.enable_auto_commit!r}")
         if self.enable_auto_commit and self.group_id is None:
@@ -154,6 +173,11 @@ class ConsumerConfig:
     @property
     def reads_committed(self) -> bool:
         return self.isolation_level is IsolationLevel.READ_COMMITTED
+
+    @property
+    def iteration_timeout_s(self) -> float:
+        """How long iteration waits for a record; kafka-python takes a negative consumer_timeout_ms as forever."""
+        return self.consumer_timeout_ms / 1000 if self.consumer_timeout_ms >= 0 else float("inf")
 
     def rpc_timeout(self, deadline: Deadline) -> float:
         """Seconds one RPC may take: what is left of `deadline`, within [MIN_RPC_TIMEOUT_S, request_timeout_ms]."""

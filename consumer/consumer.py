@@ -2,10 +2,13 @@
 
 A thin facade: positions live in SubscriptionState, fetching and read_committed filtering in
 Fetcher, membership in GroupMembership, commits in OffsetManager. Like Kafka's, one consumer
-is used from one thread; only its heartbeat thread runs beside it.
+is used from one thread; only its heartbeat and async-commit threads run beside it. Iteration
+(`for record in consumer`) hands records out one at a time from a buffer; what the application
+sees (position(), commit()) counts only the records it was handed, as kafka-python's iterator.
 """
 from __future__ import annotations
 
+import collections
 import logging
 import re
 import threading
@@ -15,6 +18,7 @@ from typing import Any, Protocol
 
 from proto.cluster_client import ClusterClient
 from proto.errors import (
+    IllegalArgumentError,
     IllegalGenerationError,
     IllegalStateError,
     KafkaConfigurationError,
@@ -23,18 +27,53 @@ from proto.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from proto.structs import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, TopicPartition
+from proto.structs import (
+    ConsumerGroupMetadata,
+    ConsumerRecord,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    TopicPartition,
+)
 from proto.transport import Deadline, retrying
 
 from consumer.config import ConsumerConfig, OffsetResetStrategy
 from consumer.fetcher import Fetcher
 from consumer.group import GroupCoordinatorClient, GroupMembership
-from consumer.offsets import OffsetManager
-from consumer.subscription import SubscriptionState
+from consumer.offsets import CommitCallback, CommitFuture, OffsetManager
+from consumer.subscription import SubscriptionState, as_topic_partition
 
 log = logging.getLogger(__name__)
 
 _REJOIN_ERRORS = (RebalanceInProgressError, IllegalGenerationError, UnknownMemberIdError)
+#: Kafka's offsets and timestamps are int64
+MAX_OFFSET = 2**63 - 1
+#: the longest one poll() inside iteration waits; iteration itself waits consumer_timeout_ms (or forever)
+_ITERATION_POLL_S = 1.0
+
+
+def _check_offset(offset: Any, what: str) -> int:
+    """An offset the nodes can take, or IllegalArgumentError (a ValueError, as kafka-python raises) at the call."""
+    if isinstance(offset, bool) or not isinstance(offset, int):
+        raise IllegalArgumentError(f"{what} must be an int, not {type(offset).__name__} {offset!r}")
+    if not 0 <= offset <= MAX_OFFSET:
+        raise IllegalArgumentError(f"{what} must be between 0 and {MAX_OFFSET}, not {offset}")
+    return offset
+
+
+def _as_offset_and_metadata(value: Any, tp: TopicPartition) -> OffsetAndMetadata:
+    """An int, or an OffsetAndMetadata of txnsim's or kafka-python's (duck typing on .offset)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return OffsetAndMetadata(_check_offset(value, f"the offset of {tp}"))
+    if not hasattr(value, "offset"):
+        raise TypeError(f"the offset of {tp} must be an OffsetAndMetadata or an int, not {value!r}")
+    offset = _check_offset(value.offset, f"the offset of {tp}")
+    metadata = getattr(value, "metadata", "") or ""
+    if not isinstance(metadata, str):
+        raise TypeError(f"the metadata of {tp}'s offset must be a str, not {metadata!r}")
+    leader_epoch = getattr(value, "leader_epoch", -1)
+    if type(value) is OffsetAndMetadata and value.metadata == metadata:
+        return value
+    return OffsetAndMetadata(offset, metadata, -1 if leader_epoch is None else leader_epoch)
 
 
 class ConsumerRebalanceListener(Protocol):
@@ -66,6 +105,9 @@ class Consumer:
         self._offsets: OffsetManager | None = None
         self._listener: ConsumerRebalanceListener | None = None
         self._next_metadata_check = 0.0
+        #: records a poll inside iteration fetched and iteration has not handed out yet (their positions are
+        #: already past them in SubscriptionState; _rewind_iteration moves them back when anything else runs)
+        self._iteration_buffer: collections.deque[ConsumerRecord] = collections.deque()
         if self.config.group_id is not None:
             client = GroupCoordinatorClient(self._cluster, self.config.group_id, self.config)
             self._membership = GroupMembership(client, self.config, lambda: self._subscription.topics, self._wakeup)
@@ -76,9 +118,10 @@ class Consumer:
     # ------------------------------------------------------------ what to read
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
-        """Read exactly these partitions, without group membership."""
+        """Read exactly these partitions, without group membership (TopicPartitions of txnsim or kafka-python)."""
         self._ensure_open()
-        partitions = set(partitions)
+        partitions = {as_topic_partition(tp, "assign()'s partition") for tp in partitions}
+        self._rewind_iteration()
         lost = self._subscription.assigned_partitions() - partitions
         self._subscription.assign_from_user(partitions)
         self._fetcher.discard(lost)
@@ -108,6 +151,7 @@ class Consumer:
     def unsubscribe(self) -> None:
         """Stop reading everything; a subscribed consumer commits (with auto commit) and leaves its group."""
         self._ensure_open()
+        self._rewind_iteration()
         if self._subscription.is_subscribed and self._membership is not None:
             self._revoke_all("unsubscribe", Deadline(self.config.request_timeout_ms / 1000))
             self._membership.leave(Deadline(self.config.request_timeout_ms / 1000))
@@ -133,11 +177,15 @@ class Consumer:
             raise IllegalStateError(f"poll timeout_ms must be a number >= 0, not {timeout_ms!r}")
         if max_records is not None and (not isinstance(max_records, int) or max_records < 1):
             raise IllegalStateError(f"max_records must be a positive int, not {max_records!r}")
+        self._rewind_iteration()
+        return self._poll(Deadline(timeout_ms / 1000), max_records or self.config.max_poll_records)
+
+    def _poll(self, deadline: Deadline, limit: int) -> dict[TopicPartition, list[ConsumerRecord]]:
         if not self._subscription.is_subscribed and not self._subscription.assigned_partitions():
             raise IllegalStateError("the consumer is neither subscribed to topics nor assigned partitions; "
                                     "call subscribe() or assign() first")
-        deadline = Deadline(timeout_ms / 1000)
-        limit = max_records or self.config.max_poll_records
+        if self._offsets is not None:
+            self._offsets.invoke_completed_callbacks()
         if self._membership is not None:
             self._membership.record_poll()
         while True:
@@ -156,6 +204,60 @@ class Consumer:
             if not self._fetcher.has_in_flight():
                 wait_s = min(wait_s, self._backoff_s)  # nothing will wake us: retry soon
             self._wakeup.wait(wait_s)
+
+    # ------------------------------------------------------------ iteration
+
+    def __iter__(self) -> Consumer:
+        return self
+
+    def __next__(self) -> ConsumerRecord:
+        """The next record, polling as needed; StopIteration once consumer_timeout_ms passes without one
+        (never, by default) or the consumer is closed, as kafka-python's iterator."""
+        if self._closed:
+            raise StopIteration("the consumer is closed")
+        deadline = Deadline(self.config.iteration_timeout_s)
+        while True:
+            while self._iteration_buffer:
+                record = self._iteration_buffer.popleft()
+                if self._subscription.is_assigned(TopicPartition(record.topic, record.partition)):
+                    return record
+            if deadline.expired():
+                raise StopIteration
+            fetched = self._poll(Deadline(min(deadline.remaining(), _ITERATION_POLL_S)),
+                                 self.config.max_poll_records)
+            for records in fetched.values():
+                self._iteration_buffer.extend(records)
+
+    def _rewind_iteration(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        """Give records fetched for iteration but not handed out back to the log: each partition's position
+        goes back to its first such record, so poll(), seek, pause, commit on close never skip them."""
+        if not self._iteration_buffer:
+            return
+        chosen = None if partitions is None else set(partitions)
+        first: dict[TopicPartition, int] = {}
+        kept: collections.deque[ConsumerRecord] = collections.deque()
+        for record in self._iteration_buffer:
+            tp = TopicPartition(record.topic, record.partition)
+            if chosen is None or tp in chosen:
+                first.setdefault(tp, record.offset)
+            else:
+                kept.append(record)
+        self._iteration_buffer = kept
+        for tp, offset in first.items():
+            if self._subscription.is_assigned(tp):
+                self._subscription.seek(tp, offset)
+        self._fetcher.discard(first)
+
+    def _consumed(self) -> dict[TopicPartition, OffsetAndMetadata]:
+        """What commit() stores by default: positions, counting only records iteration handed out."""
+        consumed = self._subscription.all_consumed()
+        seen: set[TopicPartition] = set()
+        for record in self._iteration_buffer:
+            tp = TopicPartition(record.topic, record.partition)
+            if tp not in seen and tp in consumed:
+                seen.add(tp)
+                consumed[tp] = OffsetAndMetadata(record.offset)
+        return consumed
 
     def _maybe_join_group(self, deadline: Deadline) -> None:
         """Eager rebalance: commit and give up every partition first, then JoinGroup and SyncGroup, so that no
@@ -248,6 +350,10 @@ class Consumer:
     def position(self, partition: TopicPartition) -> int:
         """Offset of the next record poll() will return for `partition` (looked up if unknown)."""
         self._ensure_open()
+        partition = as_topic_partition(partition)
+        for record in self._iteration_buffer:
+            if record.topic == partition.topic and record.partition == partition.partition:
+                return record.offset
         position = self._subscription.position(partition)
         if position is not None:
             return position
@@ -262,7 +368,13 @@ class Consumer:
         raise AssertionError("unreachable")
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
+        """Read `partition` from `offset` on; a bad partition (TypeError) or offset (IllegalArgumentError, a
+        ValueError as kafka-python raises) fails here and changes nothing."""
         self._ensure_open()
+        partition = as_topic_partition(partition)
+        offset = _check_offset(offset, "seek()'s offset")
+        self._subscription.position(partition)  # IllegalStateError if unassigned, before anything changes
+        self._rewind_iteration([partition])
         self._subscription.seek(partition, offset)
         self._fetcher.discard([partition])
 
@@ -275,32 +387,74 @@ class Consumer:
 
     def _seek_to(self, partitions: tuple[TopicPartition, ...], strategy: OffsetResetStrategy) -> None:
         self._ensure_open()
-        targets = partitions or tuple(self._subscription.assigned_partitions())
+        targets = tuple(as_topic_partition(tp) for tp in partitions) or tuple(self._subscription.assigned_partitions())
+        for tp in targets:
+            self._subscription.position(tp)  # IllegalStateError if unassigned, before anything changes
+        self._rewind_iteration(targets)
         for tp in targets:
             self._subscription.request_reset(tp, strategy)
         self._fetcher.discard(targets)
 
     def pause(self, *partitions: TopicPartition) -> None:
-        for tp in partitions:
+        targets = [as_topic_partition(tp) for tp in partitions]
+        self._rewind_iteration(targets)  # iteration hands out nothing more of a paused partition
+        for tp in targets:
             self._subscription.pause(tp)
 
     def resume(self, *partitions: TopicPartition) -> None:
-        for tp in partitions:
+        for tp in [as_topic_partition(tp) for tp in partitions]:
             self._subscription.resume(tp)
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        """The high watermark the last fetch of `partition` saw (the offset the next record will get), or None
+        before any fetch answered; no request is sent (kafka-python's highwater)."""
+        self._ensure_open()
+        return self._subscription.high_watermark(as_topic_partition(partition))
 
     def paused(self) -> set[TopicPartition]:
         return self._subscription.paused_partitions()
 
-    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        self._ensure_open()
-        bounds = self._fetcher.list_offsets(partitions, Deadline(self.config.request_timeout_ms / 1000))
+    def beginning_offsets(self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None
+                          ) -> dict[TopicPartition, int]:
+        """Each partition's log start offset; UnknownTopicOrPartitionError at once for one that does not exist."""
+        bounds = self._log_bounds(partitions, timeout_ms)
         return {tp: b.log_start_offset for tp, b in bounds.items()}
 
-    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+    def end_offsets(self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None
+                    ) -> dict[TopicPartition, int]:
         """High watermarks, or last stable offsets for a read_committed consumer (as Kafka's endOffsets)."""
-        self._ensure_open()
-        bounds = self._fetcher.list_offsets(partitions, Deadline(self.config.request_timeout_ms / 1000))
+        bounds = self._log_bounds(partitions, timeout_ms)
         return {tp: b.end_offset(self.config.isolation_level) for tp, b in bounds.items()}
+
+    def offsets_for_times(self, timestamps: Mapping[TopicPartition, int], timeout_ms: int | None = None
+                          ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """For each partition, the first record whose timestamp is >= the one given (within the LSO for
+        read_committed), or None if there is none; the partitions need not be assigned (kafka-python's)."""
+        wanted: dict[TopicPartition, int] = {}
+        for tp, timestamp in timestamps.items():
+            tp = as_topic_partition(tp)
+            if isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)):
+                raise TypeError(f"the timestamp of {tp} must be an int of milliseconds, not {timestamp!r}")
+            if not 0 <= timestamp <= MAX_OFFSET:
+                raise IllegalArgumentError(f"the target time for {tp} is {timestamp}; it must be between 0 "
+                                           f"and {MAX_OFFSET}")
+            wanted[tp] = int(timestamp)
+        bounds = self._log_bounds(wanted, timeout_ms, timestamps=wanted)
+        return {tp: (OffsetAndTimestamp(b.offset_for_timestamp, b.timestamp, -1) if b.offset_for_timestamp >= 0
+                     else None) for tp, b in bounds.items()}
+
+    def _log_bounds(self, partitions: Iterable[TopicPartition], timeout_ms: int | None,
+                    timestamps: Mapping[TopicPartition, int] | None = None) -> dict[TopicPartition, Any]:
+        self._ensure_open()
+        wanted = [as_topic_partition(tp) for tp in partitions]
+        return self._fetcher.list_offsets(wanted, self._deadline(timeout_ms), timestamps=timestamps, fail_fast=True)
+
+    def _deadline(self, timeout_ms: int | None) -> Deadline:
+        if timeout_ms is None:
+            return Deadline(self.config.request_timeout_ms / 1000)
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)) or timeout_ms < 0:
+            raise IllegalArgumentError(f"timeout_ms must be a number >= 0, not {timeout_ms!r}")
+        return Deadline(timeout_ms / 1000)
 
     # ------------------------------------------------------------ metadata
 
@@ -315,20 +469,44 @@ class Consumer:
 
     # ------------------------------------------------------------ offsets of the group
 
-    def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None) -> None:
-        """Commit `offsets` (default: the current position of every assigned partition) and wait."""
+    def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None,
+               timeout_ms: int | None = None) -> None:
+        """Commit `offsets` (default: the current position of every assigned partition) and wait, after every
+        earlier commit_async (whose callbacks run first). A partition that does not exist fails at once."""
         manager = self._require_group("commit()")
-        if offsets is None:
-            to_commit = self._subscription.all_consumed()
-        else:
-            to_commit = {tp: om if isinstance(om, OffsetAndMetadata) else OffsetAndMetadata(om)
-                         for tp, om in offsets.items()}
-        manager.commit(to_commit, Deadline(self.config.request_timeout_ms / 1000))
+        to_commit = self._to_commit(offsets)
+        deadline = self._deadline(timeout_ms)
+        try:
+            manager.commit(to_commit, deadline)
+        finally:
+            manager.invoke_completed_callbacks()
 
-    def committed(self, partition: TopicPartition, metadata: bool = False) -> int | OffsetAndMetadata | None:
+    def commit_async(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None,
+                     callback: CommitCallback | None = None) -> CommitFuture:
+        """Commit without waiting: sent once, in order after earlier commits; `callback(offsets, None or the
+        exception)` (default: default_offset_commit_callback) runs in this thread during a later poll(),
+        commit(), commit_async() or close(), as kafka-python's. Returns kafka-python's kind of future."""
+        manager = self._require_group("commit_async()")
+        to_commit = self._to_commit(offsets)
+        manager.invoke_completed_callbacks()
+        return manager.commit_async(to_commit, callback or self.config.default_offset_commit_callback)
+
+    def _to_commit(self, offsets: Mapping[Any, Any] | None) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Checked at the call (TypeError / IllegalArgumentError), kafka-python's named tuples accepted."""
+        if offsets is None:
+            return self._consumed()
+        to_commit = {}
+        for key, value in offsets.items():
+            tp = as_topic_partition(key, "a partition to commit")
+            to_commit[tp] = _as_offset_and_metadata(value, tp)
+        return to_commit
+
+    def committed(self, partition: TopicPartition, metadata: bool = False,
+                  timeout_ms: int | None = None) -> int | OffsetAndMetadata | None:
         """The group's committed offset of `partition`, or None; waits while a transaction holds it undecided."""
         manager = self._require_group("committed()")
-        found = manager.committed([partition], Deadline(self.config.request_timeout_ms / 1000))[partition]
+        partition = as_topic_partition(partition)
+        found = manager.committed([partition], self._deadline(timeout_ms))[partition]
         if found is None or metadata:
             return found
         return found.offset
@@ -355,6 +533,7 @@ class Consumer:
         """Commit (with auto commit), leave the group, stop the heartbeat, close channels. Idempotent."""
         if self._closed:
             return
+        self._rewind_iteration()
         try:
             if autocommit and self._subscription.is_subscribed:
                 self._revoke_all("close", Deadline(min(self.config.request_timeout_ms / 1000, 5.0)))
@@ -367,9 +546,12 @@ class Consumer:
         finally:
             self._closed = True
             if self._offsets is not None:
-                self._offsets.close()
+                self._offsets.close(Deadline(min(self.config.request_timeout_ms / 1000, 5.0)))
             self._fetcher.close()
             self._cluster.close()
+            for deserializer in (self.config.key_deserializer, self.config.value_deserializer):
+                if callable(getattr(deserializer, "deserialize", None)) and callable(getattr(deserializer, "close", None)):
+                    deserializer.close()  # kafka-python closes Deserializer objects with the consumer
 
     def __enter__(self) -> Consumer:
         return self

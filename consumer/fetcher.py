@@ -8,10 +8,11 @@ filter has consumed (returned, skipped as aborted, or control markers), in offse
 """
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ from proto.errors import (
     KafkaError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
+    UnknownTopicOrPartitionError,
     for_code,
 )
 from proto.read_committed import AbortedTransactions
@@ -35,6 +37,31 @@ from consumer.config import ConsumerConfig, OffsetResetStrategy
 from consumer.subscription import SubscriptionState
 
 log = logging.getLogger(__name__)
+
+#: (topic, headers, data) -> the application's key or value
+DeserializeFn = Callable[[str, list[tuple[str, bytes | None]], bytes | None], Any]
+
+
+def deserializer_fn(deserializer: Any) -> DeserializeFn | None:
+    """kafka-python's kinds of deserializer as one call: an object with deserialize(topic, headers, data)
+    (kafka-python 3's Deserializer) or deserialize(topic, data) (older ones), else a plain callable of the data.
+    The arity is read once here, so a TypeError raised inside a deserializer is never mistaken for it."""
+    if deserializer is None:
+        return None
+    method = getattr(deserializer, "deserialize", None)
+    if not callable(method):
+        return lambda _topic, _headers, data: deserializer(data)
+    try:
+        positional = [p for p in inspect.signature(method).parameters.values()
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        with_headers = len(positional) >= 3 or any(p.kind is p.VAR_POSITIONAL
+                                                   for p in inspect.signature(method).parameters.values())
+    except (TypeError, ValueError):  # a builtin without a signature: assume kafka-python 3's
+        with_headers = True
+    if with_headers:
+        return method
+    return lambda topic, _headers, data: method(topic, data)
+
 
 # ---------------------------------------------------------------- the read_committed filter
 
@@ -70,15 +97,19 @@ class PartitionRecords:
 
     def __init__(self, tp: TopicPartition, fetch_offset: int, records: bytes, *,
                  isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
-                 aborted_transactions: Iterable[tuple[int, int]] = ()) -> None:
+                 aborted_transactions: Iterable[tuple[int, int]] = (),
+                 key_deserializer: DeserializeFn | None = None,
+                 value_deserializer: DeserializeFn | None = None) -> None:
         self.tp = tp
+        self._key_deserializer = key_deserializer
+        self._value_deserializer = value_deserializer
         self.fetch_offset = fetch_offset
         self.next_fetch_offset = fetch_offset
         self.exhausted = False
         self._aborted = (AbortedTransactions(aborted_transactions)
                          if isolation_level is IsolationLevel.READ_COMMITTED else None)
         self._records = self._unpack(records)
-        self._error: KafkaError | None = None
+        self._error: Exception | None = None
 
     def _advance_to(self, offset: int) -> None:
         self.next_fetch_offset = max(self.next_fetch_offset, offset)
@@ -99,8 +130,9 @@ class PartitionRecords:
     def take(self, max_records: int) -> list[ConsumerRecord]:
         """Up to `max_records` records in offset order; position moves only past what is returned or skipped.
 
-        A decoding error after some records were taken is kept for the next call, so no taken
-        record is ever lost with the exception.
+        A decoding or deserializer error after some records were taken is kept for the next call, so no
+        taken record is ever lost with the exception; the position stays at the record that failed, so a
+        later fetch fails there again until the application seeks past it (Kafka's and kafka-python's way).
         """
         if self._error is not None:
             error, self._error = self._error, None
@@ -110,19 +142,34 @@ class PartitionRecords:
         while len(out) < max_records:
             try:
                 record = next(self._records)
+                out.append(self._to_consumer_record(record))
             except StopIteration:
                 self.exhausted = True
                 break
-            except KafkaError as exc:
+            except Exception as exc:  # a deserializer may raise anything; raised now or by the next take
                 if not out:
                     self.exhausted = True
                     raise
                 self._error = exc
                 break
-            out.append(ConsumerRecord(self.tp.topic, self.tp.partition, record.offset, record.timestamp,
-                                      record.key, record.value, record.headers))
             self.next_fetch_offset = record.offset + 1
         return out
+
+    def _to_consumer_record(self, record: Record) -> ConsumerRecord:
+        key, value = record.key, record.value
+        if self._key_deserializer is not None or self._value_deserializer is not None:
+            headers = list(record.headers)
+            try:
+                if self._key_deserializer is not None:
+                    key = self._key_deserializer(self.tp.topic, headers, key)
+                if self._value_deserializer is not None:
+                    value = self._value_deserializer(self.tp.topic, headers, value)
+            except Exception as exc:
+                exc.add_note(f"txnsim: deserializing the record of {self.tp} at offset {record.offset} failed; "
+                             f"poll() raises this until you seek({self.tp}, {record.offset + 1}) past it")
+                raise
+        return ConsumerRecord(self.tp.topic, self.tp.partition, record.offset, record.timestamp, key, value,
+                              record.headers)
 
 
 # ---------------------------------------------------------------- RPCs
@@ -134,12 +181,23 @@ class LogBounds:
     log_start_offset: int
     high_watermark: int
     last_stable_offset: int
+    #: what a timestamp lookup found: the first record at or after it, and that record's timestamp (-1: none)
+    offset_for_timestamp: int = -1
+    timestamp: int = -1
 
     def end_offset(self, isolation_level: IsolationLevel) -> int:
         """Kafka's end offset: the LSO for read_committed, the high watermark otherwise."""
         if isolation_level is IsolationLevel.READ_COMMITTED:
             return self.last_stable_offset
         return self.high_watermark
+
+
+class PartitionMissing(Exception):
+    """Carries UnknownTopicOrPartitionError (a retriable class, as Kafka's) out of the retry loop."""
+
+    def __init__(self, error: KafkaError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 @dataclass(slots=True)
@@ -163,7 +221,9 @@ class Fetcher:
         self._in_flight: dict[str, _InFlightFetch] = {}
         self._backoff_until: dict[TopicPartition, float] = {}
         self._failing_nodes: set[str] = set()
-        self._error: KafkaError | None = None
+        self._error: Exception | None = None
+        self._key_deserializer = deserializer_fn(config.key_deserializer)
+        self._value_deserializer = deserializer_fn(config.value_deserializer)
 
     # ------------------------------------------------------------ fetch
 
@@ -246,7 +306,8 @@ class Fetcher:
             if part.records:
                 self._completed[tp] = PartitionRecords(
                     tp, fetch_offset, part.records, isolation_level=self._config.isolation_level,
-                    aborted_transactions=[(a.producer_id, a.first_offset) for a in part.aborted_transactions])
+                    aborted_transactions=[(a.producer_id, a.first_offset) for a in part.aborted_transactions],
+                    key_deserializer=self._key_deserializer, value_deserializer=self._value_deserializer)
             return
         error = for_code(code, message)
         if isinstance(error, OffsetOutOfRangeError):
@@ -285,9 +346,12 @@ class Fetcher:
             except CorruptMessageError as exc:
                 log.warning("dropping the rest of a fetch of %s: %s; fetching it again", tp, exc)
                 taken = []
-            except KafkaError:
+            except Exception as exc:  # a KafkaError, or the application's deserializer: raised by poll()
                 del self._completed[tp]
-                raise
+                if not out:
+                    raise
+                self._error = exc  # after the records already taken from other partitions, never instead
+                break
             self._subscription.seek(tp, records.next_fetch_offset)
             del self._completed[tp]
             if not records.exhausted:
@@ -321,39 +385,55 @@ class Fetcher:
 
     # ------------------------------------------------------------ offsets of the log
 
-    def list_offsets(self, partitions: Iterable[TopicPartition], deadline: Deadline, *,
-                     retry: bool = True) -> dict[TopicPartition, LogBounds]:
-        """Log start, high watermark and LSO of each partition (ListOffsets to each leader)."""
+    def list_offsets(self, partitions: Iterable[TopicPartition], deadline: Deadline, *, retry: bool = True,
+                     timestamps: Mapping[TopicPartition, int] | None = None,
+                     fail_fast: bool = False) -> dict[TopicPartition, LogBounds]:
+        """Log start, high watermark and LSO of each partition (ListOffsets to each leader); with `timestamps`,
+        also the first record at or after each partition's timestamp.
+
+        `fail_fast`: a partition that fresh metadata says does not exist raises UnknownTopicOrPartitionError
+        at once (as the producer's send() does) instead of being retried until `deadline`.
+        """
         wanted = set(partitions)
         found: dict[TopicPartition, LogBounds] = {}
         if not retry:
             try:
-                self._list_offsets_once(wanted, found, deadline)
+                self._list_offsets_once(wanted, found, deadline, timestamps)
             except KafkaError as exc:
                 if not exc.retriable:
                     raise
                 log.debug("ListOffsets of %s incomplete: %s", sorted(map(str, wanted - set(found))), exc)
             return found
-        for attempt in retrying(deadline.remaining(), initial_backoff_s=max(self._backoff_s, 0.01)):
-            with attempt:
-                self._list_offsets_once(wanted - set(found), found, deadline)
+        try:
+            for attempt in retrying(deadline.remaining(), initial_backoff_s=max(self._backoff_s, 0.01)):
+                with attempt:
+                    self._list_offsets_once(wanted - set(found), found, deadline, timestamps, fail_fast=fail_fast)
+        except PartitionMissing as missing:
+            raise missing.error from None
         return found
 
     def _list_offsets_once(self, wanted: set[TopicPartition], found: dict[TopicPartition, LogBounds],
-                           deadline: Deadline) -> None:
+                           deadline: Deadline, timestamps: Mapping[TopicPartition, int] | None = None, *,
+                           fail_fast: bool = False) -> None:
         first_error: KafkaError | None = None
         by_node: dict[str, list[TopicPartition]] = {}
         for tp in sorted(wanted):
             try:
                 by_node.setdefault(self._cluster.leader_address(tp, deadline), []).append(tp)
+            except UnknownTopicOrPartitionError as exc:  # the cluster's metadata, fresh, lacks it
+                if fail_fast:
+                    raise PartitionMissing(exc) from None
+                first_error = first_error or exc
             except KafkaError as exc:
                 if not exc.retriable:
                     raise
                 first_error = first_error or exc
         futures: list[tuple[Any, list[TopicPartition]]] = []
         for address, tps in by_node.items():
-            request = pb.ListOffsetsRequest(partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition)
-                                                        for tp in tps])
+            request = pb.ListOffsetsRequest(
+                partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition) for tp in tps],
+                timestamps=[timestamps[tp] for tp in tps] if timestamps else [],
+                isolation_level=int(self._config.isolation_level))
             stub = self._cluster.stubs(address).partitions.ListOffsets
             futures.append((call_future(stub, request, self._config.rpc_timeout(deadline)), tps))
         for future, tps in futures:
@@ -372,10 +452,12 @@ class Fetcher:
                     error = for_code(part.error_code, part.error_message)
                     if not error.retriable:
                         raise error
-                    self._cluster.invalidate(tp)
+                    self._cluster.invalidate(tp)  # the next round asks fresh metadata whether it exists
                     first_error = first_error or error
                     continue
-                found[tp] = LogBounds(part.log_start_offset, part.high_watermark, part.last_stable_offset)
+                found[tp] = LogBounds(part.log_start_offset, part.high_watermark, part.last_stable_offset,
+                                      part.offset_for_timestamp if timestamps else -1,
+                                      part.timestamp if timestamps else -1)
         if first_error is not None and not wanted <= set(found):
             raise first_error
 

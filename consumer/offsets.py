@@ -1,15 +1,21 @@
-"""Committed offsets of the consumer's group: commit, committed (require_stable), auto commit.
+"""Committed offsets of the consumer's group: commit, commit_async, committed (require_stable), auto commit.
 
 A commit from a group member carries its generation and member id so the coordinator can
 fence a member that was rebalanced away; an assign()-only consumer commits with generation
 -1 and member id "". Offsets committed inside a transaction stay invisible to
 `committed()` until the transaction is decided (KAFKA-REFERENCE §10): it waits for that.
+Commits leave in call order: commit_async ones from one worker thread, one at a time, and
+commit() waits for those before it sends its own (as Kafka's commitSync).
 """
 from __future__ import annotations
 
+import collections
 import logging
+import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any
 
 import grpc
@@ -21,6 +27,7 @@ from proto.errors import (
     KafkaTimeoutError,
     RebalanceInProgressError,
     UnknownMemberIdError,
+    UnknownTopicOrPartitionError,
     UnstableOffsetCommitError,
     for_code,
 )
@@ -28,6 +35,7 @@ from proto.structs import OffsetAndMetadata, TopicPartition
 from proto.transport import Deadline, call_future, result_of
 
 from consumer.config import ConsumerConfig
+from consumer.fetcher import PartitionMissing
 from consumer.group import GroupCoordinatorClient, GroupMembership
 from consumer.subscription import SubscriptionState
 
@@ -40,6 +48,75 @@ def _raise_partition_errors(results: Iterable[Any]) -> None:
     for result in results:
         if result.error_code:
             raise for_code(result.error_code, f"{result.topic}-{result.partition}: {result.error_message}")
+
+
+#: commit_async's callback: (offsets, None on success or the exception)
+CommitCallback = Callable[[Mapping[TopicPartition, OffsetAndMetadata], Exception | None], Any]
+
+
+class CommitFuture:
+    """What commit_async() returns: kafka-python's Future (is_done, value, exception, succeeded(), failed(),
+    add_callback/add_errback/add_both), plus get(timeout). Its own callbacks run in the thread that
+    completes it; commit_async's `callback` runs in the consumer's thread instead (see Consumer)."""
+
+    def __init__(self) -> None:
+        self.is_done = False
+        self.value: None = None
+        self.exception: Exception | None = None
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._callbacks: list[tuple[bool, Callable[[Any], Any]]] = []
+
+    def succeeded(self) -> bool:
+        return self.is_done and self.exception is None
+
+    def failed(self) -> bool:
+        return self.is_done and self.exception is not None
+
+    def retriable(self) -> bool:
+        return self.exception is not None and bool(getattr(self.exception, "retriable", False))
+
+    def get(self, timeout: float | None = None) -> None:
+        """Wait for the commit; raise its error, or KafkaTimeoutError if `timeout` seconds pass first."""
+        if not self._done.wait(timeout):
+            raise KafkaTimeoutError(f"the async commit did not finish within {timeout} s")
+        if self.exception is not None:
+            raise self.exception
+
+    def _complete(self, exception: Exception | None) -> None:
+        with self._lock:
+            self.exception = exception
+            self.is_done = True
+            callbacks, self._callbacks = self._callbacks, []
+        self._done.set()
+        for on_success, fn in callbacks:
+            self._run(on_success, fn)
+
+    def _run(self, on_success: bool, fn: Callable[[Any], Any]) -> None:
+        if on_success != (self.exception is None):
+            return
+        try:
+            fn(self.value if on_success else self.exception)
+        except Exception:  # as kafka-python's Future: a callback's bug is logged, the others still run
+            log.exception("commit future callback %r failed", fn)
+
+    def _add(self, on_success: bool, fn: Callable[[Any], Any]) -> CommitFuture:
+        with self._lock:
+            if not self.is_done:
+                self._callbacks.append((on_success, fn))
+                return self
+        self._run(on_success, fn)
+        return self
+
+    def add_callback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> CommitFuture:
+        return self._add(True, lambda value: fn(*args, value, **kwargs))
+
+    def add_errback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> CommitFuture:
+        return self._add(False, lambda error: fn(*args, error, **kwargs))
+
+    def add_both(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> CommitFuture:
+        self.add_callback(fn, *args, **kwargs)
+        return self.add_errback(fn, *args, **kwargs)
 
 
 class OffsetManager:
@@ -56,6 +133,13 @@ class OffsetManager:
         self._next_auto_commit = time.monotonic() + config.auto_commit_interval_ms / 1000
         self._last_committed: dict[TopicPartition, OffsetAndMetadata] = {}
         self._pending_auto_commit: dict[TopicPartition, OffsetAndMetadata] = {}
+        #: commit_async's one worker (started on first use), and the last commit given to it
+        self._async_worker: ThreadPoolExecutor | None = None
+        self._last_async: Future[None] | None = None
+        #: finished commit_async calls whose callback the consumer's thread has still to call
+        self._completed: collections.deque[tuple[CommitCallback, Mapping[TopicPartition, OffsetAndMetadata],
+                                                 Exception | None]] = collections.deque()
+        self._lock = threading.Lock()
 
     @property
     def group_id(self) -> str:
@@ -74,20 +158,92 @@ class OffsetManager:
     # ------------------------------------------------------------ commit
 
     def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata], deadline: Deadline) -> None:
-        """Store `offsets` durably, retrying retriable errors until `deadline`."""
-        if not offsets:
-            return
-        request = self._commit_request(offsets)
+        """Store `offsets` durably, retrying retriable errors until `deadline`, after every earlier commit_async."""
+        self.wait_for_async(deadline)
+        if offsets:
+            self._commit(offsets, deadline, retry=True)
+
+    def commit_async(self, offsets: Mapping[TopicPartition, OffsetAndMetadata],
+                     callback: CommitCallback | None) -> CommitFuture:
+        """Send `offsets` from the worker thread, once, after every earlier commit_async (Kafka retries none:
+        a retried one could land after a later commit and move the offset back)."""
+        future = CommitFuture()
+        with self._lock:
+            if self._async_worker is None:
+                self._async_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"commit-{self.group_id}")
+            self._last_async = self._async_worker.submit(self._commit_async_now, dict(offsets), callback, future)
+        return future
+
+    def _commit_async_now(self, offsets: dict[TopicPartition, OffsetAndMetadata], callback: CommitCallback | None,
+                          future: CommitFuture) -> None:
+        error: Exception | None = None
         try:
-            self._client.call_with_retries("OffsetCommit", request, deadline,
-                                           check=lambda r: _raise_partition_errors(r.results))
+            if offsets:
+                self._commit(offsets, Deadline(self._config.request_timeout_ms / 1000), retry=False)
+        except Exception as exc:  # noqa: BLE001 - every failure goes to the future and the callback, as kafka-python's
+            error = exc
+            log.debug("group %r: async commit failed: %s", self.group_id, exc)
+        if callback is not None:
+            self._completed.append((callback, offsets, error))
+        future._complete(error)
+
+    def wait_for_async(self, deadline: Deadline) -> None:
+        """Wait until every commit_async so far is answered; KafkaTimeoutError at `deadline`."""
+        with self._lock:
+            last = self._last_async
+        if last is None or last.done():
+            return
+        try:
+            last.result(deadline.remaining())
+        except FutureTimeoutError:
+            raise KafkaTimeoutError(f"earlier async commits of group {self.group_id!r} were not answered "
+                                    f"in time; this commit waits for them to keep commits in order") from None
+
+    def invoke_completed_callbacks(self) -> None:
+        """commit_async callbacks of finished commits, in commit order; called from the consumer's thread."""
+        while self._completed:
+            callback, offsets, error = self._completed.popleft()
+            callback(offsets, error)
+
+    def _commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata], deadline: Deadline, *,
+                retry: bool) -> None:
+        request = self._commit_request(offsets)
+
+        def check(response: pb.OffsetCommitResponse) -> None:
+            try:
+                _raise_partition_errors(response.results)
+            except UnknownTopicOrPartitionError as exc:  # retriable in Kafka; final once metadata agrees
+                if self._missing_from_metadata(response.results, deadline):
+                    raise PartitionMissing(exc) from None
+                raise
+
+        try:
+            if retry:
+                self._client.call_with_retries("OffsetCommit", request, deadline, check=check)
+            else:
+                check(self._client.call("OffsetCommit", request, deadline))
+        except PartitionMissing as missing:
+            raise missing.error from None
         except _MEMBERSHIP_ERRORS as exc:
             if self._membership is not None:
                 self._membership.handle_group_error(exc, request.generation_id, request.member_id)
             raise type(exc)(f"{exc} -- commit of group {self.group_id!r} failed: the group rebalanced and these "
                             f"partitions may belong to another member now; poll() to rejoin") from None
-        self._last_committed.update(offsets)
+        with self._lock:
+            self._last_committed.update(offsets)
         log.debug("group %r committed %s", self.group_id, {str(tp): om.offset for tp, om in offsets.items()})
+
+    def _missing_from_metadata(self, results: Iterable[Any], deadline: Deadline) -> bool:
+        """Whether fresh metadata says a partition the coordinator called unknown does not exist."""
+        unknown = [TopicPartition(r.topic, r.partition) for r in results
+                   if r.error_code == UnknownTopicOrPartitionError.errno]
+        try:
+            metadata = self._client.cluster.refresh_metadata(sorted({tp.topic for tp in unknown}), deadline)
+        except KafkaError as exc:
+            log.debug("group %r: metadata to confirm an unknown partition failed: %s", self.group_id, exc)
+            return False
+        counts = {t.name: (len(t.partitions) if not t.error_code else 0) for t in metadata.topics}
+        return any(tp.partition >= counts.get(tp.topic, 0) for tp in unknown)
 
     def commit_quietly(self, offsets: Mapping[TopicPartition, OffsetAndMetadata], deadline: Deadline,
                        reason: str) -> None:
@@ -111,7 +267,9 @@ class OffsetManager:
         self._next_auto_commit = now + self._config.auto_commit_interval_ms / 1000
         if self._membership is not None and self._membership.needs_join():
             return  # the rebalance commits before it gives partitions away
-        offsets = {tp: om for tp, om in self._subscription.all_consumed().items() if self._last_committed.get(tp) != om}
+        with self._lock:
+            offsets = {tp: om for tp, om in self._subscription.all_consumed().items()
+                       if self._last_committed.get(tp) != om}
         if not offsets:
             return
         request = self._commit_request(offsets)
@@ -135,9 +293,21 @@ class OffsetManager:
                 self._membership.handle_group_error(exc, *self._auto_commit_generation)
             log.warning("group %r: auto commit failed: %s", self.group_id, exc)
             return
-        self._last_committed.update(self._pending_auto_commit)
+        with self._lock:
+            self._last_committed.update(self._pending_auto_commit)
 
-    def close(self) -> None:
+    def close(self, deadline: Deadline | None = None) -> None:
+        """Wait (until `deadline`) for commit_async calls still on their way and call their callbacks."""
+        if deadline is not None:
+            try:
+                self.wait_for_async(deadline)
+                self.invoke_completed_callbacks()
+            except KafkaError as exc:
+                log.warning("group %r: close: %s", self.group_id, exc)
+        with self._lock:
+            worker, self._async_worker = self._async_worker, None
+        if worker is not None:
+            worker.shutdown(wait=False)  # a commit still queued fails on the closed channels, futures complete
         if self._auto_commit_future is not None:
             self._auto_commit_future.cancel()
             self._auto_commit_future = None

@@ -10,11 +10,34 @@ import enum
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from proto.errors import IllegalStateError
+from proto.errors import IllegalArgumentError, IllegalStateError
 from proto.structs import OffsetAndMetadata, TopicPartition
 
 from consumer.config import OffsetResetStrategy
+
+
+#: Kafka's partition numbers are int32
+MAX_PARTITION = 2**31 - 1
+
+
+def as_topic_partition(value: Any, what: str = "partition") -> TopicPartition:
+    """txnsim's TopicPartition from anything shaped like one, kafka-python's named tuple included (duck typing
+    on (topic, partition)); checked here so that a bad one fails at the call, never in a later poll()."""
+    try:
+        topic, partition = value
+    except (TypeError, ValueError):
+        raise TypeError(f"{what} must be a TopicPartition (topic, partition), not {value!r}") from None
+    if not isinstance(topic, str):
+        raise TypeError(f"the topic of {what} {value!r} must be a str, not {type(topic).__name__}")
+    if isinstance(partition, bool) or not isinstance(partition, int):
+        raise TypeError(f"the partition of {what} {value!r} must be an int, not {type(partition).__name__}")
+    if not topic:
+        raise IllegalArgumentError(f"{what} {value!r} has an empty topic name")
+    if not 0 <= partition <= MAX_PARTITION:
+        raise IllegalArgumentError(f"the partition of {what} {value!r} must be between 0 and {MAX_PARTITION}")
+    return value if type(value) is TopicPartition else TopicPartition(topic, partition)
 
 
 class SubscriptionType(enum.Enum):
@@ -73,10 +96,7 @@ class SubscriptionState:
     def assign_from_user(self, partitions: Iterable[TopicPartition]) -> None:
         if self.type is SubscriptionType.AUTO_TOPICS:
             raise IllegalStateError("assign() after subscribe(): call unsubscribe() first")
-        partitions = set(partitions)
-        for tp in partitions:
-            if not isinstance(tp, TopicPartition):
-                raise IllegalStateError(f"assign() takes TopicPartition values, not {tp!r}")
+        partitions = {as_topic_partition(tp, "assign()'s partition") for tp in partitions}
         self.type = SubscriptionType.USER_ASSIGNED if partitions else SubscriptionType.NONE
         self._set_assignment(partitions)
 
@@ -152,6 +172,10 @@ class SubscriptionState:
     def all_consumed(self) -> dict[TopicPartition, OffsetAndMetadata]:
         """The offsets a commit() without arguments stores: every known position."""
         return {tp: OffsetAndMetadata(s.position) for tp, s in self._assignment.items() if s.position is not None}
+
+    def high_watermark(self, tp: TopicPartition) -> int | None:
+        """The high watermark the last fetch of `tp` saw (None before one answered)."""
+        return self._state(tp).high_watermark
 
     def update_bounds(self, tp: TopicPartition, *, high_watermark: int, last_stable_offset: int,
                       log_start_offset: int) -> None:

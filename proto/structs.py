@@ -53,6 +53,18 @@ class OffsetAndMetadata(NamedTuple):
         return OffsetAndMetadata, (self.offset, self.metadata, self.leader_epoch)
 
 
+class OffsetAndTimestamp(NamedTuple):
+    """What Consumer.offsets_for_times found: the first record at or after a timestamp, that record's
+    timestamp, and the leader epoch (-1: txnsim does not report it), kafka-python's three fields."""
+
+    offset: int
+    timestamp: int
+    leader_epoch: int | None = -1
+
+    def __reduce__(self) -> tuple[type[OffsetAndTimestamp], tuple[int, int, int | None]]:
+        return OffsetAndTimestamp, (self.offset, self.timestamp, self.leader_epoch)
+
+
 @dataclass(frozen=True, slots=True)
 class RecordMetadata:
     """Where an acknowledged record landed."""
