@@ -44,6 +44,7 @@ from proto.errors import (
 from proto.hashing import partition_for
 from proto.records import (
     ControlType,
+    encode_batch,
     encode_control_batch,
     iter_batches,
     set_base_offset,
@@ -574,3 +575,16 @@ def test_service_answers_errors_in_the_response(gc: GroupCoordinator) -> None:
     ok = service.JoinGroup(pb.JoinGroupRequest(group_id=GROUP, session_timeout_ms=1000, protocol_type="consumer",
                                                protocols=[pb.GroupProtocol(name="range")]), None)
     assert ok.error_code == 0 and ok.generation_id == 1
+
+
+def test_a_membership_record_from_before_the_classic_protocol_loads_as_an_empty_group(clock: Clock,
+                                                                                       shard_log: MemoryLog) -> None:
+    old = (b'{"version":0,"generation":7,"members":[{"member_id":"consumer-1","group_instance_id":null,'
+           b'"session_timeout_ms":1000,"rebalance_timeout_ms":5000,"topics":["orders"]}]}')
+    shard_log.append(encode_batch([(clock.ms, f"{GROUP}\x00__generation__".encode(), old, ())]))
+    gc = make_coordinator(clock, shard_log)
+    (described,) = gc.describe_groups(pb.DescribeGroupsRequest(group_ids=[GROUP])).groups
+    assert (described.state, described.generation_id, list(described.members)) == ("Empty", 7, [])
+    with pytest.raises(UnknownMemberIdError):
+        heartbeat(gc, "consumer-1", 7)
+    assert join(gc, ["orders"]).generation_id == 8
