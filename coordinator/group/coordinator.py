@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -113,6 +114,19 @@ class _Shard:
     writes_since_snapshot: int = 0
 
 
+def _run_timers(coordinator: weakref.ref[GroupCoordinator], wake: threading.Event) -> None:
+    """The group timers' thread: due timers first, then sleep until the next (at least every half second, for
+    clocks that jump). It holds its coordinator weakly, so a coordinator dropped without close() stops it."""
+    while True:
+        live = coordinator()
+        wait_s = live._timer_step() if live is not None else None
+        del live
+        if wait_s is None:
+            return
+        wake.wait(wait_s)
+        wake.clear()
+
+
 class GroupCoordinator:
     """Serves the group RPCs for the __consumer_offsets shards loaded into it."""
 
@@ -140,7 +154,8 @@ class GroupCoordinator:
         self._new_member_id = new_member_id
         self._timer_wake = threading.Event()
         if run_timers:
-            threading.Thread(target=self._run_timers, name="group-timers", daemon=True).start()
+            threading.Thread(target=_run_timers, args=(weakref.ref(self), self._timer_wake), name="group-timers",
+                             daemon=True).start()
 
     # ------------------------------------------------------------ shards
 
@@ -395,18 +410,17 @@ class GroupCoordinator:
                 deadlines.append(deadline)
         return min(deadlines, default=None)
 
-    def _run_timers(self) -> None:
-        """Run the group timers when the earliest is due (at least every half second, for clocks that jump)."""
-        while not self._closed:
-            try:
-                self.expire_members()
-                next_ms = self._next_timer_ms()
-            except Exception:  # a bug: say so, keep the timers alive
-                logger.exception("group timers failed")
-                next_ms = None
-            wait_s = 0.5 if next_ms is None else min(0.5, max(0.002, (next_ms - self._now_ms()) / 1000))
-            self._timer_wake.wait(wait_s)
-            self._timer_wake.clear()
+    def _timer_step(self) -> float | None:
+        """Run the due group timers; how long until the next one (None: closed)."""
+        if self._closed:
+            return None
+        try:
+            self.expire_members()
+            next_ms = self._next_timer_ms()
+        except Exception:  # a bug: say so, keep the timers alive
+            logger.exception("group timers failed")
+            next_ms = None
+        return 0.5 if next_ms is None else min(0.5, max(0.002, (next_ms - self._now_ms()) / 1000))
 
     def _fail_waiters(self, shard: _Shard, error: KafkaError) -> None:
         """The shard moved away: nobody waiting on its groups will be answered by this node."""
