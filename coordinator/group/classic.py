@@ -413,8 +413,10 @@ class ClassicGroup:
     def _maybe_complete_join(self, now_ms: int) -> list[Effect]:
         timed_out = self.rebalance_deadline_ms is not None and now_ms >= self.rebalance_deadline_ms
         if not timed_out:
-            if self.initial_delay_until_ms is not None and now_ms < self.initial_delay_until_ms:
-                return []
+            if self.initial_delay_until_ms is not None:
+                if now_ms < self.initial_delay_until_ms:
+                    return []
+                self.initial_delay_until_ms = None  # over: from now on only the members decide (and no timer)
             if not self._all_joined():
                 return []
         effects: list[Effect] = []

@@ -272,3 +272,15 @@ def test_every_transition_is_in_the_table():
     with pytest.raises(AssertionError, match="Empty to Stable"):
         h.group.transition_to(GroupState.STABLE)
     assert GroupState.EMPTY in VALID_PREVIOUS[GroupState.PREPARING_REBALANCE]
+
+
+def test_no_timer_stays_due_while_the_barrier_waits_for_a_member():
+    """The driver sleeps until next_deadline_ms(): a deadline in the past would make it spin."""
+    h = Harness()
+    h.new_member("ja")
+    h.join("jb-id")  # MEMBER_ID_REQUIRED handed out; that member has not joined with it yet
+    h.tick(DELAY)
+    assert "ja" not in h.answers  # the barrier waits for the pending member
+    assert h.group.next_deadline_ms() > h.now
+    h.tick(h.group.next_deadline_ms() - h.now)  # its id lapses with its session timeout
+    assert h.answers["ja"].generation_id == 1
