@@ -178,8 +178,10 @@ class OffsetManager:
                           future: CommitFuture) -> None:
         error: Exception | None = None
         try:
+            deadline = Deadline(self._config.request_timeout_ms / 1000)
+            self._wait_for_auto_commit(deadline)
             if offsets:
-                self._commit(offsets, Deadline(self._config.request_timeout_ms / 1000), retry=False)
+                self._commit(offsets, deadline, retry=False)
         except Exception as exc:  # noqa: BLE001 - every failure goes to the future and the callback, as kafka-python's
             error = exc
             log.debug("group %r: async commit failed: %s", self.group_id, exc)
@@ -188,7 +190,8 @@ class OffsetManager:
         future._complete(error)
 
     def wait_for_async(self, deadline: Deadline) -> None:
-        """Wait until every commit_async so far is answered; KafkaTimeoutError at `deadline`."""
+        """Wait until every commit_async and auto commit so far is answered; KafkaTimeoutError at `deadline`."""
+        self._wait_for_auto_commit(deadline)
         with self._lock:
             last = self._last_async
         if last is None or last.done():
@@ -198,6 +201,17 @@ class OffsetManager:
         except FutureTimeoutError:
             raise KafkaTimeoutError(f"earlier async commits of group {self.group_id!r} were not answered "
                                     f"in time; this commit waits for them to keep commits in order") from None
+
+    def _wait_for_auto_commit(self, deadline: Deadline) -> None:
+        """An auto commit in flight is older than any commit being sent now: let it land first, so that the
+        node (which may run two commits of one group at once) never applies it after the newer one."""
+        auto = self._auto_commit_future
+        if auto is None or auto.done():
+            return
+        try:
+            auto.exception(timeout=deadline.remaining())
+        except (grpc.FutureTimeoutError, grpc.FutureCancelledError):
+            pass  # not answered in time: the newer commit goes anyway, as it did before
 
     def invoke_completed_callbacks(self) -> None:
         """commit_async callbacks of finished commits, in commit order; called from the consumer's thread."""
@@ -261,6 +275,9 @@ class OffsetManager:
             if not self._auto_commit_future.done():
                 return
             self._finish_auto_commit()
+        with self._lock:
+            if self._last_async is not None and not self._last_async.done():
+                return  # after the commit_async calls still on their way, on a later poll
         now = time.monotonic()
         if now < self._next_auto_commit:
             return
