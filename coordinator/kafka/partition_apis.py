@@ -17,11 +17,17 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from coordinator.kafka.apis import WireError
 from coordinator.partition_service import PartitionServer
 from proto import txnsim_pb2 as pb
-from proto.errors import KafkaError, code_of
+from proto.errors import InvalidTxnStateError, KafkaError, TransactionAbortableError, code_of
 
 #: ListOffsets timestamps with a meaning of their own (Kafka's ListOffsetsRequest)
 LATEST_TIMESTAMP, EARLIEST_TIMESTAMP, MAX_TIMESTAMP = -1, -2, -3
 READ_COMMITTED = 1
+
+
+def _for_produce_version(code: int) -> int:
+    """TRANSACTION_ABORTABLE is a produce answer only from Produce v12 (transactions V2, not served): older
+    versions get INVALID_TXN_STATE, as Kafka's broker maps it, an error every client of those versions knows."""
+    return InvalidTxnStateError.errno if code == TransactionAbortableError.errno else code
 
 
 class PartitionApis:
@@ -45,10 +51,10 @@ class PartitionApis:
             try:
                 answer = self._partitions.produce(produce)
                 for r in answer.partitions:
-                    results[(r.topic, r.partition)] = (r.error_code, r.error_message or None,
+                    results[(r.topic, r.partition)] = (_for_produce_version(r.error_code), r.error_message or None,
                                                        r.base_offset, r.log_start_offset if not r.error_code else -1)
             except KafkaError as exc:
-                results = {(t, p): (code_of(exc), str(exc), -1, -1) for t, p, _ in wanted}
+                results = {(t, p): (_for_produce_version(code_of(exc)), str(exc), -1, -1) for t, p, _ in wanted}
         if request.acks == 0:
             return None  # the client expects no response at all
         P = ProduceResponse.TopicProduceResponse.PartitionProduceResponse

@@ -435,3 +435,15 @@ def admin_requests() -> dict:
     """The admin APIs (admin_apis.py), from their own test module's stand-ins."""
     from tests.unit.kafka.test_admin_handlers import admin_requests as build
     return build()
+
+
+def test_a_write_outside_the_transaction_is_invalid_txn_state_below_produce_v12():
+    """The node says TRANSACTION_ABORTABLE (transactions V2); Kafka clients of Produce < 12 hear INVALID_TXN_STATE."""
+    class Unverified(FakePartitions):
+        def produce(self, req):
+            return pb.ProduceResponse(partitions=[pb.PartitionProduceResult(
+                topic=p.topic, partition=p.partition, error_code=120, base_offset=-1,
+                error_message="[TRANSACTION_ABORTABLE] not in the transaction") for p in req.partitions])
+    response = PartitionApis(Unverified()).produce(produce_request(acks=-1), 9)
+    codes = {p.error_code for t in response.responses for p in t.partition_responses}
+    assert codes == {48}
