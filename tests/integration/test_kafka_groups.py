@@ -526,3 +526,23 @@ def test_aiokafka_and_confluent_kafka_members_share_a_group(cluster, topic):
     stopping.set()
     thread.join(30)
     confluent.stop()
+
+
+def test_a_txnsim_pattern_subscription_picks_up_a_topic_created_later(cluster, topic):
+    from txnsim import Consumer as TxnsimConsumer
+
+    prefix = f"{topic}-p"
+    with Admin(cluster.bootstrap_servers) as admin:
+        admin.create_topic(f"{prefix}-a", partitions=2)
+        with TxnsimConsumer(bootstrap_servers=cluster.bootstrap_servers, group_id=f"{prefix}-app",
+                            metadata_max_age_ms=200, session_timeout_ms=SESSION_MS,
+                            heartbeat_interval_ms=200) as consumer:
+            consumer.subscribe(pattern=rf"{prefix}-.*")
+
+            def topics() -> set[str]:
+                consumer.poll(timeout_ms=50)
+                return {tp.topic for tp in consumer.assignment()}
+            wait_until(lambda: topics() == {f"{prefix}-a"}, 20, "the matching topic assigned")
+            admin.create_topic(f"{prefix}-b", partitions=2)
+            wait_until(lambda: topics() == {f"{prefix}-a", f"{prefix}-b"}, 20, "the new topic assigned too")
+            assert consumer.subscription() == {f"{prefix}-a", f"{prefix}-b"}
