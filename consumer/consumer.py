@@ -8,7 +8,6 @@ sees (position(), commit()) counts only the records it was handed, as kafka-pyth
 """
 from __future__ import annotations
 
-import collections
 import logging
 import re
 import threading
@@ -40,40 +39,15 @@ from consumer.config import ConsumerConfig, OffsetResetStrategy
 from consumer.fetcher import Fetcher
 from consumer.group import GroupCoordinatorClient, GroupMembership
 from consumer.offsets import CommitCallback, CommitFuture, OffsetManager
-from consumer.subscription import SubscriptionState, as_topic_partition
+from consumer.arguments import as_offset_and_metadata, as_topic_partition, check_offset, check_timestamp
+from consumer.iteration import IterationBuffer
+from consumer.subscription import SubscriptionState
 
 log = logging.getLogger(__name__)
 
 _REJOIN_ERRORS = (RebalanceInProgressError, IllegalGenerationError, UnknownMemberIdError)
-#: Kafka's offsets and timestamps are int64
-MAX_OFFSET = 2**63 - 1
 #: the longest one poll() inside iteration waits; iteration itself waits consumer_timeout_ms (or forever)
 _ITERATION_POLL_S = 1.0
-
-
-def _check_offset(offset: Any, what: str) -> int:
-    """An offset the nodes can take, or IllegalArgumentError (a ValueError, as kafka-python raises) at the call."""
-    if isinstance(offset, bool) or not isinstance(offset, int):
-        raise IllegalArgumentError(f"{what} must be an int, not {type(offset).__name__} {offset!r}")
-    if not 0 <= offset <= MAX_OFFSET:
-        raise IllegalArgumentError(f"{what} must be between 0 and {MAX_OFFSET}, not {offset}")
-    return offset
-
-
-def _as_offset_and_metadata(value: Any, tp: TopicPartition) -> OffsetAndMetadata:
-    """An int, or an OffsetAndMetadata of txnsim's or kafka-python's (duck typing on .offset)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return OffsetAndMetadata(_check_offset(value, f"the offset of {tp}"))
-    if not hasattr(value, "offset"):
-        raise TypeError(f"the offset of {tp} must be an OffsetAndMetadata or an int, not {value!r}")
-    offset = _check_offset(value.offset, f"the offset of {tp}")
-    metadata = getattr(value, "metadata", "") or ""
-    if not isinstance(metadata, str):
-        raise TypeError(f"the metadata of {tp}'s offset must be a str, not {metadata!r}")
-    leader_epoch = getattr(value, "leader_epoch", -1)
-    if type(value) is OffsetAndMetadata and value.metadata == metadata:
-        return value
-    return OffsetAndMetadata(offset, metadata, -1 if leader_epoch is None else leader_epoch)
 
 
 class ConsumerRebalanceListener(Protocol):
@@ -105,9 +79,7 @@ class Consumer:
         self._offsets: OffsetManager | None = None
         self._listener: ConsumerRebalanceListener | None = None
         self._next_metadata_check = 0.0
-        #: records a poll inside iteration fetched and iteration has not handed out yet (their positions are
-        #: already past them in SubscriptionState; _rewind_iteration moves them back when anything else runs)
-        self._iteration_buffer: collections.deque[ConsumerRecord] = collections.deque()
+        self._iteration = IterationBuffer()
         if self.config.group_id is not None:
             client = GroupCoordinatorClient(self._cluster, self.config.group_id, self.config)
             self._membership = GroupMembership(client, self.config, lambda: self._subscription.topics, self._wakeup)
@@ -217,47 +189,23 @@ class Consumer:
             raise StopIteration("the consumer is closed")
         deadline = Deadline(self.config.iteration_timeout_s)
         while True:
-            while self._iteration_buffer:
-                record = self._iteration_buffer.popleft()
-                if self._subscription.is_assigned(TopicPartition(record.topic, record.partition)):
-                    return record
+            record = self._iteration.pop(self._subscription.is_assigned)
+            if record is not None:
+                return record
             if deadline.expired():
                 raise StopIteration
-            fetched = self._poll(Deadline(min(deadline.remaining(), _ITERATION_POLL_S)),
-                                 self.config.max_poll_records)
-            for records in fetched.values():
-                self._iteration_buffer.extend(records)
+            self._iteration.extend(self._poll(Deadline(min(deadline.remaining(), _ITERATION_POLL_S)),
+                                              self.config.max_poll_records))
 
     def _rewind_iteration(self, partitions: Iterable[TopicPartition] | None = None) -> None:
-        """Give records fetched for iteration but not handed out back to the log: each partition's position
-        goes back to its first such record, so poll(), seek, pause, commit on close never skip them."""
-        if not self._iteration_buffer:
+        """Records fetched for iteration but not handed out go back to the log (see consumer/iteration.py)."""
+        if not self._iteration:
             return
-        chosen = None if partitions is None else set(partitions)
-        first: dict[TopicPartition, int] = {}
-        kept: collections.deque[ConsumerRecord] = collections.deque()
-        for record in self._iteration_buffer:
-            tp = TopicPartition(record.topic, record.partition)
-            if chosen is None or tp in chosen:
-                first.setdefault(tp, record.offset)
-            else:
-                kept.append(record)
-        self._iteration_buffer = kept
-        for tp, offset in first.items():
+        resume_at = self._iteration.rewind(partitions)
+        for tp, offset in resume_at.items():
             if self._subscription.is_assigned(tp):
                 self._subscription.seek(tp, offset)
-        self._fetcher.discard(first)
-
-    def _consumed(self) -> dict[TopicPartition, OffsetAndMetadata]:
-        """What commit() stores by default: positions, counting only records iteration handed out."""
-        consumed = self._subscription.all_consumed()
-        seen: set[TopicPartition] = set()
-        for record in self._iteration_buffer:
-            tp = TopicPartition(record.topic, record.partition)
-            if tp not in seen and tp in consumed:
-                seen.add(tp)
-                consumed[tp] = OffsetAndMetadata(record.offset)
-        return consumed
+        self._fetcher.discard(resume_at)
 
     def _maybe_join_group(self, deadline: Deadline) -> None:
         """Eager rebalance: commit and give up every partition first, then JoinGroup and SyncGroup, so that no
@@ -351,9 +299,9 @@ class Consumer:
         """Offset of the next record poll() will return for `partition` (looked up if unknown)."""
         self._ensure_open()
         partition = as_topic_partition(partition)
-        for record in self._iteration_buffer:
-            if record.topic == partition.topic and record.partition == partition.partition:
-                return record.offset
+        position = self._iteration.position(partition)
+        if position is not None:
+            return position
         position = self._subscription.position(partition)
         if position is not None:
             return position
@@ -372,7 +320,7 @@ class Consumer:
         ValueError as kafka-python raises) fails here and changes nothing."""
         self._ensure_open()
         partition = as_topic_partition(partition)
-        offset = _check_offset(offset, "seek()'s offset")
+        offset = check_offset(offset, "seek()'s offset")
         self._subscription.position(partition)  # IllegalStateError if unassigned, before anything changes
         self._rewind_iteration([partition])
         self._subscription.seek(partition, offset)
@@ -431,14 +379,9 @@ class Consumer:
         """For each partition, the first record whose timestamp is >= the one given (within the LSO for
         read_committed), or None if there is none; the partitions need not be assigned (kafka-python's)."""
         wanted: dict[TopicPartition, int] = {}
-        for tp, timestamp in timestamps.items():
-            tp = as_topic_partition(tp)
-            if isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)):
-                raise TypeError(f"the timestamp of {tp} must be an int of milliseconds, not {timestamp!r}")
-            if not 0 <= timestamp <= MAX_OFFSET:
-                raise IllegalArgumentError(f"the target time for {tp} is {timestamp}; it must be between 0 "
-                                           f"and {MAX_OFFSET}")
-            wanted[tp] = int(timestamp)
+        for key, timestamp in timestamps.items():
+            tp = as_topic_partition(key)
+            wanted[tp] = check_timestamp(timestamp, tp)
         bounds = self._log_bounds(wanted, timeout_ms, timestamps=wanted)
         return {tp: (OffsetAndTimestamp(b.offset_for_timestamp, b.timestamp, -1) if b.offset_for_timestamp >= 0
                      else None) for tp, b in bounds.items()}
@@ -494,11 +437,11 @@ class Consumer:
     def _to_commit(self, offsets: Mapping[Any, Any] | None) -> dict[TopicPartition, OffsetAndMetadata]:
         """Checked at the call (TypeError / IllegalArgumentError), kafka-python's named tuples accepted."""
         if offsets is None:
-            return self._consumed()
+            return self._iteration.consumed(self._subscription.all_consumed())
         to_commit = {}
         for key, value in offsets.items():
             tp = as_topic_partition(key, "a partition to commit")
-            to_commit[tp] = _as_offset_and_metadata(value, tp)
+            to_commit[tp] = as_offset_and_metadata(value, tp)
         return to_commit
 
     def committed(self, partition: TopicPartition, metadata: bool = False,

@@ -10,34 +10,11 @@ import enum
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
-
-from proto.errors import IllegalArgumentError, IllegalStateError
+from proto.errors import IllegalStateError
 from proto.structs import OffsetAndMetadata, TopicPartition
 
+from consumer.arguments import as_topic_partition
 from consumer.config import OffsetResetStrategy
-
-
-#: Kafka's partition numbers are int32
-MAX_PARTITION = 2**31 - 1
-
-
-def as_topic_partition(value: Any, what: str = "partition") -> TopicPartition:
-    """txnsim's TopicPartition from anything shaped like one, kafka-python's named tuple included (duck typing
-    on (topic, partition)); checked here so that a bad one fails at the call, never in a later poll()."""
-    try:
-        topic, partition = value
-    except (TypeError, ValueError):
-        raise TypeError(f"{what} must be a TopicPartition (topic, partition), not {value!r}") from None
-    if not isinstance(topic, str):
-        raise TypeError(f"the topic of {what} {value!r} must be a str, not {type(topic).__name__}")
-    if isinstance(partition, bool) or not isinstance(partition, int):
-        raise TypeError(f"the partition of {what} {value!r} must be an int, not {type(partition).__name__}")
-    if not topic:
-        raise IllegalArgumentError(f"{what} {value!r} has an empty topic name")
-    if not 0 <= partition <= MAX_PARTITION:
-        raise IllegalArgumentError(f"the partition of {what} {value!r} must be between 0 and {MAX_PARTITION}")
-    return value if type(value) is TopicPartition else TopicPartition(topic, partition)
 
 
 class SubscriptionType(enum.Enum):

@@ -13,7 +13,7 @@ import pytest
 from kafka.serializer import Deserializer
 
 import consumer.consumer as consumer_module
-from consumer.subscription import as_topic_partition
+from consumer.arguments import MAX_OFFSET, as_topic_partition, check_offset
 from proto.errors import (
     IllegalArgumentError,
     IllegalStateError,
@@ -285,9 +285,7 @@ def test_a_bad_seek_offset_fails_at_the_call_and_poll_goes_on(node: FakeNode, of
 
 
 def test_the_largest_offset_is_accepted_by_seek() -> None:
-    from consumer.consumer import MAX_OFFSET, _check_offset
-
-    assert _check_offset(2**63 - 1, "x") == MAX_OFFSET
+    assert check_offset(2**63 - 1, "x") == MAX_OFFSET
 
 
 @pytest.mark.parametrize("partition", [TopicPartition("orders", "0"), ("orders", 0.0), "orders-0", ("orders",),  # type: ignore[arg-type]
