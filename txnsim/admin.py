@@ -7,14 +7,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from proto import txnsim_pb2 as pb
-from proto.cluster_client import TRANSACTION, ClusterClient
+from proto.cluster_client import GROUP, TRANSACTION, ClusterClient
+from proto.consumer_protocol import decode_assignment
 from proto.errors import (
+    IllegalArgumentError,
+    InvalidGroupIdError,
     InvalidRequestError,
     KafkaError,
     TransactionalIdNotFoundError,
     raise_for,
 )
-from proto.structs import INTERNAL_TOPICS, TopicPartition, TransactionState, validate_topic_name
+from proto.structs import INTERNAL_TOPICS, OffsetAndMetadata, TopicPartition, TransactionState, validate_topic_name
 from proto.transport import Deadline, call, retrying
 
 
@@ -68,6 +71,34 @@ class ProducerState:
     last_timestamp: int
     coordinator_epoch: int
     current_txn_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    group_id: str
+    protocol_type: str
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMember:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    #: decoded from the member's ConsumerProtocol assignment (empty for other protocol types)
+    assignment: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    generation_id: int
+    members: tuple[GroupMember, ...]
+    coordinator_id: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +187,20 @@ class Admin:
                         failure = failure or exc
                 if failure is not None:
                     raise failure
+        return out
+
+    def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, int | None]:
+        """The first offset whose record timestamp is >= the given one (ms), per partition; None if no record
+        is that late (Kafka's ListOffsets by time)."""
+        out: dict[TopicPartition, int | None] = {}
+        for address, group in self._by_leader(timestamps).items():
+            request = pb.ListOffsetsRequest(
+                partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition) for tp in group],
+                timestamps=[timestamps[tp] for tp in group])
+            response = call(self._client.stubs(address).partitions.ListOffsets, request, self._timeout_s)
+            for p in response.partitions:
+                raise_for(p.error_code, p.error_message)
+                out[TopicPartition(p.topic, p.partition)] = p.offset_for_timestamp if p.offset_for_timestamp >= 0 else None
         return out
 
     def end_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
@@ -284,6 +329,91 @@ class Admin:
         result = response.markers[0].partitions[0]
         raise_for(result.error_code, result.error_message)
         return producer
+
+    # ------------------------------------------------------------ consumer groups (kafka-python's KafkaAdminClient names)
+
+    def list_consumer_groups(self) -> list[GroupListing]:
+        """Every node answers for the groups of the __consumer_offsets shards it owns; the union is the cluster's."""
+        listings: dict[str, GroupListing] = {}
+        for node in self._client.refresh_metadata().nodes:
+            if not node.alive:
+                continue
+            try:
+                response = call(self._client.stubs(node.address).groups.ListGroups, pb.ListGroupsRequest(),
+                                self._timeout_s)
+            except KafkaError:
+                continue
+            for g in response.groups:
+                listings[g.group_id] = GroupListing(g.group_id, g.protocol_type, g.state)
+        return sorted(listings.values(), key=lambda g: g.group_id)
+
+    def describe_consumer_groups(self, group_ids: Iterable[str]) -> list[GroupDescription]:
+        """State, protocol, generation and members (with their decoded assignments) of each group; a group
+        nobody ever used is described as Dead, as Kafka does."""
+        out = []
+        for group_id in group_ids:
+            response, node_id = self._group_call("DescribeGroups", group_id,
+                                                 pb.DescribeGroupsRequest(group_ids=[group_id]))
+            d = response.groups[0]
+            raise_for(d.error_code, d.error_message)
+            consumer = d.protocol_type == "consumer"
+            out.append(GroupDescription(
+                d.group_id, d.state, d.protocol_type, d.protocol, d.generation_id,
+                tuple(GroupMember(m.member_id, m.group_instance_id or None, m.client_id, m.client_host,
+                                  tuple(decode_assignment(m.assignment)) if consumer and m.assignment else ())
+                      for m in d.members), node_id))
+        return out
+
+    def list_consumer_group_offsets(self, group_id: str,
+                                    partitions: Iterable[TopicPartition] | None = None
+                                    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The group's committed offsets (all of them, or those of `partitions`); a partition with none is left out."""
+        request = pb.OffsetFetchRequest(group_id=group_id, partitions=[
+            pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition) for tp in partitions or ()])
+        response, _node = self._group_call("OffsetFetch", group_id, request)
+        out = {}
+        for r in response.results:
+            raise_for(r.error_code, r.error_message)
+            if r.offset >= 0:
+                out[TopicPartition(r.topic, r.partition)] = OffsetAndMetadata(r.offset, r.metadata)
+        return out
+
+    def alter_consumer_group_offsets(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
+        """Commit `offsets` for a group that has no active members (kafka-consumer-groups.sh --reset-offsets):
+        a standalone commit (generation -1), which the coordinator refuses while members are in the group."""
+        for tp, offset in offsets.items():
+            if offset < 0:
+                raise IllegalArgumentError(f"[INVALID_REQUEST] offset {offset} for {tp} is negative")
+        request = pb.OffsetCommitRequest(group_id=group_id, generation_id=-1, member_id="", offsets=[
+            pb.OffsetEntry(topic=tp.topic, partition=tp.partition, offset=offset) for tp, offset in offsets.items()])
+        response, _node = self._group_call("OffsetCommit", group_id, request)
+        for r in response.results:
+            raise_for(r.error_code, r.error_message)
+
+    def delete_consumer_groups(self, group_ids: Iterable[str]) -> None:
+        """Delete each group and its committed offsets; NON_EMPTY_GROUP while it has members."""
+        for group_id in group_ids:
+            response, _node = self._group_call("DeleteGroups", group_id, pb.DeleteGroupsRequest(group_ids=[group_id]))
+            for r in response.results:
+                raise_for(r.error_code, r.error_message)
+
+    def _group_call(self, rpc: str, group_id: str, request: object) -> tuple:
+        """(response, coordinator node id) of `rpc` at the group's coordinator, found again if it moved."""
+        if not group_id:
+            raise InvalidGroupIdError("[INVALID_GROUP_ID] the group id is empty")
+        deadline = Deadline(self._timeout_s)
+        for attempt in retrying(deadline.remaining()):
+            with attempt:
+                address = self._client.coordinator_address(GROUP, group_id, deadline)
+                try:
+                    response = call(getattr(self._client.stubs(address).groups, rpc), request,
+                                    max(deadline.remaining(), 0.05))
+                except KafkaError as exc:
+                    if exc.invalid_metadata:
+                        self._client.invalidate_coordinator(GROUP, group_id)
+                    raise
+        node_id = next((n.node_id for n in self._client.refresh_metadata().nodes if n.address == address), -1)
+        return response, node_id
 
     # ------------------------------------------------------------ helpers
 
