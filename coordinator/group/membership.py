@@ -1,0 +1,353 @@
+"""Group membership over the shards a GroupCoordinator owns: the classic protocol's requests carried out.
+
+classic.py decides; this part of the coordinator carries the effects out. JoinGroup and SyncGroup block
+their caller's thread on a Future that the effects complete (the join barrier, the leader's assignment);
+a membership record is appended to the group's shard before the SyncGroups it answers; a timer thread
+runs the groups' deadlines (initial delay, rebalance timeout, session expiry). Both front doors (gRPC,
+the Kafka port) call these methods. GroupCoordinator (coordinator.py) mixes this in and provides the shards.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+from coordinator.group import log_format
+from coordinator.group.classic import (
+    Effect,
+    GroupConfig,
+    GroupState,
+    JoinOutcome,
+    JoinRequest,
+    StoreGroup,
+    SyncOutcome,
+)
+from coordinator.group.metadata import GroupMetadata
+from coordinator.group.shard import Shard, ShardStatus
+from proto import consumer_protocol
+from proto import txnsim_pb2 as pb
+from proto.errors import (
+    GroupIdNotFoundError,
+    KafkaError,
+    NonEmptyGroupError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+    code_of,
+)
+from proto.records import encode_batch
+
+logger = logging.getLogger(__name__)
+
+#: how long past its own timeouts a blocked JoinGroup/SyncGroup waits before it gives up (a bug guard)
+_WAIT_MARGIN_S = 30.0
+
+
+def _wire_message(text: str) -> str:
+    """A message without its "[NAME] " prefix: the client's for_code() puts that back."""
+    if text.startswith("[") and "] " in text:
+        return text.split("] ", 1)[1]
+    return text
+
+
+def _run_timers(coordinator: weakref.ref[GroupMembership], wake: threading.Event) -> None:
+    """The group timers' thread: due timers first, then sleep until the next (at least every half second, for
+    clocks that jump). It holds its coordinator weakly, so a coordinator dropped without close() stops it."""
+    while True:
+        live = coordinator()
+        wait_s = live._timer_step() if live is not None else None
+        del live
+        if wait_s is None:
+            return
+        wake.wait(wait_s)
+        wake.clear()
+
+
+class GroupMembership:
+    """The membership requests of GroupCoordinator (which provides the shards, the clock and the log)."""
+
+    _lock: threading.Lock
+    _shards: dict[int, Shard]
+    _closed: bool
+    _group_config: GroupConfig
+    _timer_wake: threading.Event
+    _now_ms: Callable[[], int]
+
+    if TYPE_CHECKING:  # provided by GroupCoordinator
+        def _group(self, group_id: str, *, create: bool) -> tuple[Shard, GroupMetadata | None]: ...
+        def _check_serving(self, shard: Shard) -> None: ...
+        def _append(self, shard: Shard, batch: bytes, records: int, *, offsets: bool = False) -> int | None: ...
+
+    def _start_timers(self) -> None:
+        threading.Thread(target=_run_timers, args=(weakref.ref(self), self._timer_wake), name="group-timers",
+                         daemon=True).start()
+
+    # ------------------------------------------------------------ membership (classic.py decides, this carries out)
+
+    def join(self, group_id: str, request: JoinRequest) -> JoinOutcome:
+        """JoinGroup; blocks until the group's join barrier lifts (or at once when Kafka answers at once)."""
+        shard, group = self._group(group_id, create=True)
+        assert group is not None
+        waiter: Future[JoinOutcome] = Future()
+        with group.lock:
+            self._check_serving(shard)
+            self._carry_out(shard, group, group.classic.join(self._now_ms(), request, waiter))
+            wait_s = self._longest_wait_s(group)
+        self._timer_wake.set()
+        return self._await(waiter, wait_s, JoinOutcome, request.member_id)
+
+    def sync(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int,
+             protocol_type: str | None, protocol_name: str | None, assignments: dict[str, bytes]) -> SyncOutcome:
+        """SyncGroup; a follower's blocks until the leader's assignment is durable."""
+        shard, group = self._group(group_id, create=False)
+        if group is None:
+            return SyncOutcome(UnknownMemberIdError.errno, f"[UNKNOWN_MEMBER_ID] group {group_id!r} has no members")
+        waiter: Future[SyncOutcome] = Future()
+        with group.lock:
+            self._check_serving(shard)
+            self._carry_out(shard, group, group.classic.sync(self._now_ms(), member_id, instance_id, generation_id,
+                                                             protocol_type, protocol_name, assignments, waiter))
+            wait_s = self._longest_wait_s(group)
+        self._timer_wake.set()
+        return self._await(waiter, wait_s, SyncOutcome, None)
+
+    def heartbeat_member(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int) -> None:
+        """Heartbeat; raises what Kafka answers (REBALANCE_IN_PROGRESS: rejoin)."""
+        shard, group = self._group(group_id, create=False)
+        if group is None:
+            raise UnknownMemberIdError(f"[UNKNOWN_MEMBER_ID] group {group_id!r} has no members")
+        with group.lock:
+            self._check_serving(shard)
+            group.classic.heartbeat(self._now_ms(), member_id, instance_id, generation_id)
+
+    def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> list[KafkaError | None]:
+        """LeaveGroup of (member id, instance id) pairs: an error or None for each."""
+        shard, group = self._group(group_id, create=False)
+        if group is None:
+            return [UnknownMemberIdError(f"[UNKNOWN_MEMBER_ID] group {group_id!r} has no members")
+                    for _ in leaving]
+        with group.lock:
+            self._check_serving(shard)
+            errors, effects = group.classic.leave(self._now_ms(), leaving)
+            self._carry_out(shard, group, effects)
+        self._timer_wake.set()
+        return errors
+
+    def _longest_wait_s(self, group: GroupMetadata) -> float:
+        """The longest the group can hold a JoinGroup or SyncGroup: its barrier (initial delay included), or a
+        silent leader's session. Caller holds group.lock."""
+        longest = max((max(m.rebalance_timeout_ms, m.session_timeout_ms) for m in group.classic.members.values()),
+                      default=0)
+        return (longest + self._group_config.initial_rebalance_delay_ms) / 1000 + _WAIT_MARGIN_S
+
+    def _await(self, waiter: Future, wait_s: float, outcome_type: type, member_id: str | None) -> Any:
+        try:
+            return waiter.result(timeout=wait_s)
+        except TimeoutError:  # the timers complete every waiter in time; this only guards against a bug
+            logger.warning("a group request waited %.1f s without an answer", wait_s)
+            error = RebalanceInProgressError("[REBALANCE_IN_PROGRESS] the rebalance did not finish in time; rejoin")
+            if outcome_type is JoinOutcome:
+                return JoinOutcome(code_of(error), str(error), member_id=member_id or "")
+            return SyncOutcome(code_of(error), str(error))
+
+    def _carry_out(self, shard: Shard, group: GroupMetadata, effects: list[Effect]) -> None:
+        """Carry out the group core's effects in order. Caller holds group.lock."""
+        queue = list(effects)
+        while queue:
+            effect = queue.pop(0)
+            if isinstance(effect, StoreGroup):
+                error: KafkaError | None = None
+                now = self._now_ms()
+                try:
+                    value = log_format.encode_group(effect.record)
+                    self._append(shard, encode_batch([(now, log_format.group_key(group.group_id), value, ())]), 1)
+                    logger.info("group %r: generation %d (%s) stored; members %s", group.group_id,
+                                effect.record.generation, group.classic.state.value,
+                                [m.member_id for m in effect.record.members])
+                except KafkaError as exc:
+                    logger.warning("group %r: membership not stored: %s", group.group_id, exc)
+                    error = exc
+                queue[0:0] = group.classic.store_completed(now, effect.record.generation, error)
+            elif not effect.waiter.done():
+                effect.waiter.set_result(effect.outcome)
+
+    def expire_members(self) -> None:
+        """The group timers: lapsed sessions and member ids, join barriers whose time is up, initial delays."""
+        now = self._now_ms()
+        with self._lock:
+            candidates = [(shard, group) for shard in self._shards.values() if shard.status is ShardStatus.ACTIVE
+                          for group in shard.groups.values()]
+        for shard, group in candidates:
+            with group.lock:
+                deadline = group.classic.next_deadline_ms()
+                if deadline is None or deadline > now:
+                    continue
+                try:
+                    self._check_serving(shard)
+                    self._carry_out(shard, group, group.classic.tick(now))
+                except KafkaError as exc:
+                    logger.warning("group %r: timers not run: %s", group.group_id, exc)
+
+    def _next_timer_ms(self) -> int | None:
+        with self._lock:
+            groups = [group for shard in self._shards.values() if shard.status is ShardStatus.ACTIVE
+                      for group in shard.groups.values()]
+        deadlines = []
+        for group in groups:
+            with group.lock:
+                deadline = group.classic.next_deadline_ms()
+            if deadline is not None:
+                deadlines.append(deadline)
+        return min(deadlines, default=None)
+
+    def _timer_step(self) -> float | None:
+        """Run the due group timers; how long until the next one (None: closed)."""
+        if self._closed:
+            return None
+        try:
+            self.expire_members()
+            next_ms = self._next_timer_ms()
+        except Exception:  # a bug: say so, keep the timers alive
+            logger.exception("group timers failed")
+            next_ms = None
+        return 0.5 if next_ms is None else min(0.5, max(0.002, (next_ms - self._now_ms()) / 1000))
+
+    def _fail_waiters(self, shard: Shard, error: KafkaError) -> None:
+        """The shard moved away: nobody waiting on its groups will be answered by this node."""
+        for group in list(shard.groups.values()):
+            with group.lock:
+                for member in group.classic.members.values():
+                    for waiter, outcome in ((member.awaiting_join, JoinOutcome(code_of(error), str(error),
+                                                                               member_id=member.member_id)),
+                                            (member.awaiting_sync, SyncOutcome(code_of(error), str(error)))):
+                        if waiter is not None and not waiter.done():
+                            waiter.set_result(outcome)
+
+    # ------------------------------------------------------------ membership over gRPC (txnsim's own consumer)
+
+    def join_group(self, req: pb.JoinGroupRequest) -> pb.JoinGroupResponse:
+        outcome = self.join(req.group_id, JoinRequest(
+            req.member_id, req.group_instance_id or None, req.client_id, "", req.session_timeout_ms,
+            req.rebalance_timeout_ms if req.rebalance_timeout_ms > 0 else req.session_timeout_ms,
+            req.protocol_type, tuple((p.name, p.metadata) for p in req.protocols), req.require_known_member_id))
+        return pb.JoinGroupResponse(
+            error_code=outcome.error_code, error_message=_wire_message(outcome.error_message),
+            generation_id=outcome.generation_id, member_id=outcome.member_id, leader_id=outcome.leader_id,
+            members=[m[0] for m in outcome.members], protocol_type=outcome.protocol_type or "",
+            protocol_name=outcome.protocol_name or "", skip_assignment=outcome.skip_assignment,
+            member_list=[pb.JoinGroupMember(member_id=m, group_instance_id=i or "", metadata=meta)
+                         for m, i, meta in outcome.members])
+
+    def sync_group(self, req: pb.SyncGroupRequest) -> pb.SyncGroupResponse:
+        outcome = self.sync(req.group_id, req.member_id, req.group_instance_id or None, req.generation_id,
+                            req.protocol_type or None, req.protocol_name or None,
+                            {a.member_id: a.assignment for a in req.assignments})
+        response = pb.SyncGroupResponse(error_code=outcome.error_code,
+                                        error_message=_wire_message(outcome.error_message),
+                                        assignment_bytes=outcome.assignment, protocol_type=outcome.protocol_type or "",
+                                        protocol_name=outcome.protocol_name or "")
+        if outcome.protocol_type == "consumer" and outcome.assignment:
+            try:
+                response.assignment.extend(pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition)
+                                           for tp in consumer_protocol.decode_assignment(outcome.assignment))
+            except ValueError as exc:
+                logger.info("group %r: assignment of %r is not ConsumerProtocol: %s", req.group_id, req.member_id, exc)
+        return response
+
+    def heartbeat(self, req: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
+        self.heartbeat_member(req.group_id, req.member_id, req.group_instance_id or None, req.generation_id)
+        return pb.HeartbeatResponse()
+
+    def leave_group(self, req: pb.LeaveGroupRequest) -> pb.LeaveGroupResponse:
+        leaving = [(m.member_id, m.group_instance_id or None) for m in req.members] or [(req.member_id, None)]
+        errors = self.leave(req.group_id, leaving)
+        if not req.members:  # the single-member form answers with the member's error
+            if errors[0] is not None:
+                raise errors[0]
+            return pb.LeaveGroupResponse()
+        return pb.LeaveGroupResponse(members=[
+            pb.LeaveGroupResult(member_id=m, group_instance_id=i or "", error_code=code_of(e) if e else 0,
+                                error_message=_wire_message(str(e)) if e else "")
+            for (m, i), e in zip(leaving, errors)])
+
+    # ------------------------------------------------------------ describe, list, delete
+
+    def describe_groups(self, req: pb.DescribeGroupsRequest) -> pb.DescribeGroupsResponse:
+        """State, protocol and members (with metadata and assignment bytes) of each group."""
+        described = []
+        for group_id in req.group_ids:
+            try:
+                _, group = self._group(group_id, create=False)
+            except KafkaError as exc:
+                described.append(pb.DescribedGroup(group_id=group_id, error_code=code_of(exc),
+                                                   error_message=_wire_message(str(exc)), state="Dead"))
+                continue
+            if group is None:
+                described.append(pb.DescribedGroup(group_id=group_id, state=GroupState.DEAD.value))
+                continue
+            with group.lock:
+                g = group.classic
+                described.append(pb.DescribedGroup(
+                    group_id=group_id, state=g.state.value, protocol_type=g.protocol_type or "",
+                    protocol=g.protocol_name or "" if g.state is GroupState.STABLE else "",
+                    generation_id=g.generation,
+                    members=[pb.DescribedGroupMember(
+                        member_id=m.member_id, group_instance_id=m.group_instance_id or "", client_id=m.client_id,
+                        client_host=m.client_host, metadata=m.metadata(g.protocol_name),
+                        assignment=m.assignment if g.state is GroupState.STABLE else b"")
+                        for m in g.members.values()]))
+        return pb.DescribeGroupsResponse(groups=described)
+
+    def list_groups(self, req: pb.ListGroupsRequest) -> pb.ListGroupsResponse:
+        """The groups of the shards this node serves (Kafka's admin asks every broker and merges)."""
+        states = {s.lower() for s in req.states_filter}
+        types = {t.lower() for t in req.types_filter}
+        with self._lock:
+            groups = [group for shard in self._shards.values() if shard.status is ShardStatus.ACTIVE
+                      for group in shard.groups.values()]
+        listed = []
+        for group in groups:
+            with group.lock:
+                state, protocol_type = group.classic.state, group.classic.protocol_type or ""
+            if state is GroupState.DEAD or (states and state.value.lower() not in states):
+                continue
+            if types and "classic" not in types:
+                continue
+            listed.append(pb.ListedGroup(group_id=group.group_id, protocol_type=protocol_type, state=state.value))
+        return pb.ListGroupsResponse(groups=sorted(listed, key=lambda g: g.group_id))
+
+    def delete_groups(self, req: pb.DeleteGroupsRequest) -> pb.DeleteGroupsResponse:
+        """Delete Empty groups: tombstones for their offsets and membership, then they are Dead."""
+        results = []
+        for group_id in req.group_ids:
+            result = pb.DeleteGroupResult(group_id=group_id)
+            try:
+                self._delete_group(group_id)
+            except KafkaError as exc:
+                result.error_code, result.error_message = code_of(exc), _wire_message(str(exc))
+            results.append(result)
+        return pb.DeleteGroupsResponse(results=results)
+
+    def _delete_group(self, group_id: str) -> None:
+        shard, group = self._group(group_id, create=False)
+        if group is None:
+            raise GroupIdNotFoundError(f"[GROUP_ID_NOT_FOUND] group {group_id!r} does not exist")
+        with group.lock:
+            self._check_serving(shard)
+            if group.classic.state is GroupState.DEAD:
+                raise GroupIdNotFoundError(f"[GROUP_ID_NOT_FOUND] group {group_id!r} does not exist")
+            if group.classic.state is not GroupState.EMPTY:
+                raise NonEmptyGroupError(f"[NON_EMPTY_GROUP] group {group_id!r} has members "
+                                         f"({group.classic.state.value}); they must leave first")
+            now = self._now_ms()
+            records = [(now, log_format.offset_key(group_id, tp), None, ()) for tp in group.offsets]
+            records.append((now, log_format.group_key(group_id), None, ()))
+            self._append(shard, encode_batch(records), len(records))
+            self._carry_out(shard, group, group.classic.delete())
+            group.offsets.clear()
+            with self._lock:
+                if not group.pending and shard.groups.get(group_id) is group:
+                    del shard.groups[group_id]
+        logger.info("group %r deleted", group_id)
