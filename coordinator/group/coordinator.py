@@ -36,6 +36,7 @@ from partitions.model import AppendOrigin
 from proto import txnsim_pb2 as pb
 from proto.errors import (
     CoordinatorLoadInProgressError,
+    IllegalGenerationError,
     InvalidRequestError,
     KafkaError,
     NotCoordinatorError,
@@ -224,8 +225,10 @@ class GroupCoordinator(GroupMembership):
     # ------------------------------------------------------------ offsets
 
     def offset_commit(self, req: pb.OffsetCommitRequest) -> pb.OffsetCommitResponse:
-        shard, group = self._group(req.group_id, create=True)
-        assert group is not None
+        shard, group = self._group(req.group_id, create=req.generation_id < 0)
+        if group is None:  # Kafka: only a commit outside any generation creates a group
+            raise IllegalGenerationError(f"[ILLEGAL_GENERATION] group {req.group_id!r} does not exist, so "
+                                         f"generation {req.generation_id} is not current")
         now = self._now_ms()
         with group.lock:
             self._check_serving(shard)

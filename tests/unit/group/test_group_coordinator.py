@@ -588,3 +588,11 @@ def test_a_membership_record_from_before_the_classic_protocol_loads_as_an_empty_
     with pytest.raises(UnknownMemberIdError):
         heartbeat(gc, "consumer-1", 7)
     assert join(gc, ["orders"]).generation_id == 8
+
+
+def test_a_commit_with_a_generation_to_a_group_that_does_not_exist_is_illegal_generation(gc: GroupCoordinator
+                                                                                         ) -> None:
+    with pytest.raises(IllegalGenerationError):
+        commit(gc, {T0: 1}, generation_id=3, member_id="m")
+    assert fetch(gc, [T0]) == {T0: -1}
+    assert gc.list_groups(pb.ListGroupsRequest()).groups == []  # and it created none
