@@ -285,7 +285,9 @@ class GroupMembership:
                                                    error_message=_wire_message(str(exc)), state="Dead"))
                 continue
             if group is None:
-                described.append(pb.DescribedGroup(group_id=group_id, state=GroupState.DEAD.value))
+                described.append(pb.DescribedGroup(
+                    group_id=group_id, state=GroupState.DEAD.value, error_code=GroupIdNotFoundError.errno,
+                    error_message=f"group {group_id!r} does not exist"))
                 continue
             with group.lock:
                 g = group.classic

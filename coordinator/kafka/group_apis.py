@@ -38,7 +38,7 @@ from coordinator.group.classic import JoinOutcome, JoinRequest
 from coordinator.kafka.apis import ApiKey
 from coordinator.kafka.dispatch import Handler
 from proto import txnsim_pb2 as pb
-from proto.errors import KafkaError, code_of
+from proto.errors import GroupIdNotFoundError, KafkaError, code_of
 
 #: DescribeGroups v3+: "authorized operations not asked for" (kafka-python encodes None as -2^31)
 _NO_OPERATIONS = None
@@ -192,8 +192,13 @@ class GroupApis:
         answer = self._groups.describe_groups(pb.DescribeGroupsRequest(group_ids=list(request.groups)))
         G = DescribeGroupsResponse.DescribedGroup
         M = G.DescribedGroupMember
+
+        def error_code(g: pb.DescribedGroup) -> int:
+            """KIP-1043: v6 says GROUP_ID_NOT_FOUND; before, an unknown group is only Dead."""
+            return 0 if g.error_code == GroupIdNotFoundError.errno and version < 6 else g.error_code
         return DescribeGroupsResponse(version=version, throttle_time_ms=0, groups=[
-            G(error_code=g.error_code, error_message=g.error_message or None, group_id=g.group_id,
+            G(error_code=error_code(g), error_message=(g.error_message or None) if error_code(g) else None,
+              group_id=g.group_id,
               group_state=g.state, protocol_type=g.protocol_type, protocol_data=g.protocol,
               authorized_operations=_NO_OPERATIONS, members=[
                   M(member_id=m.member_id, group_instance_id=m.group_instance_id or None, client_id=m.client_id,

@@ -110,3 +110,13 @@ def test_offset_commit_then_fetch_of_a_group_without_members():
     assert [(p.partition_index, p.committed_offset) for p in fetched.topics[0].partitions] == [(0, -1), (1, 7)]
     everything = apis.offset_fetch(OffsetFetchRequest(version=7, group_id="o", topics=None), 7)
     assert [(t.name, [p.committed_offset for p in t.partitions]) for t in everything.topics] == [("t", [7])]
+
+
+def test_describing_an_unknown_group_is_dead_and_from_v6_group_id_not_found():
+    from kafka.protocol.admin import DescribeGroupsRequest
+
+    apis = GroupApis(coordinator())
+    old = apis.describe_groups(DescribeGroupsRequest(version=5, groups=["nope"]), 5).groups[0]
+    new = apis.describe_groups(DescribeGroupsRequest(version=6, groups=["nope"]), 6).groups[0]
+    assert (old.error_code, old.group_state) == (0, "Dead")
+    assert (new.error_code, new.group_state) == (69, "Dead") and "does not exist" in new.error_message
