@@ -546,3 +546,28 @@ def test_a_txnsim_pattern_subscription_picks_up_a_topic_created_later(cluster, t
             admin.create_topic(f"{prefix}-b", partitions=2)
             wait_until(lambda: topics() == {f"{prefix}-a", f"{prefix}-b"}, 20, "the new topic assigned too")
             assert consumer.subscription() == {f"{prefix}-a", f"{prefix}-b"}
+
+
+def test_confluent_admin_lists_describes_and_deletes_groups(cluster, topic):
+    from confluent_kafka import ConsumerGroupState
+    from confluent_kafka.admin import AdminClient
+
+    group = f"{topic}-app"
+    timeline = Timeline()
+    member = Member("m", consumer_config(cluster, group), topic, timeline)
+    member.start()
+    wait_until(owned_by(timeline, {"m"}), 20, "the member owning every partition")
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap_servers})
+    listed = admin.list_consumer_groups().result(10)
+    assert (group, ConsumerGroupState.STABLE) in {(g.group_id, g.state) for g in listed.valid}
+    described = admin.describe_consumer_groups([group])[group].result(10)
+    assert (described.state, described.partition_assignor) == (ConsumerGroupState.STABLE, "range")
+    (only,) = described.members
+    assert sorted(tp.partition for tp in only.assignment.topic_partitions) == list(range(PARTITIONS))
+    with pytest.raises(Exception, match="NON_EMPTY_GROUP|not empty"):
+        admin.delete_consumer_groups([group], request_timeout=10)[group].result()
+    member.stop()
+    wait_until(lambda: admin.describe_consumer_groups([group])[group].result(10).state == ConsumerGroupState.EMPTY,
+               20, "the group empty after its member left")
+    assert admin.delete_consumer_groups([group], request_timeout=10)[group].result() is None
+    assert group not in {g.group_id for g in admin.list_consumer_groups().result(10).valid}
