@@ -4,7 +4,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from proto.errors import InvalidTopicError
 from proto.records import Header
@@ -85,8 +85,9 @@ class ConsumerRecord:
     partition: int
     offset: int
     timestamp: int
-    key: bytes | None
-    value: bytes | None
+    #: the record's bytes, or what the consumer's key_deserializer / value_deserializer made of them
+    key: Any
+    value: Any
     headers: tuple[Header, ...] = ()
 
 

@@ -352,3 +352,19 @@ def test_offsets_for_times_rejects_a_negative_timestamp_at_the_call(node: FakeNo
             c.offsets_for_times({TP0: -1})
         with pytest.raises(TypeError):
             c.offsets_for_times({TP0: "yesterday"})
+
+
+@pytest.mark.parametrize("timeout", [None, "1000", True, float("nan")])
+def test_consumer_timeout_ms_must_be_a_number(timeout: Any) -> None:
+    with pytest.raises(KafkaConfigurationError, match="consumer_timeout_ms"):
+        make(consumer_timeout_ms=timeout)
+
+
+def test_consumer_timeout_ms_defaults_to_forever_and_a_negative_one_means_forever_too() -> None:
+    from consumer.config import ConsumerConfig
+
+    assert ConsumerConfig.from_kwargs({"bootstrap_servers": "x:1"}).iteration_timeout_s == float("inf")
+    assert ConsumerConfig.from_kwargs({"bootstrap_servers": "x:1", "consumer_timeout_ms": -1}).iteration_timeout_s \
+        == float("inf")
+    assert ConsumerConfig.from_kwargs({"bootstrap_servers": "x:1", "consumer_timeout_ms": 250}).iteration_timeout_s \
+        == 0.25
