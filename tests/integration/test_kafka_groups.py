@@ -571,3 +571,36 @@ def test_confluent_admin_lists_describes_and_deletes_groups(cluster, topic):
                20, "the group empty after its member left")
     assert admin.delete_consumer_groups([group], request_timeout=10)[group].result() is None
     assert group not in {g.group_id for g in admin.list_consumer_groups().result(10).valid}
+
+
+@pytest.mark.slow
+def test_cooperative_sticky_members_give_up_only_the_partitions_that_move(cluster, topic):
+    """KIP-429 over the same classic protocol: incremental revocations, two rebalances, still no overlap."""
+    group = f"{topic}-app"
+    timeline = Timeline()
+    traffic, monitor = Traffic(cluster, topic), CommitMonitor(cluster, group, topic)
+    traffic.start()
+    monitor.start()
+
+    def member(name: str) -> Member:
+        config = consumer_config(cluster, group, **{"partition.assignment.strategy": "cooperative-sticky"})
+        started = Member(name, config, topic, timeline)
+        started.start()
+        return started
+    a = member("a")
+    wait_until(owned_by(timeline, {"a"}), 20, "a owning every partition")
+    b = member("b")
+    wait_until(owned_by(timeline, {"a", "b"}), 20, "a and b sharing the partitions")
+    c = member("c")
+    wait_until(owned_by(timeline, {"a", "b", "c"}), 20, "a, b and c sharing the partitions")
+    b.stop()
+    wait_until(owned_by(timeline, {"a", "c"}), 20, "a and c sharing the partitions after b left")
+    traffic.stop()
+    wait_until(lambda: [monitor.highest.get(p, -1) for p in range(PARTITIONS)] == traffic.sent, 30,
+               "every record committed")
+    a.stop()
+    c.stop()
+    monitor.stop()
+    assert timeline.overlaps() == [] and monitor.violations == []
+    a_revoked = [len(e[3]) for e in timeline.events if e[1] == "a" and e[2] == "revoke" and e[3]]
+    assert a_revoked and a_revoked[0] < PARTITIONS  # a kept what did not move
