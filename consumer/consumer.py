@@ -295,7 +295,7 @@ class Consumer:
 
     # ------------------------------------------------------------ positions
 
-    def position(self, partition: TopicPartition) -> int:
+    def position(self, partition: TopicPartition, timeout_ms: int | None = None) -> int:
         """Offset of the next record poll() will return for `partition` (looked up if unknown)."""
         self._ensure_open()
         partition = as_topic_partition(partition)
@@ -305,7 +305,7 @@ class Consumer:
         position = self._subscription.position(partition)
         if position is not None:
             return position
-        deadline = Deadline(self.config.request_timeout_ms / 1000)
+        deadline = self._deadline(timeout_ms)
         for attempt in retrying(deadline.remaining(), initial_backoff_s=self._backoff_s):
             with attempt:
                 self._update_positions(deadline, force=True)
@@ -472,24 +472,30 @@ class Consumer:
         if self._closed:
             raise IllegalStateError("this consumer is closed; create a new Consumer")
 
-    def close(self, autocommit: bool = True) -> None:
-        """Commit (with auto commit), leave the group, stop the heartbeat, close channels. Idempotent."""
+    def close(self, autocommit: bool = True, timeout_ms: int | None = None) -> None:
+        """Commit (with auto commit), wait for async commits, leave the group, stop the heartbeat, close
+        channels. Idempotent. `timeout_ms` bounds it all (default: up to 5 s for each step)."""
         if self._closed:
             return
+        overall = None if timeout_ms is None else self._deadline(timeout_ms)
         self._rewind_iteration()
+
+        def step() -> Deadline:
+            return overall or Deadline(min(self.config.request_timeout_ms / 1000, 5.0))
+
         try:
             if autocommit and self._subscription.is_subscribed:
-                self._revoke_all("close", Deadline(min(self.config.request_timeout_ms / 1000, 5.0)))
+                self._revoke_all("close", step())
             elif autocommit:
-                self._maybe_commit_on_leave("close")
+                self._maybe_commit_on_leave("close", step())
             if self._membership is not None:
                 self._membership.close()
                 if self._subscription.is_subscribed:
-                    self._membership.leave(Deadline(min(self.config.request_timeout_ms / 1000, 5.0)))
+                    self._membership.leave(step())
         finally:
             self._closed = True
             if self._offsets is not None:
-                self._offsets.close(Deadline(min(self.config.request_timeout_ms / 1000, 5.0)))
+                self._offsets.close(step())
             self._fetcher.close()
             self._cluster.close()
             for deserializer in (self.config.key_deserializer, self.config.value_deserializer):

@@ -368,3 +368,15 @@ def test_consumer_timeout_ms_defaults_to_forever_and_a_negative_one_means_foreve
         == float("inf")
     assert ConsumerConfig.from_kwargs({"bootstrap_servers": "x:1", "consumer_timeout_ms": 250}).iteration_timeout_s \
         == 0.25
+
+
+def test_position_and_close_take_kafka_pythons_timeout_ms(node: FakeNode) -> None:
+    node.partitions[TP0].produce(b"a")
+    c = make()
+    c.assign([TP0])
+    assert c.position(TP0, timeout_ms=2000) == 0
+    with pytest.raises(IllegalArgumentError):
+        c.close(timeout_ms=-1)
+    c.close(timeout_ms=1000)
+    with pytest.raises(IllegalStateError):
+        c.poll()
