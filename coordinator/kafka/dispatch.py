@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from kafka.protocol.api_message import ApiMessage
@@ -28,6 +29,10 @@ from coordinator.kafka.framing import (
 )
 
 log = logging.getLogger(__name__)
+
+#: the peer of the connection whose request the current thread answers, as Kafka shows it ("/127.0.0.1"):
+#: set by the listener's reader thread, which runs every request but Produce (group members' hosts)
+CLIENT_HOST: ContextVar[str] = ContextVar("CLIENT_HOST", default="")
 
 #: (decoded request, its version) -> response at that version, or None when the client expects none
 Handler = Callable[[ApiMessage, int], ApiMessage | None]

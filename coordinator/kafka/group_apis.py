@@ -36,7 +36,7 @@ from kafka.protocol.consumer import (
 from coordinator.group import GroupCoordinator
 from coordinator.group.classic import JoinOutcome, JoinRequest
 from coordinator.kafka.apis import ApiKey
-from coordinator.kafka.dispatch import Handler
+from coordinator.kafka.dispatch import CLIENT_HOST, Handler
 from proto import txnsim_pb2 as pb
 from proto.errors import GroupIdNotFoundError, KafkaError, code_of
 
@@ -75,7 +75,7 @@ class GroupApis:
         instance_id = request.group_instance_id if version >= 5 else None
         rebalance_timeout = request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms
         client_id = (request.header.client_id if request.header is not None else None) or ""
-        join = JoinRequest(request.member_id or "", instance_id, client_id, "", request.session_timeout_ms,
+        join = JoinRequest(request.member_id or "", instance_id, client_id, CLIENT_HOST.get(), request.session_timeout_ms,
                            rebalance_timeout, request.protocol_type or "",
                            tuple((p.name, bytes(p.metadata)) for p in request.protocols),
                            require_known_member_id=version >= 4)

@@ -19,7 +19,7 @@ import socket
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
-from coordinator.kafka.dispatch import Decoded, Dispatcher
+from coordinator.kafka.dispatch import CLIENT_HOST, Decoded, Dispatcher
 from coordinator.kafka.framing import SIZE, CloseConnection, frame_size
 
 log = logging.getLogger(__name__)
@@ -89,6 +89,7 @@ class KafkaListener:
         """The reader: decode each frame and start answering it; the writer sends the answers in order."""
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn.settimeout(IDLE_TIMEOUT_S)
+        CLIENT_HOST.set(f"/{peer[0]}")
         answers: queue.Queue[Future | None] = queue.Queue()
         writer = threading.Thread(target=self._write_answers, args=(conn, peer, answers),
                                   name=f"kafka-write-{peer[1]}", daemon=True)

@@ -564,6 +564,7 @@ def test_confluent_admin_lists_describes_and_deletes_groups(cluster, topic):
     assert (described.state, described.partition_assignor) == (ConsumerGroupState.STABLE, "range")
     (only,) = described.members
     assert sorted(tp.partition for tp in only.assignment.topic_partitions) == list(range(PARTITIONS))
+    assert only.host == "/127.0.0.1"  # the member's connection, as Kafka shows it
     with pytest.raises(Exception, match="NON_EMPTY_GROUP|not empty"):
         admin.delete_consumer_groups([group], request_timeout=10)[group].result()
     member.stop()
