@@ -380,3 +380,16 @@ def test_position_and_close_take_kafka_pythons_timeout_ms(node: FakeNode) -> Non
     c.close(timeout_ms=1000)
     with pytest.raises(IllegalStateError):
         c.poll()
+
+
+def test_poll_of_a_partition_whose_topic_does_not_exist_yet_waits_for_it(node: FakeNode) -> None:
+    from tests.unit.consumer.test_consumer import FakePartition
+
+    later = TopicPartition("later", 0)
+    with make(group_id=None) as c:
+        c.assign([later])
+        assert c.poll(timeout_ms=200) == {}  # no error: the topic may be created meanwhile, as Kafka's consumers wait
+        node.topics["later"] = 1
+        node.partitions[later] = FakePartition()
+        node.partitions[later].produce(b"first")
+        assert values(wait_until(lambda: c.poll(timeout_ms=100), what="the new topic's record")) == {later: [b"first"]}
