@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -53,3 +54,32 @@ def read_all(bootstrap_servers: str, topic: str, *, partitions: int, isolation_l
             for records in consumer.poll(timeout_ms=100).values():
                 out.extend(records)
         return out
+
+
+class ScriptProcess:
+    """A Python script run as a real process (an example a user would run); its output goes to a file, so no
+    pipe fills up, and the file is shown when it does not exit in time."""
+
+    def __init__(self, script: Path, args: list[str], log: Path) -> None:
+        import subprocess
+        import sys
+        self.log = log
+        with log.open("w") as out:
+            self.process = subprocess.Popen([sys.executable, str(script), *args], stdout=out,
+                                            stderr=subprocess.STDOUT)
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def wait(self, timeout_s: float = 60) -> int:
+        import subprocess
+        try:
+            return self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            raise AssertionError(f"{self.log.stem} did not exit within {timeout_s} s; its output:\n{self.output()}")
+
+    def kill(self) -> None:
+        """SIGKILL: no clean-up, no leave-group, an open transaction stays open."""
+        self.process.kill()
+        self.process.wait()

@@ -3,17 +3,15 @@ restarted, and two instances sharing the group through rebalances, librdkafka st
 into exactly one committed output record and commits the group's offsets to the end."""
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import wait_until
+from tests.helpers import ScriptProcess, wait_until
 from tests.integration.test_example_consume_transform_produce import (
     PARTITIONS,
+    assert_exactly_once,
     committed_offsets,
-    read_committed_values,
     write_numbers,
 )
 from txnsim import TopicPartition
@@ -25,31 +23,14 @@ SESSION_TIMEOUT_MS = "2000"
 pytestmark = pytest.mark.timeout(240)
 
 
-class Example:
-    """One run of the example; its output goes to a file (no pipe to fill up)."""
+class Example(ScriptProcess):
+    """One run of the example, on the Kafka listeners."""
 
     def __init__(self, kafka: str, input_topic: str, output_topic: str, group: str, txn_id: str, log: Path,
                  *extra: str) -> None:
-        self.log = log
-        args = ["--bootstrap-servers", kafka, "--input", input_topic, "--output", output_topic, "--group", group,
-                "--transactional-id", txn_id, "--batch-size", "20", "--session-timeout-ms", SESSION_TIMEOUT_MS]
-        with log.open("w") as out:
-            self.process = subprocess.Popen([sys.executable, str(EXAMPLE), *args, *extra],
-                                            stdout=out, stderr=subprocess.STDOUT)
-
-    def output(self) -> str:
-        return self.log.read_text()
-
-    def wait(self, timeout_s: float = 90) -> int:
-        try:
-            return self.process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            raise AssertionError(f"the example did not exit within {timeout_s} s; its output:\n{self.output()}")
-
-    def kill(self) -> None:
-        self.process.kill()
-        self.process.wait()
+        super().__init__(EXAMPLE, ["--bootstrap-servers", kafka, "--input", input_topic, "--output", output_topic,
+                                   "--group", group, "--transactional-id", txn_id, "--batch-size", "20",
+                                   "--session-timeout-ms", SESSION_TIMEOUT_MS, *extra], log)
 
 
 @pytest.fixture
@@ -73,17 +54,6 @@ def run_example(cluster, topics, txn_id, tmp_path):
     for example in started:
         if example.process.poll() is None:
             example.kill()
-
-
-def assert_exactly_once(bs: str, topics: tuple[str, str], group: str, admin, numbers: range) -> None:
-    input_topic, output_topic = topics
-    values = read_committed_values(bs, output_topic)
-    duplicates = sorted({v for v in values if values.count(v) > 1})
-    missing = sorted(set(2 * n for n in numbers) - set(values))
-    assert not duplicates and not missing, f"duplicated outputs {duplicates}, missing outputs {missing}"
-    assert len(values) == len(numbers)
-    input_tps = [TopicPartition(input_topic, p) for p in range(PARTITIONS)]
-    assert committed_offsets(bs, group, input_topic) == admin.end_offsets(input_tps)
 
 
 @pytest.mark.slow

@@ -2,13 +2,11 @@
 turns every input record into exactly one committed output record, and commits the group's offsets to the end."""
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import wait_until
+from tests.helpers import ScriptProcess, wait_until
 from txnsim import Consumer, Producer, TopicPartition
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "consume_transform_produce.py"
@@ -48,31 +46,14 @@ def committed_offsets(bs: str, group: str, topic: str) -> dict[TopicPartition, i
         return {tp: consumer.committed(tp) or 0 for tp in (TopicPartition(topic, p) for p in range(PARTITIONS))}
 
 
-class Example:
-    """One run of the example; its stdout and stderr go to a file (no pipe to fill up)."""
+class Example(ScriptProcess):
+    """One run of the example."""
 
     def __init__(self, bs: str, input_topic: str, output_topic: str, group: str, txn_id: str, log: Path,
                  *extra: str) -> None:
-        self.log = log
-        args = ["--bootstrap-servers", bs, "--input", input_topic, "--output", output_topic, "--group", group,
-                "--transactional-id", txn_id, "--batch-size", "10", "--session-timeout-ms", SESSION_TIMEOUT_MS]
-        with log.open("w") as out:
-            self.process = subprocess.Popen([sys.executable, str(EXAMPLE), *args, *extra],
-                                            stdout=out, stderr=subprocess.STDOUT)
-
-    def output(self) -> str:
-        return self.log.read_text()
-
-    def wait(self, timeout_s: float = 60) -> int:
-        try:
-            return self.process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            raise AssertionError(f"the example did not exit within {timeout_s} s; its output:\n{self.output()}")
-
-    def kill(self) -> None:
-        self.process.kill()  # SIGKILL: no clean-up, no leave-group, the open transaction stays open
-        self.process.wait()
+        super().__init__(EXAMPLE, ["--bootstrap-servers", bs, "--input", input_topic, "--output", output_topic,
+                                   "--group", group, "--transactional-id", txn_id, "--batch-size", "10",
+                                   "--session-timeout-ms", SESSION_TIMEOUT_MS, *extra], log)
 
 
 @pytest.fixture
