@@ -8,7 +8,6 @@ from producer.local_transaction import (
     TransactionMessage,
     TransactionSendResult,
 )
-from proto import errors
 from proto.errors import (  # kafka-python's names, also reachable as txnsim.errors.X
     CommitFailedError,
     ConcurrentTransactionsError,
@@ -36,10 +35,12 @@ from proto.structs import (
     ConsumerGroupMetadata,
     ConsumerRecord,
     OffsetAndMetadata,
+    OffsetAndTimestamp,
     RecordMetadata,
     TopicPartition,
     TransactionState,
 )
+from txnsim import errors
 from txnsim.admin import Admin
 from txnsim.cluster import LocalCluster
 
@@ -75,6 +76,7 @@ __all__ = [
     "NotCoordinatorError",
     "NotLeaderForPartitionError",
     "OffsetAndMetadata",
+    "OffsetAndTimestamp",
     "OutOfOrderSequenceError",
     "Producer",
     "ProducerFencedError",
