@@ -286,6 +286,20 @@ class InvalidPartitionsError(BrokerResponseError):
     name = "INVALID_PARTITIONS"
 
 
+class InvalidReplicationFactorError(BrokerResponseError):
+    """The replication factor is invalid (txnsim keeps one copy of every log: 1 or -1)."""
+
+    errno = 38
+    name = "INVALID_REPLICATION_FACTOR"
+
+
+class InvalidReplicaAssignmentError(BrokerResponseError):
+    """Replicas were assigned by hand (txnsim places every partition itself)."""
+
+    errno = 39
+    name = "INVALID_REPLICA_ASSIGNMENT"
+
+
 class InvalidConfigError(BrokerResponseError):
     """A topic setting is invalid."""
 

@@ -41,7 +41,7 @@ from proto.structs import (
     TransactionState,
 )
 from txnsim import errors
-from txnsim.admin import Admin
+from txnsim.admin import Admin, NewTopic
 from txnsim.cluster import LocalCluster
 
 try:  # the clients land package by package; the facade must import while one is missing
@@ -71,6 +71,7 @@ __all__ = [
     "KafkaTimeoutError",
     "LocalCluster",
     "LocalTransactionState",
+    "NewTopic",
     "MessageSizeTooLargeError",
     "NoBrokersAvailable",
     "NotCoordinatorError",

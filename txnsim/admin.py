@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from proto import txnsim_pb2 as pb
 from proto.cluster_client import GROUP, TRANSACTION, ClusterClient
@@ -12,7 +12,11 @@ from proto.consumer_protocol import decode_assignment
 from proto.errors import (
     IllegalArgumentError,
     InvalidGroupIdError,
+    InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
+    InvalidReplicationFactorError,
     InvalidRequestError,
+    TopicAlreadyExistsError,
     KafkaError,
     TransactionalIdNotFoundError,
     raise_for,
@@ -71,6 +75,18 @@ class ProducerState:
     last_timestamp: int
     coordinator_epoch: int
     current_txn_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    """A topic to create, as kafka-python's NewTopic: -1 partitions is the cluster default (1), and the
+    replication factor must be 1 or -1 (txnsim keeps one copy of every log)."""
+
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    replica_assignments: dict[int, list[int]] = field(default_factory=dict)
+    topic_configs: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +149,34 @@ class Admin:
         request = pb.CreateTopicRequest(name=name, partitions=partitions, configs=configs or {})
         self._client.any_node(lambda s: call(s.cluster.CreateTopic, request, self._timeout_s))
         self._client.refresh_metadata([name])
+
+    def create_topics(self, new_topics: Iterable[NewTopic | str] | dict[str, dict], validate_only: bool = False
+                      ) -> None:
+        """kafka-python's create_topics: NewTopic objects, names, or {name: {"num_partitions", "replication_factor",
+        "configs"}}. Every topic is checked before any is created; `validate_only` stops there."""
+        topics = [_as_new_topic(t) for t in (
+            [NewTopic(name, o.get("num_partitions", -1), o.get("replication_factor", -1),
+                      topic_configs=o.get("configs") or {}) for name, o in new_topics.items()]
+            if isinstance(new_topics, dict) else new_topics)]
+        existing = self.list_topics(include_internal=True)
+        for topic in topics:
+            validate_topic_name(topic.name)
+            if topic.replication_factor not in (-1, 1):
+                raise InvalidReplicationFactorError(
+                    f"[INVALID_REPLICATION_FACTOR] {topic.name!r}: replication factor {topic.replication_factor}; "
+                    "txnsim keeps one copy of every log (use 1 or -1)")
+            if topic.replica_assignments:
+                raise InvalidReplicaAssignmentError(
+                    f"[INVALID_REPLICA_ASSIGNMENT] {topic.name!r}: partitions are placed by txnsim, not assigned")
+            if topic.num_partitions == 0 or topic.num_partitions < -1:
+                raise InvalidPartitionsError(
+                    f"[INVALID_PARTITIONS] {topic.name!r}: {topic.num_partitions} partitions")
+            if topic.name in existing:
+                raise TopicAlreadyExistsError(f"[TOPIC_ALREADY_EXISTS] topic {topic.name!r} already exists")
+        if validate_only:
+            return
+        for topic in topics:
+            self.create_topic(topic.name, max(topic.num_partitions, 1), dict(topic.topic_configs) or None)
 
     def delete_topic(self, name: str) -> int:
         """Delete a topic and its data on every node; returns how many partitions it had.
@@ -273,6 +317,10 @@ class Admin:
             d.transactional_id, TransactionState(d.state), d.producer_id, d.producer_epoch,
             frozenset(TopicPartition(p.topic, p.partition) for p in d.partitions), d.timeout_ms, d.start_time_ms,
             d.last_update_time_ms, d.coordinator_id)
+
+    def describe_transactions(self, transactional_ids: Iterable[str]) -> list[TransactionDescription]:
+        """kafka-python's name: describe_transaction of each id, in order."""
+        return [self.describe_transaction(tid) for tid in transactional_ids]
 
     def describe_producers(self, tp: TopicPartition) -> list[ProducerState]:
         address = self._client.leader_address(tp)
@@ -422,3 +470,14 @@ class Admin:
         for tp in tps:
             groups[self._client.leader_address(tp)].append(tp)
         return groups
+
+
+def _as_new_topic(topic: NewTopic | str | object) -> NewTopic:
+    """A NewTopic from txnsim's, a name, or kafka-python's NewTopic (same attribute names)."""
+    if isinstance(topic, NewTopic):
+        return topic
+    if isinstance(topic, str):
+        return NewTopic(topic)
+    return NewTopic(topic.name, topic.num_partitions, topic.replication_factor,  # type: ignore[attr-defined]
+                    dict(getattr(topic, "replica_assignments", None) or {}),
+                    dict(getattr(topic, "topic_configs", None) or {}))
