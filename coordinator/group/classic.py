@@ -420,11 +420,19 @@ class ClassicGroup:
             if not self._all_joined():
                 return []
         effects: list[Effect] = []
-        for member in [m for m in self.members.values() if m.awaiting_join is None]:
-            effects += self._drop(member)  # did not rejoin in time
+        for member in [m for m in self.members.values() if m.awaiting_join is None and m.group_instance_id is None]:
+            effects += self._drop(member)  # a dynamic member that did not rejoin in time
+        # static members that did not rejoin stay (KIP-345): their session timeout, not the rebalance, removes
+        # them, and the leader assigns them their share, which a restart within the session gets back
         self.pending_members.clear()
-        if self.leader_id not in self.members:
-            self.leader_id = next(iter(self.members), None)
+        joined = [m.member_id for m in self.members.values() if m.awaiting_join is not None]
+        if self.members and not joined:
+            # only static members are left and none rejoined: wait another rebalance timeout for them (or for
+            # their sessions to end), as Kafka postpones the join
+            self.rebalance_deadline_ms = now_ms + max(m.rebalance_timeout_ms for m in self.members.values())
+            return effects
+        if self.leader_id not in joined:
+            self.leader_id = joined[0] if joined else None
         self.rebalance_deadline_ms = self.initial_delay_until_ms = None
         self.generation += 1
         if not self.members:
@@ -435,6 +443,8 @@ class ClassicGroup:
         self.transition_to(GroupState.COMPLETING_REBALANCE)
         for member in self.members.values():
             member.assignment = b""
+            if member.awaiting_join is None:
+                continue  # a static member that did not rejoin: the leader assigns it all the same
             member.last_heartbeat_ms = now_ms
             waiter, member.awaiting_join = member.awaiting_join, None
             effects.append(CompleteJoin(waiter, self._join_outcome(member.member_id)))
@@ -491,13 +501,17 @@ class ClassicGroup:
         member.last_heartbeat_ms = now_ms
         if self.state is GroupState.STABLE:
             return [CompleteSync(waiter, self._sync_outcome(member))]
+        replaced: list[Effect] = []
+        if member.awaiting_sync is not None:  # a retried SyncGroup: the earlier call is answered, not left hanging
+            replaced.append(CompleteSync(member.awaiting_sync, SyncOutcome(*_error(RebalanceInProgressError(
+                f"[REBALANCE_IN_PROGRESS] member {member_id!r} sent SyncGroup again")))))
         member.awaiting_sync = waiter
         if member_id != self.leader_id or self.storing_generation is not None:
-            return []
+            return replaced
         for m in self.members.values():  # members the leader left out get nothing
             m.assignment = assignments.get(m.member_id, b"")
         self.storing_generation = self.generation
-        return [StoreGroup(self.record())]
+        return replaced + [StoreGroup(self.record())]
 
     def store_completed(self, now_ms: int, generation: int, error: KafkaError | None) -> list[Effect]:
         """The membership record of `generation` is durable (or failed): answer the waiting SyncGroups."""
@@ -600,13 +614,15 @@ class ClassicGroup:
             return  # a group that only stores offsets (assign(), an admin)
         if generation_id >= 0 or member_id or instance_id is not None:
             self._check_member(member_id, instance_id)
-            if not transactional and self.state is GroupState.COMPLETING_REBALANCE:
-                raise RebalanceInProgressError(f"[REBALANCE_IN_PROGRESS] group {self.group_id!r} is completing a "
-                                               f"rebalance; commit after SyncGroup")
+            # the generation first, as Kafka: a commit of an older generation is fenced (CommitFailedError), not
+            # told to wait for a rebalance it is no longer part of
             if generation_id != self.generation:
                 raise IllegalGenerationError(f"[ILLEGAL_GENERATION] group {self.group_id!r} is at generation "
                                              f"{self.generation}; a commit from generation {generation_id} is "
                                              f"fenced")
+            if not transactional and self.state is GroupState.COMPLETING_REBALANCE:
+                raise RebalanceInProgressError(f"[REBALANCE_IN_PROGRESS] group {self.group_id!r} is completing a "
+                                               f"rebalance; commit after SyncGroup")
         elif not transactional:
             raise UnknownMemberIdError(f"[UNKNOWN_MEMBER_ID] group {self.group_id!r} has members; a commit with "
                                        f"generation -1 and no member id is accepted only for a group without "

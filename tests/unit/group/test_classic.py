@@ -284,3 +284,46 @@ def test_no_timer_stays_due_while_the_barrier_waits_for_a_member():
     assert h.group.next_deadline_ms() > h.now
     h.tick(h.group.next_deadline_ms() - h.now)  # its id lapses with its session timeout
     assert h.answers["ja"].generation_id == 1
+
+
+def test_a_static_member_that_does_not_rejoin_stays_until_its_session_ends_and_keeps_its_share():
+    """KIP-345: the rebalance timeout removes dynamic members only; the leader still assigns the static one."""
+    h = Harness()
+    h.join("js", instance="static", session_ms=60_000, rebalance_ms=5_000)  # first: the leader
+    d = h.new_member("jd", rebalance_ms=5_000)
+    h.tick(DELAY)
+    s = h.answers["js"].member_id
+    h.sync("sd", d, 1)
+    h.sync("ss", s, 1, {s: b"S", d: b"D"})
+    assert h.group.state is GroupState.STABLE
+    h.new_member("je", rebalance_ms=5_000)  # a third joins: everyone must rejoin
+    h.join("jd2", d, rebalance_ms=5_000)
+    h.tick(5_001)  # the static member did not rejoin within the rebalance timeout
+    assert s in h.group.members, "a static member was removed by the rebalance timeout"
+    outcome = h.answers["jd2"]
+    assert outcome.error_code == 0 and outcome.generation_id == 2
+    assert h.group.leader_id != s, "the leader must be a member that rejoined"
+    leader_outcome = outcome if outcome.leader_id == d else h.answers["je"]
+    assert s in [m for m, _, _ in leader_outcome.members], "the leader is not told of the static member"
+    h.tick(60_000)  # its session ends: now it goes
+    assert s not in h.group.members
+
+
+def test_a_commit_from_an_old_generation_is_fenced_even_while_the_group_completes_a_rebalance():
+    h = Harness()
+    a = h.new_member("ja")
+    h.tick(DELAY)
+    assert h.group.state is GroupState.COMPLETING_REBALANCE
+    with pytest.raises(IllegalGenerationError):
+        h.group.validate_offset_commit(0, a, None, transactional=False)
+
+
+def test_a_retried_sync_answers_the_earlier_call():
+    h = Harness()
+    a = h.new_member("ja")
+    b = h.new_member("jb")
+    h.tick(DELAY)
+    follower = b if h.group.leader_id == a else a
+    assert h.sync("first", follower, 1) is None  # waits for the leader's assignment
+    h.sync("again", follower, 1)
+    assert h.answers["first"].error_code == RebalanceInProgressError.errno
