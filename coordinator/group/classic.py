@@ -173,6 +173,8 @@ class ClassicGroup:
     initial_delay_until_ms: int | None = None
     #: a generation whose leader's assignment is being written (store_completed not called yet)
     storing_generation: int | None = None
+    #: a static member's new id being written in Stable: (the old member, the new id, its JoinGroup's waiter)
+    replacing: tuple[Member, str, Waiter] | None = None
 
     # ------------------------------------------------------------ state
 
@@ -335,9 +337,10 @@ class ClassicGroup:
         if self.leader_id == old_id:
             self.leader_id = new_id
         if self.state is GroupState.STABLE and self.protocol_name == self.select_protocol():
-            # nothing to reassign: answer with the current generation once the new id is durable
+            # nothing to reassign: answer with the current generation once the new id is durable (store_completed;
+            # if the write fails, the old member comes back and the JoinGroup gets the error)
+            self.replacing = (old, new_id, waiter)
             effects.append(StoreGroup(self.record()))
-            effects.append(CompleteJoin(waiter, self._join_outcome(new_id, members=False)))
             return effects
         member.awaiting_join = waiter
         # Stable with another protocol to choose, or CompletingRebalance (the leader may be assigning to the
@@ -514,7 +517,10 @@ class ClassicGroup:
         return replaced + [StoreGroup(self.record())]
 
     def store_completed(self, now_ms: int, generation: int, error: KafkaError | None) -> list[Effect]:
-        """The membership record of `generation` is durable (or failed): answer the waiting SyncGroups."""
+        """The membership record of `generation` is durable (or failed): answer the waiting SyncGroups, or the
+        static member whose new id it records."""
+        if self.replacing is not None:
+            return self._replaced(error)
         if self.state is not GroupState.COMPLETING_REBALANCE or self.storing_generation != generation \
                 or self.generation != generation:
             return []  # the group moved on meanwhile: those SyncGroups were answered already
@@ -529,6 +535,21 @@ class ClassicGroup:
                 m.awaiting_sync = None
                 m.last_heartbeat_ms = now_ms
         return effects
+
+    def _replaced(self, error: KafkaError | None) -> list[Effect]:
+        assert self.replacing is not None
+        old, new_id, waiter = self.replacing
+        self.replacing = None
+        if error is None:
+            return [CompleteJoin(waiter, self._join_outcome(new_id, members=False))]
+        self.members.pop(new_id, None)  # as Kafka: the old member is put back, the new id never existed
+        old.awaiting_join = old.awaiting_sync = None  # answered (fenced) when it was replaced
+        self.members[old.member_id] = old
+        if old.group_instance_id is not None:
+            self.static_members[old.group_instance_id] = old.member_id
+        if self.leader_id == new_id:
+            self.leader_id = old.member_id
+        return [CompleteJoin(waiter, JoinOutcome(*_error(error), member_id=new_id))]
 
     def _sync_outcome(self, member: Member) -> SyncOutcome:
         return SyncOutcome(0, "", self.protocol_type, self.protocol_name, member.assignment)

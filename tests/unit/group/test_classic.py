@@ -327,3 +327,19 @@ def test_a_retried_sync_answers_the_earlier_call():
     assert h.sync("first", follower, 1) is None  # waits for the leader's assignment
     h.sync("again", follower, 1)
     assert h.answers["first"].error_code == RebalanceInProgressError.errno
+
+
+def test_a_static_replacement_whose_record_is_not_stored_fails_and_keeps_the_old_member():
+    h = Harness()
+    h.join("ja", instance="one")
+    h.tick(DELAY)
+    old = h.answers["ja"].member_id
+    h.sync("sa", old, 1, {old: b"A"})
+    h.fail_store = True
+    again = h.join("ja2", instance="one")
+    assert again is not None and again.error_code != 0, "the new id was answered though it was never stored"
+    assert old in h.group.members and again.member_id not in h.group.members
+    h.group.heartbeat(h.now, old, "one", 1)  # the old incarnation is still the member
+    h.fail_store = False
+    retried = h.join("ja3", instance="one")
+    assert retried.error_code == 0 and h.sync("sa3", retried.member_id, 1, instance="one").assignment == b"A"
