@@ -211,6 +211,8 @@ class Consumer:
         """Eager rebalance: commit and give up every partition first, then JoinGroup and SyncGroup, so that no
         partition is ever read by two members and no position is committed for a partition held by another."""
         membership = self._membership
+        if membership is not None:
+            membership.raise_if_fenced()
         if membership is None or not self._subscription.is_subscribed or not membership.needs_join():
             return
         self._revoke_all("rebalance", deadline)  # nothing left to revoke once the rebalance is under way

@@ -28,6 +28,7 @@ from proto.consumer_protocol import (
     encode_subscription,
 )
 from proto.errors import (
+    FencedInstanceIdError,
     IllegalGenerationError,
     IllegalStateError,
     KafkaError,
@@ -135,6 +136,8 @@ class GroupMembership:
         self._leader_of: tuple[str, dict[str, list[str]]] | None = None
         #: the partition counts the leader last assigned from (a change calls for a rebalance)
         self._assigned_counts: dict[str, int] = {}
+        #: FENCED_INSTANCE_ID from a heartbeat: every later poll() raises it
+        self._fenced: FencedInstanceIdError | None = None
 
     # ------------------------------------------------------------ state
 
@@ -378,9 +381,17 @@ class GroupMembership:
             except KafkaError as exc:  # never let the thread die; the next beat tries again
                 log.warning("group %r: heartbeat failed: %s", self.group_id, exc)
 
+    def raise_if_fenced(self) -> None:
+        """A newer instance with our group.instance.id took our place: fatal, as in Kafka's consumer."""
+        if self._fenced is not None:
+            raise self._fenced
+
     def heartbeat_once(self) -> None:
         with self._lock:
-            if self._state is not MemberState.STABLE:
+            # beat on until the JoinGroup is sent: a revoke (and its commit) between polls must not let the
+            # session lapse and cost the group another rebalance
+            if self._state not in (MemberState.STABLE, MemberState.PREPARING_REBALANCE) or self._pending is not None \
+                    or self._generation_id < 0 or self._fenced is not None:
                 return
             generation_id, member_id = self._generation_id, self._member_id
             idle_s = time.monotonic() - self._last_poll
@@ -396,6 +407,10 @@ class GroupMembership:
             self._client.call("Heartbeat", request, deadline)
         except (UnknownMemberIdError, RebalanceInProgressError, IllegalGenerationError) as exc:
             self.handle_group_error(exc, generation_id, member_id)
+        except FencedInstanceIdError as exc:
+            log.error("group %r: %s; this consumer stops", self.group_id, exc)
+            self._fenced = exc
+            self._wakeup.set()
         except KafkaError as exc:
             if not exc.retriable:
                 raise

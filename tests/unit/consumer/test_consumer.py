@@ -534,3 +534,27 @@ def test_a_static_member_closed_and_restarted_gets_its_partitions_back_in_the_sa
         after = second.group_metadata()
         assert second.assignment() == {TP0, TP1}
         assert after.generation_id == before.generation_id and after.member_id != before.member_id
+
+
+def test_a_static_member_fenced_by_a_newer_instance_stops_with_fenced_instance_id(node: FakeNode) -> None:
+    """Two processes configured with one group.instance.id: the newer takes the place, the older must stop
+    (Kafka's consumer makes FENCED_INSTANCE_ID fatal) rather than go on reading the same partitions."""
+    from proto.errors import FencedInstanceIdError
+    with make(group_instance_id="worker-1", heartbeat_interval_ms=20) as older, \
+            make(group_instance_id="worker-1", heartbeat_interval_ms=20) as newer:
+        older.subscribe([TOPIC])
+        older.poll(timeout_ms=50)
+        assert older.assignment() == {TP0, TP1}
+        newer.subscribe([TOPIC])
+        newer.poll(timeout_ms=50)
+        assert newer.assignment() == {TP0, TP1}
+
+        def older_fails() -> bool:
+            try:
+                older.poll(timeout_ms=10)
+            except FencedInstanceIdError:
+                return True
+            return False
+        wait_until(older_fails, 5, "the older instance's poll() to raise FencedInstanceIdError")
+        with pytest.raises(FencedInstanceIdError):
+            older.poll(timeout_ms=10)  # and every poll() after
