@@ -173,6 +173,8 @@ class ClassicGroup:
     initial_delay_until_ms: int | None = None
     #: a generation whose leader's assignment is being written (store_completed not called yet)
     storing_generation: int | None = None
+    #: CompletingRebalance: members that have not sent SyncGroup by then are removed (Kafka's pending sync)
+    sync_deadline_ms: int | None = None
     #: a static member's new id being written in Stable: (the old member, the new id, its JoinGroup's waiter)
     replacing: tuple[Member, str, Waiter] | None = None
 
@@ -364,7 +366,7 @@ class ClassicGroup:
         if self.state is GroupState.COMPLETING_REBALANCE:
             effects += self._fail_syncs(RebalanceInProgressError(
                 f"[REBALANCE_IN_PROGRESS] group {self.group_id!r} is rebalancing again; rejoin"))
-        self.storing_generation = None
+        self.storing_generation = self.sync_deadline_ms = None
         timeout = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
         self.rebalance_deadline_ms = now_ms + timeout
         if self.state is GroupState.EMPTY:
@@ -399,7 +401,16 @@ class ClassicGroup:
                 effects += self._remove_member(now_ms, member.member_id)
         if self.state is GroupState.PREPARING_REBALANCE:
             effects += self._maybe_complete_join(now_ms)
+        elif self._sync_overdue(now_ms):
+            # a member (often the leader) joined but never sent SyncGroup: without it the others wait for good
+            for member in [m for m in self.members.values() if m.awaiting_sync is None]:
+                effects += self._drop(member)
+            effects += self._maybe_prepare_rebalance(now_ms) + self.tick_barrier(now_ms)
         return effects
+
+    def _sync_overdue(self, now_ms: int) -> bool:
+        return (self.state is GroupState.COMPLETING_REBALANCE and self.storing_generation is None
+                and self.sync_deadline_ms is not None and now_ms >= self.sync_deadline_ms)
 
     def next_deadline_ms(self) -> int | None:
         """The earliest time tick() may have something to do."""
@@ -408,6 +419,8 @@ class ClassicGroup:
                   if m.awaiting_join is None and m.awaiting_sync is None]
         if self.state is GroupState.PREPARING_REBALANCE:
             times += [t for t in (self.initial_delay_until_ms, self.rebalance_deadline_ms) if t is not None]
+        if self.state is GroupState.COMPLETING_REBALANCE and self.sync_deadline_ms is not None:
+            times.append(self.sync_deadline_ms)
         return min(times, default=None)
 
     def _all_joined(self) -> bool:
@@ -444,6 +457,7 @@ class ClassicGroup:
             return effects + [StoreGroup(self.record())]
         self.protocol_name = self.select_protocol()
         self.transition_to(GroupState.COMPLETING_REBALANCE)
+        self.sync_deadline_ms = now_ms + max(m.rebalance_timeout_ms for m in self.members.values())
         for member in self.members.values():
             member.assignment = b""
             if member.awaiting_join is None:
@@ -527,6 +541,7 @@ class ClassicGroup:
         self.storing_generation = None
         if error is not None:
             return self._fail_syncs(error) + self._prepare_rebalance(now_ms)
+        self.sync_deadline_ms = None
         self.transition_to(GroupState.STABLE)
         effects: list[Effect] = []
         for m in self.members.values():

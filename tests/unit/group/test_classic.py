@@ -343,3 +343,22 @@ def test_a_static_replacement_whose_record_is_not_stored_fails_and_keeps_the_old
     h.fail_store = False
     retried = h.join("ja3", instance="one")
     assert retried.error_code == 0 and h.sync("sa3", retried.member_id, 1, instance="one").assignment == b"A"
+
+
+def test_a_leader_that_never_syncs_is_removed_after_the_rebalance_timeout_and_the_others_rejoin():
+    """Kafka's pending-sync timeout: without it the followers' SyncGroups would wait for good."""
+    h = Harness()
+    a = h.new_member("ja", rebalance_ms=5_000)
+    b = h.new_member("jb", rebalance_ms=5_000)
+    h.tick(DELAY)
+    leader = h.group.leader_id
+    follower = b if leader == a else a
+    assert h.sync("sf", follower, 1) is None  # waits for the leader's assignment
+    h.group.heartbeat(h.now, leader, None, 1)  # the leader is alive, it just never sends SyncGroup
+    h.tick(4_999)
+    assert "sf" not in h.answers
+    h.tick(1)
+    assert h.answers["sf"].error_code == RebalanceInProgressError.errno
+    assert leader not in h.group.members and h.group.state is GroupState.PREPARING_REBALANCE
+    h.join("jf2", follower, rebalance_ms=5_000)
+    assert h.answers["jf2"].generation_id == 2 and h.answers["jf2"].leader_id == follower
