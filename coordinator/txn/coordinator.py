@@ -247,8 +247,10 @@ class TransactionCoordinator:
                     return retry
             self._check_producer(shard, tid, req.producer_id, req.producer_epoch)
             self._check_not_pending(shard, tid)
-            if transaction_version < 2 and self._v1_end_already_decided(current, req.committed):
-                return pb.EndTxnResponse(producer_id=current.producer_id, producer_epoch=current.producer_epoch)
+            if transaction_version < 2:  # V1: a retry comes at the same epoch
+                decided = self._end_already_decided(current, req.committed)
+                if decided is not None:
+                    return decided
             if current.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
                 raise ConcurrentTransactionsError(f"[CONCURRENT_TRANSACTIONS] {tid!r} is already ending; retry")
             if current.state != S.ONGOING and (req.committed or transaction_version < 2):
@@ -267,20 +269,6 @@ class TransactionCoordinator:
         self._schedule_completion(shard.shard, epoch, prepared)
         pid, new_epoch = self._client_identity(prepared)
         return pb.EndTxnResponse(producer_id=pid, producer_epoch=new_epoch)
-
-    @staticmethod
-    def _v1_end_already_decided(current: TxnMetadata, committed: bool) -> bool:
-        """Transactions V1 at the same epoch: True if this end is a retry of one already decided (Kafka answers
-        it NONE once complete, CONCURRENT_TRANSACTIONS while its markers are still going out)."""
-        same_done = S.COMPLETE_COMMIT if committed else S.COMPLETE_ABORT
-        same_pending = S.PREPARE_COMMIT if committed else S.PREPARE_ABORT
-        if current.state == same_pending:
-            raise ConcurrentTransactionsError(
-                f"[CONCURRENT_TRANSACTIONS] the {same_pending} of {current.transactional_id!r} is completing")
-        if current.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
-            raise InvalidTxnStateError(
-                f"[INVALID_TXN_STATE] {current.transactional_id!r} is already ending with {current.state}")
-        return current.state == same_done
 
     def list_transactions(self, req: pb.ListTransactionsRequest) -> pb.ListTransactionsResponse:
         states = set(req.state_filters)
@@ -430,11 +418,17 @@ class TransactionCoordinator:
                 and current.next_producer_id == NO_PRODUCER_ID))
         if not bumped_from_request:
             return None
-        same_outcome_done = S.COMPLETE_COMMIT if req.committed else S.COMPLETE_ABORT
-        same_outcome_pending = S.PREPARE_COMMIT if req.committed else S.PREPARE_ABORT
+        return self._end_already_decided(current, req.committed)
+
+    @staticmethod
+    def _end_already_decided(current: TxnMetadata, committed: bool) -> pb.EndTxnResponse | None:
+        """The answer to an EndTxn retried after its outcome was decided: NONE once that outcome is complete, as
+        Kafka answers; None if `current` holds no decision. Raises CONCURRENT_TRANSACTIONS while the same outcome
+        is still completing and INVALID_TXN_STATE if the other one was decided."""
+        same_outcome_done = S.COMPLETE_COMMIT if committed else S.COMPLETE_ABORT
+        same_outcome_pending = S.PREPARE_COMMIT if committed else S.PREPARE_ABORT
         if current.state == same_outcome_done:
-            pid, epoch = current.producer_id, current.producer_epoch
-            return pb.EndTxnResponse(producer_id=pid, producer_epoch=epoch)
+            return pb.EndTxnResponse(producer_id=current.producer_id, producer_epoch=current.producer_epoch)
         if current.state == same_outcome_pending:
             raise ConcurrentTransactionsError(
                 f"[CONCURRENT_TRANSACTIONS] the {same_outcome_pending} of {current.transactional_id!r} is completing")
