@@ -3,8 +3,9 @@ find-hanging, abort). A client: it speaks only the wire protocol."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from proto import txnsim_pb2 as pb
 from proto.cluster_client import GROUP, TRANSACTION, ClusterClient
@@ -209,17 +210,20 @@ class Admin:
 
     # ------------------------------------------------------------ offsets
 
-    def _list_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, pb.PartitionOffsets]:
-        """Offsets of every partition; a leader that is moving (NOT_LEADER_OR_FOLLOWER, unreachable)
-        is looked up again and asked again until the request timeout, as Kafka's AdminClient does."""
+    def _list_offsets(self, tps: Iterable[TopicPartition], timestamps: dict[TopicPartition, int] | None = None
+                      ) -> dict[TopicPartition, pb.PartitionOffsets]:
+        """Offsets of every partition (and the record each of `timestamps` finds); a leader that is moving
+        (NOT_LEADER_OR_FOLLOWER, unreachable) is looked up again and asked again until the request timeout, as
+        Kafka's AdminClient does."""
         wanted = list(tps)
         out: dict[TopicPartition, pb.PartitionOffsets] = {}
         for attempt in retrying(self._timeout_s, before_retry=lambda _exc: self._client.invalidate()):
             with attempt:
                 failure: KafkaError | None = None
                 for address, group in self._by_leader(tp for tp in wanted if tp not in out).items():
-                    request = pb.ListOffsetsRequest(partitions=[
-                        pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition) for tp in group])
+                    request = pb.ListOffsetsRequest(
+                        partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition) for tp in group],
+                        timestamps=[timestamps[tp] for tp in group] if timestamps else [])
                     try:
                         response = call(self._client.stubs(address).partitions.ListOffsets, request, self._timeout_s)
                         for p in response.partitions:
@@ -236,16 +240,8 @@ class Admin:
     def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, int | None]:
         """The first offset whose record timestamp is >= the given one (ms), per partition; None if no record
         is that late (Kafka's ListOffsets by time)."""
-        out: dict[TopicPartition, int | None] = {}
-        for address, group in self._by_leader(timestamps).items():
-            request = pb.ListOffsetsRequest(
-                partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition) for tp in group],
-                timestamps=[timestamps[tp] for tp in group])
-            response = call(self._client.stubs(address).partitions.ListOffsets, request, self._timeout_s)
-            for p in response.partitions:
-                raise_for(p.error_code, p.error_message)
-                out[TopicPartition(p.topic, p.partition)] = p.offset_for_timestamp if p.offset_for_timestamp >= 0 else None
-        return out
+        found = self._list_offsets(timestamps, timestamps)
+        return {tp: p.offset_for_timestamp if p.offset_for_timestamp >= 0 else None for tp, p in found.items()}
 
     def end_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         return {tp: p.high_watermark for tp, p in self._list_offsets(tps).items()}
@@ -297,22 +293,16 @@ class Admin:
     def describe_transaction(self, transactional_id: str) -> TransactionDescription:
         if not transactional_id:
             raise InvalidRequestError("[INVALID_REQUEST] transactional id is empty")
-        request = pb.DescribeTransactionsRequest(transactional_ids=[transactional_id])
-        deadline = Deadline(self._timeout_s)  # one budget for lookups and retries alike, not one each
-        for attempt in retrying(deadline.remaining()):
-            with attempt:
-                address = self._client.coordinator_address(TRANSACTION, transactional_id, deadline)
-                try:
-                    response = call(self._client.stubs(address).transactions.DescribeTransactions, request,
-                                    max(deadline.remaining(), 0.05))
-                    d = response.transactions[0]
-                    if d.error_code == TransactionalIdNotFoundError.errno:
-                        raise TransactionalIdNotFoundError(d.error_message)
-                    raise_for(d.error_code, d.error_message)
-                except KafkaError as exc:
-                    if exc.invalid_metadata:
-                        self._client.invalidate_coordinator(TRANSACTION, transactional_id)
-                    raise
+        def check(response: pb.DescribeTransactionsResponse) -> None:
+            d = response.transactions[0]
+            if d.error_code == TransactionalIdNotFoundError.errno:
+                raise TransactionalIdNotFoundError(d.error_message)
+            raise_for(d.error_code, d.error_message)
+
+        response, _address = self._coordinator_call(
+            TRANSACTION, transactional_id, lambda stubs: stubs.transactions.DescribeTransactions,
+            pb.DescribeTransactionsRequest(transactional_ids=[transactional_id]), check)
+        d = response.transactions[0]
         return TransactionDescription(
             d.transactional_id, TransactionState(d.state), d.producer_id, d.producer_epoch,
             frozenset(TopicPartition(p.topic, p.partition) for p in d.partitions), d.timeout_ms, d.start_time_ms,
@@ -400,8 +390,9 @@ class Admin:
         nobody ever used is described as Dead, as Kafka does."""
         out = []
         for group_id in group_ids:
-            response, node_id = self._group_call("DescribeGroups", group_id,
+            response, address = self._group_call("DescribeGroups", group_id,
                                                  pb.DescribeGroupsRequest(group_ids=[group_id]))
+            node_id = next((n.node_id for n in self._client.refresh_metadata().nodes if n.address == address), -1)
             d = response.groups[0]
             raise_for(d.error_code, d.error_message)
             consumer = d.protocol_type == "consumer"
@@ -418,7 +409,7 @@ class Admin:
         """The group's committed offsets (all of them, or those of `partitions`); a partition with none is left out."""
         request = pb.OffsetFetchRequest(group_id=group_id, partitions=[
             pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition) for tp in partitions or ()])
-        response, _node = self._group_call("OffsetFetch", group_id, request)
+        response, _address = self._group_call("OffsetFetch", group_id, request)
         out = {}
         for r in response.results:
             raise_for(r.error_code, r.error_message)
@@ -434,34 +425,42 @@ class Admin:
                 raise IllegalArgumentError(f"[INVALID_REQUEST] offset {offset} for {tp} is negative")
         request = pb.OffsetCommitRequest(group_id=group_id, generation_id=-1, member_id="", offsets=[
             pb.OffsetEntry(topic=tp.topic, partition=tp.partition, offset=offset) for tp, offset in offsets.items()])
-        response, _node = self._group_call("OffsetCommit", group_id, request)
+        response, _address = self._group_call("OffsetCommit", group_id, request)
         for r in response.results:
             raise_for(r.error_code, r.error_message)
 
     def delete_consumer_groups(self, group_ids: Iterable[str]) -> None:
         """Delete each group and its committed offsets; NON_EMPTY_GROUP while it has members."""
         for group_id in group_ids:
-            response, _node = self._group_call("DeleteGroups", group_id, pb.DeleteGroupsRequest(group_ids=[group_id]))
+            response, _address = self._group_call("DeleteGroups", group_id,
+                                                  pb.DeleteGroupsRequest(group_ids=[group_id]))
             for r in response.results:
                 raise_for(r.error_code, r.error_message)
 
-    def _group_call(self, rpc: str, group_id: str, request: object) -> tuple:
-        """(response, coordinator node id) of `rpc` at the group's coordinator, found again if it moved."""
+    def _group_call(self, rpc: str, group_id: str, request: Any) -> tuple[Any, str]:
+        """(response, coordinator address) of the GroupCoordinator service's `rpc` at the group's coordinator."""
         if not group_id:
             raise InvalidGroupIdError("[INVALID_GROUP_ID] the group id is empty")
+        return self._coordinator_call(GROUP, group_id, lambda stubs: getattr(stubs.groups, rpc), request)
+
+    def _coordinator_call(self, key_type: int, key: str, method: Callable[[Any], Any], request: Any,
+                          check: Callable[[Any], None] | None = None) -> tuple[Any, str]:
+        """(response, coordinator address) of `method(stubs)(request)` at the coordinator of `key`; a
+        coordinator that moved (an invalid-metadata error, from the call or from `check` of its answer) is
+        looked up again and asked again, within one budget for lookups and retries alike."""
         deadline = Deadline(self._timeout_s)
         for attempt in retrying(deadline.remaining()):
             with attempt:
-                address = self._client.coordinator_address(GROUP, group_id, deadline)
+                address = self._client.coordinator_address(key_type, key, deadline)
                 try:
-                    response = call(getattr(self._client.stubs(address).groups, rpc), request,
-                                    max(deadline.remaining(), 0.05))
+                    response = call(method(self._client.stubs(address)), request, max(deadline.remaining(), 0.05))
+                    if check is not None:
+                        check(response)
                 except KafkaError as exc:
                     if exc.invalid_metadata:
-                        self._client.invalidate_coordinator(GROUP, group_id)
+                        self._client.invalidate_coordinator(key_type, key)
                     raise
-        node_id = next((n.node_id for n in self._client.refresh_metadata().nodes if n.address == address), -1)
-        return response, node_id
+        return response, address
 
     # ------------------------------------------------------------ helpers
 
