@@ -11,8 +11,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from rich.columns import Columns
-from rich.panel import Panel
 from rich.rule import Rule
 from rich.table import Table
 
@@ -26,6 +24,7 @@ from txnsim.cli.common import console, exits_cleanly
 from partitions.segment import segment_files
 from txnsim.cli.dump_log_cmd import describe_segment
 from txnsim.cli.demo_confluent import run_confluent_demo
+from txnsim.cli.demo_views import scene, show_side_by_side
 from txnsim.cluster import LocalCluster
 from txnsim.demo_orders.runner import run_orders_demo
 
@@ -57,17 +56,8 @@ def read_all(bs: str, topic: str, partitions: int, isolation: str) -> list:
 
 
 def side_by_side(bs: str, topic: str, partitions: int, title: str) -> None:
-    panels = []
-    for isolation in ("read_committed", "read_uncommitted"):
-        table = Table(show_header=True, header_style="bold")
-        table.add_column("partition", justify="right")
-        table.add_column("offset", justify="right")
-        table.add_column("value")
-        for r in read_all(bs, topic, partitions, isolation):
-            table.add_row(str(r.partition), str(r.offset), (r.value or b"").decode())
-        panels.append(Panel(table, title=isolation, border_style="green" if isolation == "read_committed" else "yellow"))
-    console.print(Rule(title))
-    console.print(Columns(panels))
+    show_side_by_side(title, lambda isolation: [(r.partition, r.offset, r.value or b"")
+                                                for r in read_all(bs, topic, partitions, isolation)])
 
 
 def offsets_table(admin: Admin, topic: str, partitions: int) -> Table:
@@ -79,11 +69,6 @@ def offsets_table(admin: Admin, topic: str, partitions: int) -> Table:
     for tp in tps:
         table.add_row(str(tp.partition), str(hw[tp]), str(lso[tp]), str(hw[tp] - lso[tp]))
     return table
-
-
-def scene(number: int, title: str, text: str) -> None:
-    console.print()
-    console.print(Panel(" ".join(text.split()), title=f"[bold]Scene {number}: {title}[/bold]", border_style="cyan"))
 
 
 @exits_cleanly

@@ -14,14 +14,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rich.columns import Columns
-from rich.panel import Panel
 from rich.rule import Rule
 from rich.table import Table
 
 from proto.structs import TopicPartition as TxnsimTopicPartition
 from txnsim.admin import Admin
 from txnsim.cli.common import console
+from txnsim.cli.demo_views import scene as _scene
+from txnsim.cli.demo_views import show_side_by_side
 from txnsim.cluster import LocalCluster
 
 #: patience for one client call (the nodes answer in milliseconds; a failover takes about a second)
@@ -72,22 +72,7 @@ def _read_all(kafka: str, topic: str, partitions: int, isolation: str) -> list[t
 
 
 def _side_by_side(kafka: str, topic: str, partitions: int, title: str) -> None:
-    panels = []
-    for isolation in ("read_committed", "read_uncommitted"):
-        table = Table(show_header=True, header_style="bold")
-        for column, justify in (("partition", "right"), ("offset", "right"), ("value", "left")):
-            table.add_column(column, justify=justify)  # type: ignore[arg-type]
-        for partition, offset, value in _read_all(kafka, topic, partitions, isolation):
-            table.add_row(str(partition), str(offset), value.decode())
-        panels.append(Panel(table, title=f"{isolation} (librdkafka)",
-                            border_style="green" if isolation == "read_committed" else "yellow"))
-    console.print(Rule(title))
-    console.print(Columns(panels))
-
-
-def _scene(number: int, title: str, text: str) -> None:
-    console.print()
-    console.print(Panel(" ".join(text.split()), title=f"[bold]Scene {number}: {title}[/bold]", border_style="cyan"))
+    show_side_by_side(title, lambda isolation: _read_all(kafka, topic, partitions, isolation), reader="librdkafka")
 
 
 def run_confluent_demo(data_dir: Path | None) -> int:
