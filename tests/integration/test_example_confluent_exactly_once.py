@@ -12,6 +12,7 @@ from tests.integration.test_example_consume_transform_produce import (
     PARTITIONS,
     assert_exactly_once,
     committed_offsets,
+    topics,  # noqa: F401 -- the fixture: an input topic and its output topic
     write_numbers,
 )
 from txnsim import TopicPartition
@@ -31,13 +32,6 @@ class Example(ScriptProcess):
         super().__init__(EXAMPLE, ["--bootstrap-servers", kafka, "--input", input_topic, "--output", output_topic,
                                    "--group", group, "--transactional-id", txn_id, "--batch-size", "20",
                                    "--session-timeout-ms", SESSION_TIMEOUT_MS, *extra], log)
-
-
-@pytest.fixture
-def topics(admin, topic):
-    output = f"{topic}-out"
-    admin.create_topic(output, partitions=PARTITIONS)
-    return topic, output
 
 
 @pytest.fixture
