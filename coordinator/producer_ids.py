@@ -39,6 +39,12 @@ class ProducerIdAllocator:
             self._next += 1
             return pid
 
+    def reserve_block(self) -> tuple[int, int]:
+        """Claim a whole block for a caller that hands its ids out itself (the transaction coordinator's
+        core): ids first..end-1, durable before this returns."""
+        with self._lock:
+            return self._take_block()
+
     def _take_block(self) -> tuple[int, int]:
         self._blocks.mkdir(parents=True, exist_ok=True)
         self._block_size = self._stored_block_size()

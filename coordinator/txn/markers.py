@@ -11,12 +11,17 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
+from coordinator.txn.metadata import Marker, Owed
 from proto import txnsim_pb2 as pb
-from proto.errors import ERRORS_BY_CODE, InvalidProducerEpochError, KafkaError, TransactionCoordinatorFencedError
+from proto.errors import (
+    ERRORS_BY_CODE,
+    InvalidProducerEpochError,
+    KafkaError,
+    TransactionCoordinatorFencedError,
+)
 from proto.structs import TopicPartition
 from proto.transport import NodeChannels, call
 
@@ -26,18 +31,6 @@ log = logging.getLogger(__name__)
 _DONE_CODES = {0, InvalidProducerEpochError.errno, TransactionCoordinatorFencedError.errno}
 
 
-@dataclass(frozen=True, slots=True)
-class Marker:
-    """One producer's COMMIT or ABORT marker, owed to each of `partitions`."""
-
-    producer_id: int
-    producer_epoch: int
-    committed: bool
-    partitions: frozenset[TopicPartition]
-
-
-#: one marker owed to one partition
-_Owed = tuple[Marker, TopicPartition]
 
 
 class MarkerWriter:
@@ -55,29 +48,36 @@ class MarkerWriter:
         self._stopped = threading.Event()
 
     def write(self, markers: list[Marker], *, coordinator_epoch: int, still_valid: Callable[[], bool]) -> bool:
-        """Block until every partition acknowledged its marker; False if ownership was lost first."""
-        remaining: set[_Owed] = {(marker, tp) for marker in markers for tp in marker.partitions}
+        """Block until every partition acknowledged its marker; False if ownership was lost first.
+        (The RocketMQ half shards use this; the transaction coordinator's core retries with timers.)"""
+        remaining: set[Owed] = {(marker, tp) for marker in markers for tp in marker.partitions}
         backoff = 0.02
         while remaining:
             if self._stopped.is_set() or not still_valid():
                 return False
-            by_node: dict[int, list[_Owed]] = defaultdict(list)
-            for owed in remaining:
-                by_node[self._owner_of(owed[1])].append(owed)
-            futures = [self._pool.submit(self._send, node, coordinator_epoch, owed)
-                       for node, owed in by_node.items()]
-            for future in futures:
-                remaining -= future.result()
+            remaining -= self.send(remaining, coordinator_epoch=coordinator_epoch)
             if remaining:
                 self._stopped.wait(backoff)
                 backoff = min(backoff * 2, 0.5)
         return True
 
+    def send(self, owed: Iterable[Owed], *, coordinator_epoch: int) -> set[Owed]:
+        """Send each owed marker once, one request per owning node, all nodes at once; returns those
+        acknowledged (or superseded by a newer marker)."""
+        by_node: dict[int, list[Owed]] = defaultdict(list)
+        for item in owed:
+            by_node[self._owner_of(item[1])].append(item)
+        futures = [self._pool.submit(self._send, node, coordinator_epoch, items) for node, items in by_node.items()]
+        acked: set[Owed] = set()
+        for future in futures:
+            acked |= future.result()
+        return acked
+
     def close(self) -> None:
         self._stopped.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def _send(self, node: int, coordinator_epoch: int, owed: list[_Owed]) -> set[_Owed]:
+    def _send(self, node: int, coordinator_epoch: int, owed: list[Owed]) -> set[Owed]:
         by_marker: dict[Marker, list[TopicPartition]] = defaultdict(list)
         for marker, tp in owed:
             by_marker[marker].append(tp)
@@ -96,7 +96,7 @@ class MarkerWriter:
             log.info("markers for %d producer(s) to node %d failed, will retry: %s", len(by_marker), node, exc)
             return set()
         marker_of = {marker.producer_id: marker for marker in by_marker}
-        acked: set[_Owed] = set()
+        acked: set[Owed] = set()
         for result in response.markers:
             marker = marker_of.get(result.producer_id)
             if marker is None:

@@ -104,3 +104,17 @@ class TxnMetadata(TransactionValue):
                    start_time_ms=value.start_time_ms, last_update_time_ms=value.last_update_time_ms,
                    previous_producer_id=value.previous_producer_id, next_producer_id=value.next_producer_id,
                    ended_by_fence=value.ended_by_fence)
+
+
+@dataclass(frozen=True, slots=True)
+class Marker:
+    """One producer's COMMIT or ABORT marker, owed to each of `partitions`."""
+
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+    partitions: frozenset[TopicPartition]
+
+
+#: one marker owed to one partition
+Owed = tuple[Marker, TopicPartition]

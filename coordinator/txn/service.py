@@ -38,8 +38,8 @@ class TransactionServicer(rpc.TransactionCoordinatorServicer):
 
     @answers_with(pb.JoinBatchTxnResponse)
     def JoinBatchTxn(self, request, context):
-        return self._coordinator.batches.join(request)
+        return self._coordinator.join_batch(request)
 
     @answers_with(pb.EndBatchTxnResponse)
     def EndBatchTxn(self, request, context):
-        return self._coordinator.batches.end(request)
+        return self._coordinator.end_batch(request)

@@ -25,14 +25,17 @@ def decode_entry(key: str, data: bytes) -> TxnMetadata | BatchTxn:
     return TxnMetadata.from_log_value(key, data)
 
 
-def encode_entry(transactional_id: str, metadata: TxnMetadata | BatchTxn | None) -> bytes:
+def encode_entry(transactional_id: str, metadata: TxnMetadata | BatchTxn | None, timestamp_ms: int) -> bytes:
     value = None if metadata is None else metadata.to_log_value()
-    return records.encode_batch([(int(time.time() * 1000), transactional_id.encode(), value, ())])
+    return records.encode_batch([(timestamp_ms, transactional_id.encode(), value, ())])
 
 
-def append_entry(shard_log: PartitionLog, transactional_id: str, metadata: TxnMetadata | BatchTxn | None) -> None:
-    """Returns once the entry is durable (the log group-commits its fsyncs)."""
-    shard_log.append(encode_entry(transactional_id, metadata), origin=AppendOrigin.COORDINATOR)
+def append_entry(shard_log: PartitionLog, transactional_id: str, metadata: TxnMetadata | BatchTxn | None,
+                 timestamp_ms: int | None = None) -> None:
+    """Returns once the entry is durable (the log group-commits its fsyncs). The record's timestamp is
+    the coordinator's time of the change (the wall clock if not given)."""
+    stamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+    shard_log.append(encode_entry(transactional_id, metadata, stamp), origin=AppendOrigin.COORDINATOR)
 
 
 def advance(shard_log: PartitionLog, image: ShardImage) -> int:

@@ -26,12 +26,14 @@ class RecordingMarkers:
         self.written: list[tuple[int, int, bool, int, list]] = []
         self.lock = threading.Lock()
 
-    def write(self, markers, *, coordinator_epoch, still_valid):
+    def send(self, owed, *, coordinator_epoch):
+        by_marker: dict = {}
+        for marker, tp in owed:
+            by_marker.setdefault(marker, []).append(tp)
         with self.lock:
-            for m in markers:
-                self.written.append((m.producer_id, m.producer_epoch, m.committed, coordinator_epoch,
-                                     sorted(m.partitions)))
-        return self.succeed
+            for m, tps in by_marker.items():
+                self.written.append((m.producer_id, m.producer_epoch, m.committed, coordinator_epoch, sorted(tps)))
+        return set(owed) if self.succeed else set()
 
 
 class Clock:
@@ -239,9 +241,9 @@ class GatedMarkers(RecordingMarkers):
         super().__init__()
         self.release = threading.Event()
 
-    def write(self, markers, *, coordinator_epoch, still_valid):
+    def send(self, owed, *, coordinator_epoch):
         assert self.release.wait(10), "the test never released the markers"
-        return super().write(markers, coordinator_epoch=coordinator_epoch, still_valid=still_valid)
+        return super().send(owed, coordinator_epoch=coordinator_epoch)
 
 
 def test_the_next_transactions_first_add_waits_for_the_previous_markers_instead_of_failing(tmp_path):
@@ -262,8 +264,8 @@ def test_the_next_transactions_first_add_waits_for_the_previous_markers_instead_
 
 
 def test_a_previous_end_that_does_not_finish_in_time_is_concurrent_transactions(tmp_path, monkeypatch):
-    import coordinator.txn.coordinator as module
-    monkeypatch.setattr(module, "PREVIOUS_END_HOLD_S", 0.05)
+    import coordinator.txn.core as module
+    monkeypatch.setattr(module, "PREVIOUS_END_HOLD_MS", 50)
     markers = GatedMarkers()
     tc, _ = make(tmp_path, markers)
     ids = init(tc, "tx")
