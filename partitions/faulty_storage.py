@@ -11,7 +11,7 @@ import random
 from collections.abc import Callable
 from pathlib import PurePath
 
-from partitions.memory_storage import MemoryStorage, Inode
+from partitions.memory_storage import Inode, MemoryStorage
 
 
 class FaultyStorage(MemoryStorage):

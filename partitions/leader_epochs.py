@@ -25,12 +25,11 @@ Why this is safe without trusting the old leader to stop (fencing, not leases):
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import PurePath
 
 from partitions.durable_files import create_exclusively, write_durably
-from partitions.segment import fsync_directory
+from partitions.storage import FILE_STORAGE, Storage
 from proto.errors import KafkaStorageError, NotLeaderOrFollowerError
 
 EPOCHS_DIR = "epochs"
@@ -64,11 +63,12 @@ class EpochLimits:
 class LeaderEpochs:
     """The claims directory of one log. Safe to use from several processes at once."""
 
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: PurePath, storage: Storage = FILE_STORAGE) -> None:
         self.directory = log_dir / EPOCHS_DIR
+        self.storage = storage
         self._legacy_file = log_dir / _LEGACY_EPOCH_FILE
 
-    def _path(self, epoch: int, kind: str) -> Path:
+    def _path(self, epoch: int, kind: str) -> PurePath:
         return self.directory / f"{epoch:010d}.{kind}"
 
     # ------------------------------------------------------------ reading
@@ -89,20 +89,20 @@ class LeaderEpochs:
 
     def superseded(self, epoch: int) -> bool:
         """True once a later epoch has been claimed: the leader of `epoch` must not acknowledge anything."""
-        return os.path.exists(self._path(epoch + 1, "claim"))
+        return self.storage.exists(self._path(epoch + 1, "claim"))
 
     # ------------------------------------------------------------ writing
 
     def claim(self, node_id: int, after: Claim | None) -> int:
         """Claim the epoch right after `after` (the newest claim the caller checked) for `node_id`,
         durably; NOT_LEADER_OR_FOLLOWER if another node claimed it first."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.storage.mkdir(self.directory)
         epoch = after.epoch + 1 if after is not None else self._legacy_epoch() + 1
-        if not create_exclusively(self._path(epoch, "claim"), f"node {node_id}\n"):
+        if not create_exclusively(self._path(epoch, "claim"), f"node {node_id}\n", self.storage):
             raise NotLeaderOrFollowerError(
                 f"[NOT_LEADER_OR_FOLLOWER] epoch {epoch} of {self.directory.parent.name} was just claimed "
                 "by another node; retry")
-        fsync_directory(self.directory)
+        self.storage.fsync_directory(self.directory)
         return epoch
 
     def void_unstarted(self, before: int) -> None:
@@ -110,28 +110,28 @@ class LeaderEpochs:
         names = self._names()
         for epoch in self._epochs(names):
             if epoch < before and f"{epoch:010d}.start" not in names:
-                create_exclusively(self._path(epoch, "start"), _VOID + "\n")
-        fsync_directory(self.directory)
+                create_exclusively(self._path(epoch, "start"), _VOID + "\n", self.storage)
+        self.storage.fsync_directory(self.directory)
 
     def record_start(self, epoch: int, offset: int) -> None:
         """Durably record where `epoch` starts writing; from then on earlier epochs end there.
         NOT_LEADER_OR_FOLLOWER if a later claimant voided it first (it was superseded while opening)."""
-        if not create_exclusively(self._path(epoch, "start"), f"{offset}\n"):
+        if not create_exclusively(self._path(epoch, "start"), f"{offset}\n", self.storage):
             raise NotLeaderOrFollowerError(
                 f"[NOT_LEADER_OR_FOLLOWER] epoch {epoch} of {self.directory.parent.name} was superseded "
                 "while it opened the log; retry")
-        fsync_directory(self.directory)
+        self.storage.fsync_directory(self.directory)
 
     def release(self, epoch: int) -> None:
         """Say that `epoch`'s leader closed the log after its last durable write."""
-        write_durably(self._path(epoch, "released"), "")
-        fsync_directory(self.directory)
+        write_durably(self._path(epoch, "released"), "", self.storage)
+        self.storage.fsync_directory(self.directory)
 
     # ------------------------------------------------------------ helpers
 
     def _names(self) -> set[str]:
         try:
-            return set(os.listdir(self.directory))
+            return set(self.storage.list_dir(self.directory))
         except FileNotFoundError:
             return set()
 
@@ -143,23 +143,25 @@ class LeaderEpochs:
         start = None
         if f"{epoch:010d}.start" in names:
             path = self._path(epoch, "start")
-            text = path.read_text()
+            text = self._read_text(path)
             start = None if text.strip() == _VOID else _parse_int(path, text, "")
         return Claim(epoch, self._read_int(self._path(epoch, "claim"), "node "), start,
                      f"{epoch:010d}.released" in names)
 
     def _legacy_epoch(self) -> int:
         try:
-            return int(self._legacy_file.read_text().strip())
+            return int(self._read_text(self._legacy_file).strip())
         except (FileNotFoundError, ValueError):
             return -1
 
-    @staticmethod
-    def _read_int(path: Path, prefix: str) -> int:
-        return _parse_int(path, path.read_text(), prefix)
+    def _read_text(self, path: PurePath) -> str:
+        return self.storage.read_bytes(path).decode()
+
+    def _read_int(self, path: PurePath, prefix: str) -> int:
+        return _parse_int(path, self._read_text(path), prefix)
 
 
-def _parse_int(path: Path, text: str, prefix: str) -> int:
+def _parse_int(path: PurePath, text: str, prefix: str) -> int:
     """The number after `prefix` in `text` (read from `path`), or KAFKA_STORAGE_ERROR naming the file."""
     if not text.startswith(prefix):
         raise KafkaStorageError(f"{path} holds {text!r}; expected {prefix!r} and a number")

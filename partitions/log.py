@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from partitions.group_commit import GroupCommitter
@@ -30,8 +30,9 @@ from partitions.producer_snapshot import PartitionStateSnapshot, snapshot_name
 from partitions.producer_state import ProducerStateTable
 from partitions.producer_state_recovery import load_producer_state
 from partitions.recovery import clean_up, scan_segments
-from partitions.segment import Segment, delete_segment_files, fsync_directory
+from partitions.segment import Segment, delete_segment_files
 from partitions.snapshot_files import delete_snapshots, list_snapshots, write_snapshot
+from partitions.storage import FILE_STORAGE, Storage
 from partitions.txn_index import AbortedTxn, AbortedTxnIndex, index_abort
 from partitions.validation import parse_batches, validate_batches
 from proto import records as codec
@@ -47,7 +48,8 @@ _COMPRESSION_MASK = 0x07
 _ONLY_WRITER = 1 << 62
 
 
-def _now_ms() -> int:
+def wall_clock_ms() -> int:
+    """The real clock, the default of a log; a simulator passes its own (now_ms)."""
     return int(time.time() * 1000)
 
 
@@ -66,13 +68,21 @@ def _first_record_at_or_after(batch: RecordBatch, timestamp: int) -> tuple[int, 
 
 
 class PartitionLog:
-    """One partition's log. Thread-safe; open it with PartitionLog.open()."""
+    """One partition's log. Thread-safe; open it with PartitionLog.open().
+
+    Also usable from a single thread (a simulator): an append is fsynced by its own caller, so
+    nothing waits for another thread, and wait_for_data with a zero timeout never blocks.
+    """
 
     def __init__(self, directory: Path, topic: str, partition: int, leader_epoch: int, config: LogConfig,
                  segments: list[Segment], state: ProducerStateTable, aborted: AbortedTxnIndex,
                  recovery_report: list[str], recovery_stats: RecoveryStats,
-                 epochs: LeaderEpochs | None = None) -> None:
+                 epochs: LeaderEpochs | None = None, storage: Storage = FILE_STORAGE,
+                 now_ms: Callable[[], int] = wall_clock_ms) -> None:
         self.directory = directory
+        #: the disk this log's files live on (the real one unless a simulator says otherwise)
+        self.storage = storage
+        self._now_ms = now_ms
         self.topic = topic
         self.partition = partition
         self.leader_epoch = leader_epoch
@@ -99,7 +109,8 @@ class PartitionLog:
 
     @classmethod
     def open(cls, directory: Path, topic: str, partition: int, *, leader_epoch: int,
-             config: LogConfig = LogConfig(), epochs: LeaderEpochs | None = None) -> PartitionLog:
+             config: LogConfig = LogConfig(), epochs: LeaderEpochs | None = None,
+             storage: Storage = FILE_STORAGE, now_ms: Callable[[], int] = wall_clock_ms) -> PartitionLog:
         """Open (creating if missing) the log in `directory`: find its good prefix, cut what lies past
         it, then load its state.
 
@@ -109,9 +120,12 @@ class PartitionLog:
         first), and the log is fenced once a later epoch is claimed. Without, the caller is the
         only writer there is. The producer state and aborted index come from the newest usable
         snapshot plus a replay of the batches after it; recovery_stats says which and how many.
+
+        Every file operation goes to `storage` (`epochs` should use the same one); `now_ms` is the
+        clock for marker timestamps, so a simulator with its own gets identical bytes every run.
         """
-        directory.mkdir(parents=True, exist_ok=True)
-        scanned = scan_segments(directory, epochs.limits() if epochs is not None else EpochLimits())
+        storage.mkdir(directory)
+        scanned = scan_segments(directory, epochs.limits() if epochs is not None else EpochLimits(), storage)
         try:
             end = scanned.end_offset
             if epochs is not None:
@@ -119,9 +133,9 @@ class PartitionLog:
                 limits, older = epochs.limits(), (lambda epoch: epoch is None or epoch < leader_epoch)
             else:  # the only writer: everything on disk is older, and ends where the good prefix does
                 limits, older = EpochLimits(((_ONLY_WRITER, end),)), (lambda _epoch: True)
-            report = clean_up(directory, scanned, limits, older, sole_writer=epochs is None)
-            segments = scanned.segments or [Segment.create(directory, end, leader_epoch)]
-            loaded = load_producer_state(directory, segments, f"{topic}-{partition}", limits, older)
+            report = clean_up(directory, scanned, limits, older, sole_writer=epochs is None, storage=storage)
+            segments = scanned.segments or [Segment.create(directory, end, leader_epoch, storage)]
+            loaded = load_producer_state(directory, segments, f"{topic}-{partition}", limits, older, storage)
         except BaseException:
             for segment in scanned.segments:
                 segment.close()
@@ -129,7 +143,7 @@ class PartitionLog:
         stats = dataclasses.replace(loaded.stats, scanned_segments=len(scanned.scanned),
                                     indexed_segments=len(scanned.segments) - len(scanned.scanned))
         return cls(directory, topic, partition, leader_epoch, config, segments, loaded.state, loaded.aborted,
-                   report, stats, epochs)
+                   report, stats, epochs, storage, now_ms)
 
     def __repr__(self) -> str:
         return (f"PartitionLog({self.topic}-{self.partition}, epoch {self.leader_epoch}, "
@@ -210,7 +224,7 @@ class PartitionLog:
         """Write a COMMIT or ABORT marker for `producer_id`, closing its open transaction if it has one."""
         if producer_id < 0 or producer_epoch < 0:
             raise InvalidRequestError(f"a marker needs a producer id and epoch, not {producer_id}/{producer_epoch}")
-        timestamp = _now_ms() if timestamp_ms is None else timestamp_ms
+        timestamp = self._now_ms() if timestamp_ms is None else timestamp_ms
         with self._lock:
             self._check_open()
             self._state.check_marker(producer_id, producer_epoch, coordinator_epoch)
@@ -251,7 +265,7 @@ class PartitionLog:
         sealed = self._segments[-1]
         if sealed.epoch == self.leader_epoch:  # an inherited file is indexed by recovery, which checks it first
             sealed.save_index()
-        segment = Segment.create(self.directory, self._log_end_offset, self.leader_epoch)
+        segment = Segment.create(self.directory, self._log_end_offset, self.leader_epoch, self.storage)
         self._segments.append(segment)
         self._segment_bases.append(segment.base_offset)
         self._write_snapshot()
@@ -275,7 +289,7 @@ class PartitionLog:
             return  # a later leader owns the log: leave its snapshots alone
         snapshot = PartitionStateSnapshot(self._log_end_offset, self._state.entries(), self._aborted.entries)
         try:
-            write_snapshot(self.directory, snapshot, self.leader_epoch, fsync=self.config.fsync)
+            write_snapshot(self.directory, snapshot, self.leader_epoch, fsync=self.config.fsync, storage=self.storage)
         except (OSError, ValueError) as error:
             logger.warning("%s-%s: cannot write the producer snapshot at offset %d (%s); the next open "
                            "replays more of the log", self.topic, self.partition, snapshot.offset, error)
@@ -425,16 +439,17 @@ class PartitionLog:
             self._segment_bases = self._segment_bases[len(doomed):]
             log_start = self._segment_bases[0]
             self._aborted.drop_before(log_start)
-            snapshots = list_snapshots(self.directory)
+            snapshots = list_snapshots(self.directory, self.storage)
             if not any(file.offset >= log_start for file in snapshots):
                 # written before the segments go, so a crash in between still finds a usable snapshot
                 self._sync_active_segment()
                 self._write_snapshot()
         for segment in doomed:
             segment.close()
-            delete_segment_files(segment.path)
-        delete_snapshots(self.directory, [file for file in snapshots if file.offset < log_start], fsync=False)
-        fsync_directory(self.directory)
+            delete_segment_files(segment.path, self.storage)
+        delete_snapshots(self.directory, [file for file in snapshots if file.offset < log_start], fsync=False,
+                         storage=self.storage)
+        self.storage.fsync_directory(self.directory)
         return len(doomed)
 
     # ------------------------------------------------------------ state
@@ -495,5 +510,5 @@ class PartitionLog:
                 self._files_closed = True
                 for segment in self._segments:
                     segment.close()
-                if durable and not (self.directory / snapshot_name(end, self.leader_epoch)).exists():
+                if durable and not self.storage.exists(self.directory / snapshot_name(end, self.leader_epoch)):
                     self._write_snapshot()  # the next open then replays nothing

@@ -10,14 +10,14 @@ The new epoch's first offset is recorded durably after recovery and before anyth
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from partitions.leader_epochs import LeaderEpochs
-from partitions.log import PartitionLog
+from partitions.log import PartitionLog, wall_clock_ms
 from partitions.model import LogConfig
+from partitions.storage import FILE_STORAGE, Storage
 from proto.errors import InvalidPartitionsError, KafkaError, NotLeaderOrFollowerError
 from proto.structs import validate_topic_name
 
@@ -29,11 +29,17 @@ def _never(_node_id: int) -> bool:
 
 
 class LogManager:
-    """The open logs of one node. Thread-safe; a log being recovered does not block other logs."""
+    """The open logs of one node. Thread-safe; a log being recovered does not block other logs.
+
+    `storage` and `now_ms` are handed to every log (a simulator gives each node its own disk and clock).
+    """
 
     def __init__(self, root: Path, config: LogConfig = LogConfig(), internal_config: LogConfig | None = None,
-                 node_id: int = 0) -> None:
+                 node_id: int = 0, storage: Storage = FILE_STORAGE,
+                 now_ms: Callable[[], int] = wall_clock_ms) -> None:
         self.root = root
+        self.storage = storage
+        self.now_ms = now_ms
         self.config = config
         #: for internal topics (names starting with "__"), e.g. smaller segments
         self.internal_config = internal_config or config
@@ -73,13 +79,13 @@ class LogManager:
                     self._opening.pop(key, None)
             with self._lock:
                 self._logs[key] = log
-                self._inodes[key] = log.directory.stat().st_ino
+                self._inodes[key] = self.storage.directory_id(log.directory)
             return log
 
     def _claim_and_open(self, topic: str, partition: int, may_cut_off: Callable[[int], bool]) -> PartitionLog:
         log_dir = self.log_dir(topic, partition)
-        log_dir.mkdir(parents=True, exist_ok=True)
-        epochs = LeaderEpochs(log_dir)
+        self.storage.mkdir(log_dir)
+        epochs = LeaderEpochs(log_dir, self.storage)
         latest = epochs.latest()
         if (latest is not None and not latest.released and latest.node_id != self.node_id
                 and not may_cut_off(latest.node_id)):
@@ -90,7 +96,8 @@ class LogManager:
         config = self.internal_config if topic.startswith("__") else self.config
         try:
             epochs.void_unstarted(before=epoch)
-            return PartitionLog.open(log_dir, topic, partition, leader_epoch=epoch, config=config, epochs=epochs)
+            return PartitionLog.open(log_dir, topic, partition, leader_epoch=epoch, config=config, epochs=epochs,
+                                     storage=self.storage, now_ms=self.now_ms)
         except BaseException:
             epochs.release(epoch)  # nothing was written at this epoch; the next opener need not wait
             raise
@@ -103,11 +110,12 @@ class LogManager:
         wait forever for a release only a process that no longer exists could give.
         """
         released = []
-        for log_dir in sorted(self.root.iterdir()) if self.root.is_dir() else []:
+        names = self.storage.list_dir(self.root) if self.storage.is_dir(self.root) else []
+        for log_dir in (self.root / name for name in names):
             if log_dir.name.startswith("."):  # a deleted topic's directory on its way out
                 continue
-            epochs = LeaderEpochs(log_dir)
-            latest = epochs.latest() if log_dir.is_dir() else None
+            epochs = LeaderEpochs(log_dir, self.storage)
+            latest = epochs.latest() if self.storage.is_dir(log_dir) else None
             if latest is not None and latest.node_id == self.node_id and not latest.released:
                 epochs.release(latest.epoch)
                 released.append(log_dir.name)
@@ -122,7 +130,7 @@ class LogManager:
             if log is None:
                 return None
             try:
-                same = os.stat(log.directory).st_ino == self._inodes.get(key)
+                same = self.storage.directory_id(log.directory) == self._inodes.get(key)
             except FileNotFoundError:
                 same = False
             if same:
@@ -162,7 +170,7 @@ class LogManager:
             log.close()
         finally:  # even if the last fsync failed: keeping the claim would only block the next leader
             if not log.fenced:
-                LeaderEpochs(log.directory).release(log.leader_epoch)
+                LeaderEpochs(log.directory, self.storage).release(log.leader_epoch)
 
     def close_all(self) -> None:
         with self._lock:

@@ -12,7 +12,7 @@ import logging
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import PurePath
 
 from partitions.leader_epochs import EpochLimits
 from partitions.model import RecoveryStats
@@ -21,6 +21,7 @@ from partitions.producer_state import ProducerStateTable
 from partitions.segment import Segment
 from partitions.snapshot_files import (SnapshotFile, delete_snapshots, delete_stray_temporaries, list_snapshots,
                                        read_snapshot)
+from partitions.storage import FILE_STORAGE, Storage
 from partitions.txn_index import AbortedTxnIndex, index_abort
 from proto.errors import KafkaStorageError
 from proto.records import ControlType, RecordBatch
@@ -46,17 +47,18 @@ def replay_batch(state: ProducerStateTable, aborted: AbortedTxnIndex, batch: Rec
         state.replay(batch.header)
 
 
-def load_producer_state(directory: Path, segments: list[Segment], name: str,
+def load_producer_state(directory: PurePath, segments: list[Segment], name: str,
                         limits: EpochLimits = EpochLimits(),
-                        older: Callable[[int | None], bool] = lambda _epoch: True) -> LoadedState:
+                        older: Callable[[int | None], bool] = lambda _epoch: True,
+                        storage: Storage = FILE_STORAGE) -> LoadedState:
     """The state of the log made of `segments` (recovered, non-empty): newest usable snapshot + tail.
 
     Snapshots that cannot be loaded are deleted only if an `older` epoch than the caller's took
     them (a newer one's belong to a leader that has superseded the caller)."""
     log_start, log_end = segments[0].base_offset, segments[-1].next_offset
     try:
-        delete_stray_temporaries(directory)
-        snapshot, discarded = _choose_snapshot(directory, segments, log_start, log_end, limits, older)
+        delete_stray_temporaries(directory, storage)
+        snapshot, discarded = _choose_snapshot(directory, segments, log_start, log_end, limits, older, storage)
     except OSError as error:
         raise KafkaStorageError(f"cannot read or clean the producer snapshots of {name}: {error}") from error
     if snapshot is None:
@@ -75,8 +77,9 @@ def load_producer_state(directory: Path, segments: list[Segment], name: str,
     return LoadedState(state, aborted, stats)
 
 
-def _choose_snapshot(directory: Path, segments: list[Segment], log_start: int, log_end: int, limits: EpochLimits,
-                     older: Callable[[int | None], bool]) -> tuple[PartitionStateSnapshot | None, list[str]]:
+def _choose_snapshot(directory: PurePath, segments: list[Segment], log_start: int, log_end: int, limits: EpochLimits,
+                     older: Callable[[int | None], bool],
+                     storage: Storage) -> tuple[PartitionStateSnapshot | None, list[str]]:
     """The newest loadable snapshot; deletes (durably) those past the end, below the start, damaged,
     or taken by a leader past the offset where a later epoch took over."""
     chosen: PartitionStateSnapshot | None = None
@@ -91,7 +94,7 @@ def _choose_snapshot(directory: Path, segments: list[Segment], log_start: int, l
             doomed.append(file)
         discarded.append(line)
 
-    for file in reversed(list_snapshots(directory)):
+    for file in reversed(list_snapshots(directory, storage)):
         limit = limits.limit(file.epoch) if file.epoch is not None else None
         if file.offset > log_end:
             discard(file, f"it covers offsets up to {file.offset}, past the log end {log_end}")
@@ -106,10 +109,10 @@ def _choose_snapshot(directory: Path, segments: list[Segment], log_start: int, l
             discard(file, f"no batch starts at offset {file.offset}")
         else:
             try:
-                chosen = read_snapshot(file)
+                chosen = read_snapshot(file, storage)
             except (CorruptSnapshotError, OSError) as error:
                 discard(file, f"unreadable ({error})")
-    delete_snapshots(directory, doomed)
+    delete_snapshots(directory, doomed, storage=storage)
     return chosen, discarded
 
 

@@ -17,14 +17,13 @@ Each cut is reported in words and logged.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import PurePath
 
 from partitions.leader_epochs import EpochLimits
-from partitions.segment import (INDEX_SUFFIX, ScanProblem, Segment, delete_segment_files, fsync_directory,
-                                segment_files)
+from partitions.segment import INDEX_SUFFIX, SUFFIX, ScanProblem, Segment, delete_segment_files, segment_files
+from partitions.storage import FILE_STORAGE, Storage
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +32,7 @@ logger = logging.getLogger(__name__)
 class Cut:
     """Where the scan of one segment file stopped short of its end, and why."""
 
-    path: Path
+    path: PurePath
     epoch: int | None
     problem: ScanProblem
     #: the offset after the last good batch: every byte past the cut is at or beyond it
@@ -47,7 +46,7 @@ class ScannedLog:
     segments: list[Segment]
     cuts: list[Cut] = field(default_factory=list)
     #: files left out: past their epoch's limit, or not continuing the log
-    left_out: list[tuple[Path, str]] = field(default_factory=list)
+    left_out: list[tuple[PurePath, str]] = field(default_factory=list)
     #: segments indexed by a scan (the others came from their saved index)
     scanned: list[Segment] = field(default_factory=list)
 
@@ -56,10 +55,11 @@ class ScannedLog:
         return self.segments[-1].next_offset if self.segments else 0
 
 
-def scan_segments(directory: Path, limits: EpochLimits = EpochLimits()) -> ScannedLog:
+def scan_segments(directory: PurePath, limits: EpochLimits = EpochLimits(),
+                  storage: Storage = FILE_STORAGE) -> ScannedLog:
     """Index the good prefix of the segments of `directory` without changing any file."""
-    _delete_orphan_indexes(directory)
-    files = segment_files(directory)
+    _delete_orphan_indexes(directory, storage)
+    files = segment_files(directory, storage)
     result = ScannedLog([])
     expected: int | None = None
     for i, (base, epoch, path) in enumerate(files):
@@ -71,12 +71,12 @@ def scan_segments(directory: Path, limits: EpochLimits = EpochLimits()) -> Scann
         if expected is not None and base != expected:
             result.left_out.append((path, f"it starts at offset {base} but the log before it ends at {expected}"))
             continue
-        segment = Segment.open_indexed(path, base, epoch) if i < len(files) - 1 else None
+        segment = Segment.open_indexed(path, base, epoch, storage) if i < len(files) - 1 else None
         if segment is not None and limit is not None and segment.next_offset > limit:
             segment.close()  # indexed by a leader that wrote past its limit: scan instead
             segment = None
         if segment is None:
-            segment = Segment.open_existing(path, base, epoch)
+            segment = Segment.open_existing(path, base, epoch, storage)
             problem = segment.scan(base, limit)
             result.scanned.append(segment)
             if problem is not None:
@@ -89,8 +89,9 @@ def scan_segments(directory: Path, limits: EpochLimits = EpochLimits()) -> Scann
     return result
 
 
-def clean_up(directory: Path, scanned: ScannedLog, limits: EpochLimits,
-             older: Callable[[int | None], bool], sole_writer: bool = False) -> list[str]:
+def clean_up(directory: PurePath, scanned: ScannedLog, limits: EpochLimits,
+             older: Callable[[int | None], bool], sole_writer: bool = False,
+             storage: Storage = FILE_STORAGE) -> list[str]:
     """Truncate and delete what `limits` (read after this epoch's start was recorded) put past the
     end for good, in files of epochs `older` than the caller's; returns one line per change.
 
@@ -102,7 +103,7 @@ def clean_up(directory: Path, scanned: ScannedLog, limits: EpochLimits,
     for cut in scanned.cuts:
         limit = limits.limit(cut.epoch)
         if sole_writer or (older(cut.epoch) and limit is not None and cut.stop_offset >= limit):
-            _truncate(cut.path, cut.problem.position)  # the in-memory index already stops there
+            _truncate(storage, cut.path, cut.problem.position)  # the in-memory index already stops there
             _note(report, f"{_where(cut.path)}: truncated at byte {cut.problem.position}, cutting "
                           f"{cut.problem.cut_bytes} bytes ({cut.problem.reason})")
         else:
@@ -110,15 +111,15 @@ def clean_up(directory: Path, scanned: ScannedLog, limits: EpochLimits,
                           f"{cut.problem.position} ({cut.problem.reason})")
     kept = {segment.path for segment in scanned.segments}
     reasons = dict(scanned.left_out)
-    doomed = [(path, limit) for _base, epoch, path in segment_files(directory)
+    doomed = [(path, limit) for _base, epoch, path in segment_files(directory, storage)
               if path not in kept and older(epoch) and (limit := limits.limit(epoch)) is not None
               and _base >= limit]
     for path, limit in doomed:
         why = reasons.get(path, f"it lies past offset {limit}, where a later epoch started")
-        _note(report, f"{_where(path)}: deleted the whole segment ({path.stat().st_size} bytes): {why}")
-        delete_segment_files(path)
+        _note(report, f"{_where(path)}: deleted the whole segment ({storage.size(path)} bytes): {why}")
+        delete_segment_files(path, storage)
     if doomed:
-        fsync_directory(directory)
+        storage.fsync_directory(directory)
     for path, why in scanned.left_out:
         if path not in {doomed_path for doomed_path, _ in doomed}:
             _note(report, f"{_where(path)}: left out of the log, not deleted: {why}")
@@ -130,18 +131,19 @@ def clean_up(directory: Path, scanned: ScannedLog, limits: EpochLimits,
     return report
 
 
-def _truncate(path: Path, size: int) -> None:
-    with open(path, "r+b") as f:
-        f.truncate(size)
-        f.flush()
-        os.fsync(f.fileno())
+def _truncate(storage: Storage, path: PurePath, size: int) -> None:
+    file = storage.open_file(path)
+    try:
+        file.truncate(size)
+        file.fsync()
+    finally:
+        file.close()
 
 
-def _delete_orphan_indexes(directory: Path) -> None:
-    for path in directory.glob(f"*{INDEX_SUFFIX}"):
-        segment = path.with_name(path.name[:-len(INDEX_SUFFIX)] + ".log")
-        if not segment.exists():
-            path.unlink(missing_ok=True)
+def _delete_orphan_indexes(directory: PurePath, storage: Storage) -> None:
+    for name in storage.list_dir(directory):
+        if name.endswith(INDEX_SUFFIX) and not storage.exists(directory / (name[:-len(INDEX_SUFFIX)] + SUFFIX)):
+            storage.delete(directory / name)
 
 
 def _leave_out_empty(scanned: ScannedLog) -> None:
@@ -162,5 +164,5 @@ def _note(report: list[str], line: str) -> None:
     logger.warning("log recovery: %s", line)
 
 
-def _where(path: Path) -> str:
+def _where(path: PurePath) -> str:
     return f"{path.parent.name}/{path.name}"

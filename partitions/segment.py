@@ -15,18 +15,19 @@ and the segment scanned.
 from __future__ import annotations
 
 import logging
-import os
 import struct
 import sys
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import PurePath
+from typing import TypeVar
 
 import crc32c
 
 from partitions.file_names import log_order, offset_epoch_name, parse_offset_epoch_name
+from partitions.storage import FILE_STORAGE, Storage, StorageFile
 from proto import records
 from proto.errors import CorruptMessageError
 from proto.records import HEADER_SIZE, RecordBatch
@@ -43,6 +44,8 @@ _INDEX_MAGIC = b"TXI2"  # TXI1 had no timestamps: such an index is ignored and i
 _MAX_TIMESTAMP = struct.Struct(">q")
 _MAX_TIMESTAMP_AT = 35
 _INDEX_ARRAYS = 4
+#: a Path for the real disk (callers open what segment_files finds), any PurePath for a simulated one
+PathT = TypeVar("PathT", bound=PurePath)
 
 
 def segment_name(base_offset: int, epoch: int) -> str:
@@ -55,43 +58,26 @@ def parse_segment_name(name: str) -> tuple[int, int | None] | None:
     return parse_offset_epoch_name(name, SUFFIX)
 
 
-def segment_files(directory: Path) -> list[tuple[int, int | None, Path]]:
+def segment_files(directory: PathT, storage: Storage = FILE_STORAGE) -> list[tuple[int, int | None, PathT]]:
     """(base offset, epoch, path) of every segment file in `directory`, in log order."""
-    found = [(*parsed, path) for path in directory.iterdir()
-             if path.is_file() and (parsed := parse_segment_name(path.name)) is not None]
+    found = [(*parsed, directory / name) for name in storage.list_dir(directory)
+             if (parsed := parse_segment_name(name)) is not None and not storage.is_dir(directory / name)]
     return sorted(found, key=lambda item: log_order(item[0], item[1]))
 
 
-def index_path(segment_path: Path) -> Path:
+def index_path(segment_path: PurePath) -> PurePath:
     return segment_path.with_name(segment_path.name[:-len(SUFFIX)] + INDEX_SUFFIX)
 
 
-def delete_segment_files(segment_path: Path) -> None:
+def delete_segment_files(segment_path: PurePath, storage: Storage = FILE_STORAGE) -> None:
     """A segment file and its saved index."""
-    segment_path.unlink(missing_ok=True)
-    index_path(segment_path).unlink(missing_ok=True)
+    storage.delete(segment_path)
+    storage.delete(index_path(segment_path))
 
 
-def fsync_directory(directory: Path) -> None:
-    """Make file creations, renames and deletions in `directory` durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def pread_fully(fd: int, length: int, position: int) -> bytes:
-    """Up to `length` bytes at `position`; shorter only at the end of the file."""
-    parts = []
-    while length > 0:
-        chunk = os.pread(fd, length, position)
-        if not chunk:
-            break
-        parts.append(chunk)
-        length -= len(chunk)
-        position += len(chunk)
-    return b"".join(parts)
+def fsync_directory(directory: PurePath) -> None:
+    """Make file creations, renames and deletions in `directory` of the real disk durable."""
+    FILE_STORAGE.fsync_directory(directory)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,15 +92,15 @@ class ScanProblem:
 class _ReadAhead:
     """Sequential reads of a file in 1 MiB windows (a scan would otherwise pread twice per batch)."""
 
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
+    def __init__(self, file: StorageFile) -> None:
+        self._file = file
         self._start = 0
         self._buffer = b""
 
     def read(self, position: int, length: int) -> bytes:
         offset = position - self._start
         if offset < 0 or offset + length > len(self._buffer):
-            self._buffer = pread_fully(self._fd, max(length, _READ_AHEAD), position)
+            self._buffer = self._file.pread(max(length, _READ_AHEAD), position)
             self._start, offset = position, 0
         return self._buffer[offset:offset + length]
 
@@ -122,12 +108,14 @@ class _ReadAhead:
 class Segment:
     """One open segment file. Not thread-safe: the owning PartitionLog serialises access."""
 
-    def __init__(self, path: Path, base_offset: int, fd: int, epoch: int | None = None) -> None:
+    def __init__(self, path: PurePath, base_offset: int, file: StorageFile, epoch: int | None = None,
+                 storage: Storage = FILE_STORAGE) -> None:
         self.path = path
         self.base_offset = base_offset
         #: the leader epoch that created (and alone writes) this file; None for files of older versions
         self.epoch = epoch
-        self._fd = fd
+        self._file: StorageFile | None = file
+        self._storage = storage
         self._size = 0
         self._synced_size = 0
         self._bases = array("q")
@@ -137,23 +125,25 @@ class Segment:
         self._max_timestamps = array("q")
 
     @classmethod
-    def create(cls, directory: Path, base_offset: int, epoch: int) -> Segment:
+    def create(cls, directory: PurePath, base_offset: int, epoch: int, storage: Storage = FILE_STORAGE) -> Segment:
         """A new empty segment of leader epoch `epoch`, its directory entry made durable."""
         path = directory / segment_name(base_offset, epoch)
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
-        fsync_directory(directory)
-        return cls(path, base_offset, fd, epoch)
+        file = storage.create_file(path)
+        storage.fsync_directory(directory)
+        return cls(path, base_offset, file, epoch, storage)
 
     @classmethod
-    def open_existing(cls, path: Path, base_offset: int, epoch: int | None) -> Segment:
+    def open_existing(cls, path: PurePath, base_offset: int, epoch: int | None,
+                      storage: Storage = FILE_STORAGE) -> Segment:
         """An existing segment with an empty index; call scan() to index it."""
-        return cls(path, base_offset, os.open(path, os.O_RDWR | os.O_APPEND), epoch)
+        return cls(path, base_offset, storage.open_file(path), epoch, storage)
 
     @classmethod
-    def open_indexed(cls, path: Path, base_offset: int, epoch: int | None) -> Segment | None:
+    def open_indexed(cls, path: PurePath, base_offset: int, epoch: int | None,
+                     storage: Storage = FILE_STORAGE) -> Segment | None:
         """An existing sealed segment indexed from its saved index, or None if that index cannot be trusted."""
         try:
-            data = index_path(path).read_bytes()
+            data = storage.read_bytes(index_path(path))
         except OSError:
             return None
         if len(data) < _INDEX_HEADER.size:
@@ -163,11 +153,11 @@ class Segment:
         if (magic != _INDEX_MAGIC or base != base_offset or len(body) != 8 * _INDEX_ARRAYS * count
                 or crc != crc32c.crc32c(data[8:])):
             return None
-        fd = os.open(path, os.O_RDWR | os.O_APPEND)
-        if os.fstat(fd).st_size != size:  # cut or appended to since: scan it
-            os.close(fd)
+        file = storage.open_file(path)
+        if file.size() != size:  # cut or appended to since: scan it
+            file.close()
             return None
-        segment = cls(path, base_offset, fd, epoch)
+        segment = cls(path, base_offset, file, epoch, storage)
         for target, start in ((segment._bases, 0), (segment._lasts, 8 * count), (segment._positions, 16 * count),
                               (segment._max_timestamps, 24 * count)):
             target.frombytes(body[start:start + 8 * count])
@@ -197,10 +187,7 @@ class Segment:
             arrays.append(copy.tobytes())
         rest = struct.pack(">qqI", self._size, self.base_offset, len(self._bases)) + b"".join(arrays)
         data = _INDEX_MAGIC + struct.pack(">I", crc32c.crc32c(rest)) + rest
-        target = index_path(self.path)
-        tmp = target.with_name(target.name + ".tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, target)
+        self._storage.replace_atomically(index_path(self.path), data, fsync=False)
 
     # ------------------------------------------------------------ state
 
@@ -230,13 +217,11 @@ class Segment:
 
     def append(self, data: bytes, batches: list[tuple[int, int, int]]) -> None:
         """Write `data` at the end, all or nothing: whole batches, (base offset, last offset, size) each."""
-        view = memoryview(data)
-        written = 0
+        file = self._open_file()
         try:
-            while written < len(data):
-                written += os.write(self._fd, view[written:])
+            file.append(data)
         except OSError:
-            os.ftruncate(self._fd, self._size)  # a partial batch must not stay behind
+            file.truncate(self._size)  # a partial batch must not stay behind
             raise
         position, start = self._size, 0
         for base, last, size in batches:
@@ -253,23 +238,29 @@ class Segment:
         self._max_timestamps.append(max(so_far, max_timestamp))
 
     def sync(self) -> None:
-        os.fsync(self._fd)
+        self._open_file().fsync()
 
     def mark_synced(self, size: int) -> None:
         self._synced_size = max(self._synced_size, size)
 
     def truncate(self, size: int) -> None:
         """Cut the file to `size` bytes (a batch boundary) durably, and forget the batches past it."""
-        os.ftruncate(self._fd, size)
-        os.fsync(self._fd)
+        file = self._open_file()
+        file.truncate(size)
+        file.fsync()
         keep = bisect_left(self._positions, size)
         del self._bases[keep:], self._lasts[keep:], self._positions[keep:], self._max_timestamps[keep:]
         self._size = self._synced_size = size
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def _open_file(self) -> StorageFile:
+        if self._file is None:
+            raise OSError(f"segment {self.path.name} is closed")
+        return self._file
 
     # ------------------------------------------------------------ reading
 
@@ -293,7 +284,7 @@ class Segment:
         return start, end, next_offset
 
     def read(self, start: int, end: int) -> bytes:
-        return pread_fully(self._fd, end - start, start)
+        return self._open_file().pread(end - start, start)
 
     @property
     def max_timestamp(self) -> int:
@@ -313,7 +304,7 @@ class Segment:
 
     def iter_batches(self, start: int, end: int) -> Iterator[RecordBatch]:
         """The batches in bytes [start, end), which must be batch boundaries below the durable end."""
-        reader = _ReadAhead(self._fd)
+        reader = _ReadAhead(self._open_file())
         position = start
         while position < end:
             header = records.read_header(reader.read(position, HEADER_SIZE))
@@ -330,8 +321,9 @@ class Segment:
         starts below `limit` (where a later leader epoch took over: past it this file's leader
         had been cut off, so nothing it wrote there was acknowledged).
         """
-        file_size = os.fstat(self._fd).st_size
-        reader = _ReadAhead(self._fd)
+        file = self._open_file()
+        file_size = file.size()
+        reader = _ReadAhead(file)
         position, expected, problem = 0, expected_offset, None
         while position < file_size and problem is None:
             remaining = file_size - position

@@ -9,81 +9,70 @@ RETAINED_SNAPSHOTS are kept: one to load, one to fall back to if that one is dam
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import PurePath
 
 from partitions.file_names import log_order
 from partitions.producer_snapshot import (CorruptSnapshotError, PartitionStateSnapshot, decode, encode,
                                           parse_snapshot_name, snapshot_name)
-from partitions.segment import fsync_directory
+from partitions.storage import FILE_STORAGE, TMP_SUFFIX, Storage
 
 logger = logging.getLogger(__name__)
 
 RETAINED_SNAPSHOTS = 2
-_TMP_SUFFIX = ".tmp"
 
 
 @dataclass(frozen=True, slots=True)
 class SnapshotFile:
     offset: int
     epoch: int | None
-    path: Path
+    path: PurePath
 
 
-def list_snapshots(directory: Path) -> list[SnapshotFile]:
+def list_snapshots(directory: PurePath, storage: Storage = FILE_STORAGE) -> list[SnapshotFile]:
     """The snapshot files of `directory`, oldest first."""
-    found = [SnapshotFile(*parsed, path) for path in directory.iterdir()
-             if path.is_file() and (parsed := parse_snapshot_name(path.name)) is not None]
+    found = [SnapshotFile(*parsed, directory / name) for name in storage.list_dir(directory)
+             if (parsed := parse_snapshot_name(name)) is not None and not storage.is_dir(directory / name)]
     return sorted(found, key=lambda file: log_order(file.offset, file.epoch))
 
 
-def read_snapshot(file: SnapshotFile) -> PartitionStateSnapshot:
+def read_snapshot(file: SnapshotFile, storage: Storage = FILE_STORAGE) -> PartitionStateSnapshot:
     """The snapshot in `file`; OSError if unreadable, CorruptSnapshotError if damaged or misnamed."""
-    snapshot = decode(file.path.read_bytes())
+    snapshot = decode(storage.read_bytes(file.path))
     if snapshot.offset != file.offset:
         raise CorruptSnapshotError(f"it holds the state at offset {snapshot.offset}, not at {file.offset}")
     return snapshot
 
 
-def write_snapshot(directory: Path, snapshot: PartitionStateSnapshot, epoch: int, *, fsync: bool = True) -> Path:
+def write_snapshot(directory: PurePath, snapshot: PartitionStateSnapshot, epoch: int, *, fsync: bool = True,
+                   storage: Storage = FILE_STORAGE) -> PurePath:
     """Write `snapshot` (taken by leader epoch `epoch`) atomically, then prune older ones so that
     RETAINED_SNAPSHOTS of this epoch's line remain; returns its path."""
     path = directory / snapshot_name(snapshot.offset, epoch)
-    tmp = path.with_name(path.name + _TMP_SUFFIX)
-    data = encode(snapshot)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view, written = memoryview(data), 0
-        while written < len(data):
-            written += os.write(fd, view[written:])
-        if fsync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    storage.replace_atomically(path, encode(snapshot), fsync=fsync)
     # prune only what is below this one and taken by this epoch or an earlier one, keeping the
     # newest of those as the fallback: a later leader's snapshots are never ours to delete
-    below = [file for file in list_snapshots(directory)
+    below = [file for file in list_snapshots(directory, storage)
              if file.offset < snapshot.offset and (file.epoch is None or file.epoch <= epoch)]
-    delete_snapshots(directory, below[:-(RETAINED_SNAPSHOTS - 1)], fsync=False)
+    delete_snapshots(directory, below[:-(RETAINED_SNAPSHOTS - 1)], fsync=False, storage=storage)
     if fsync:
-        fsync_directory(directory)
+        storage.fsync_directory(directory)
     return path
 
 
-def delete_snapshots(directory: Path, files: list[SnapshotFile], *, fsync: bool = True) -> None:
+def delete_snapshots(directory: PurePath, files: list[SnapshotFile], *, fsync: bool = True,
+                     storage: Storage = FILE_STORAGE) -> None:
     """Delete `files` (missing ones are fine), durably when `fsync`."""
     for file in files:
-        file.path.unlink(missing_ok=True)
+        storage.delete(file.path)
     if files and fsync:
-        fsync_directory(directory)
+        storage.fsync_directory(directory)
 
 
-def delete_stray_temporaries(directory: Path) -> None:
+def delete_stray_temporaries(directory: PurePath, storage: Storage = FILE_STORAGE) -> None:
     """Half-written snapshots a crash left behind."""
-    strays = [path for path in directory.iterdir()
-              if path.name.endswith(_TMP_SUFFIX) and parse_snapshot_name(path.name[:-len(_TMP_SUFFIX)]) is not None]
+    strays = [directory / name for name in storage.list_dir(directory)
+              if name.endswith(TMP_SUFFIX) and parse_snapshot_name(name[:-len(TMP_SUFFIX)]) is not None]
     for path in strays:
         logger.info("deleting %s, a snapshot a crash left half-written", path)
-        path.unlink(missing_ok=True)
+        storage.delete(path)
