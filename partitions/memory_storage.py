@@ -87,8 +87,9 @@ class _MemoryFile(StorageFile):
 
     def fsync(self) -> None:
         with self._storage.lock:
-            self._check().fsync()
-            self._storage.fsynced(self._path)
+            inode = self._check()
+            self._storage.before_fsync(self._path)
+            inode.fsync()
 
     def close(self) -> None:
         self._closed = True
@@ -97,8 +98,9 @@ class _MemoryFile(StorageFile):
 class MemoryStorage(Storage):
     """A disk in memory, keyed by str(path). Thread-safe (one lock), so threaded tests can use it too.
 
-    `on_fsync(path)` is called after every file and directory fsync, so a simulator can charge
-    simulated time for it; `fsync_count` counts them.
+    `on_fsync(path)` is called at every file and directory fsync, before it takes effect, so a
+    simulator can charge simulated time for it, or raise to crash the node at that instant (the
+    fsync then does not happen); `fsync_count` counts them.
     """
 
     def __init__(self, on_fsync: Callable[[str], None] | None = None) -> None:
@@ -119,7 +121,7 @@ class MemoryStorage(Storage):
         """Every write lands here (a FaultyStorage may damage it)."""
         inode.append(data)
 
-    def fsynced(self, path: str) -> None:
+    def before_fsync(self, path: str) -> None:
         self.fsync_count += 1
         if self.on_fsync is not None:
             self.on_fsync(path)
@@ -211,8 +213,8 @@ class MemoryStorage(Storage):
                 self._link(path, inode)
             self.written(inode, str(path), data)
             if fsync:
+                self.before_fsync(str(path))
                 inode.fsync()
-                self.fsynced(str(path))
 
     def create_exclusively(self, path: PurePath, data: bytes) -> bool:
         with self.lock:
@@ -220,8 +222,8 @@ class MemoryStorage(Storage):
                 return False
             inode = Inode()
             self.written(inode, str(path), data)
+            self.before_fsync(str(path))
             inode.fsync()
-            self.fsynced(str(path))
             self._link(path, inode)
             return True
 
@@ -241,8 +243,8 @@ class MemoryStorage(Storage):
             key = str(directory)
             if key not in self._directories:
                 raise FileNotFoundError(errno.ENOENT, "no such directory", key)
+            self.before_fsync(key)
             self._durable[key] = dict(self._entries.get(key, {}))
-            self.fsynced(key)
 
     # ------------------------------------------------------------ the simulator's view
 
