@@ -66,6 +66,7 @@ def test_appenders_covered_by_a_running_fsync_do_not_fsync_again(open_log, monke
     assert log.fsync_count <= 2
 
 
+@pytest.mark.parametrize("storage", ["file", "memory"], indirect=True)
 def test_high_watermark_advances_only_after_fsync(open_log, monkeypatch):
     log = open_log()
     log.append(data(b"durable"))

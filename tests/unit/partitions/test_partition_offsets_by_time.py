@@ -1,11 +1,14 @@
 """ListOffsets by time on a partition log: the first record at or after a timestamp, and the max timestamp."""
 from __future__ import annotations
 
+import pytest
+
 from partitions import PartitionLog
 from proto import records
 from proto.structs import IsolationLevel
 
 UNCOMMITTED, COMMITTED = IsolationLevel.READ_UNCOMMITTED, IsolationLevel.READ_COMMITTED
+pytestmark = pytest.mark.parametrize("storage", ["file", "memory"], indirect=True)
 
 
 def batch(*timestamps: int, pid: int = -1, epoch: int = -1, seq: int = -1, txn: bool = False) -> bytes:

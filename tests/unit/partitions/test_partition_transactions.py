@@ -15,6 +15,7 @@ from proto.structs import IsolationLevel
 
 COMMITTED = IsolationLevel.READ_COMMITTED
 UNCOMMITTED = IsolationLevel.READ_UNCOMMITTED
+pytestmark = pytest.mark.parametrize("storage", ["file", "memory"], indirect=True)
 
 
 def data(*values: bytes, pid: int = -1, epoch: int = -1, seq: int = -1, txn: bool = False) -> bytes:
