@@ -149,6 +149,17 @@ def test_a_flipped_bit_is_damage_at_rest_and_survives_a_crash():
     assert storage.faults == [f"{SIM_DIR}/a: bit 0 of byte 1 flipped"]
 
 
+def test_with_bit_flip_probability_one_every_write_is_stored_damaged_and_logged():
+    storage = FaultyStorage(random.Random(9), bit_flip_probability=1.0)
+    storage.mkdir(SIM_DIR)
+    for name in ("a", "b"):
+        storage.write_file(SIM_DIR / name, b"\x00" * 8, fsync=True)
+    assert all(sum(byte.bit_count() for byte in stored) == 1 for stored in storage.files().values())
+    assert [fault.split(":")[0] for fault in storage.faults] == [f"{SIM_DIR}/a", f"{SIM_DIR}/b"]
+    with pytest.raises(ValueError, match="bit_flip_probability"):
+        FaultyStorage(random.Random(9), bit_flip_probability=1.5)
+
+
 # ------------------------------------------------------------ a PartitionLog on a simulated disk
 
 
