@@ -27,6 +27,7 @@ from coordinator.group.classic import (
 )
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.shard import Shard, ShardStatus
+from coordinator.rpc import wire_message
 from proto import consumer_protocol
 from proto import txnsim_pb2 as pb
 from proto.errors import (
@@ -43,13 +44,6 @@ logger = logging.getLogger(__name__)
 
 #: how long past its own timeouts a blocked JoinGroup/SyncGroup waits before it gives up (a bug guard)
 _WAIT_MARGIN_S = 30.0
-
-
-def _wire_message(text: str) -> str:
-    """A message without its "[NAME] " prefix: the client's for_code() puts that back."""
-    if text.startswith("[") and "] " in text:
-        return text.split("] ", 1)[1]
-    return text
 
 
 def _run_timers(coordinator: weakref.ref[GroupMembership], wake: threading.Event) -> None:
@@ -233,7 +227,7 @@ class GroupMembership:
             req.rebalance_timeout_ms if req.rebalance_timeout_ms > 0 else req.session_timeout_ms,
             req.protocol_type, tuple((p.name, p.metadata) for p in req.protocols), req.require_known_member_id))
         return pb.JoinGroupResponse(
-            error_code=outcome.error_code, error_message=_wire_message(outcome.error_message),
+            error_code=outcome.error_code, error_message=wire_message(outcome.error_message),
             generation_id=outcome.generation_id, member_id=outcome.member_id, leader_id=outcome.leader_id,
             members=[m[0] for m in outcome.members], protocol_type=outcome.protocol_type or "",
             protocol_name=outcome.protocol_name or "", skip_assignment=outcome.skip_assignment,
@@ -245,7 +239,7 @@ class GroupMembership:
                             req.protocol_type or None, req.protocol_name or None,
                             {a.member_id: a.assignment for a in req.assignments})
         response = pb.SyncGroupResponse(error_code=outcome.error_code,
-                                        error_message=_wire_message(outcome.error_message),
+                                        error_message=wire_message(outcome.error_message),
                                         assignment_bytes=outcome.assignment, protocol_type=outcome.protocol_type or "",
                                         protocol_name=outcome.protocol_name or "")
         if outcome.protocol_type == "consumer" and outcome.assignment:
@@ -269,7 +263,7 @@ class GroupMembership:
             return pb.LeaveGroupResponse()
         return pb.LeaveGroupResponse(members=[
             pb.LeaveGroupResult(member_id=m, group_instance_id=i or "", error_code=code_of(e) if e else 0,
-                                error_message=_wire_message(str(e)) if e else "")
+                                error_message=wire_message(str(e)) if e else "")
             for (m, i), e in zip(leaving, errors)])
 
     # ------------------------------------------------------------ describe, list, delete
@@ -282,7 +276,7 @@ class GroupMembership:
                 _, group = self._group(group_id, create=False)
             except KafkaError as exc:
                 described.append(pb.DescribedGroup(group_id=group_id, error_code=code_of(exc),
-                                                   error_message=_wire_message(str(exc)), state="Dead"))
+                                                   error_message=wire_message(str(exc)), state="Dead"))
                 continue
             if group is None:
                 described.append(pb.DescribedGroup(
@@ -328,7 +322,7 @@ class GroupMembership:
             try:
                 self._delete_group(group_id)
             except KafkaError as exc:
-                result.error_code, result.error_message = code_of(exc), _wire_message(str(exc))
+                result.error_code, result.error_message = code_of(exc), wire_message(str(exc))
             results.append(result)
         return pb.DeleteGroupsResponse(results=results)
 
