@@ -137,24 +137,10 @@ class PartitionServer:
         tp = TopicPartition(part.topic, part.partition)
         verified = set()
         for producer_id, producer_epoch in unverified:
-            code = self._verify(tid, producer_id, producer_epoch, tp)
-            if ERRORS_BY_CODE.get(code, UnknownServerError).retriable:
-                # The coordinator moved or is loading: the producer should retry the same batch, as
-                # Kafka's leader answers NOT_ENOUGH_REPLICAS when verification cannot complete.
-                raise NotEnoughReplicasError(
-                    f"[NOT_ENOUGH_REPLICAS] could not verify {tp} with the coordinator of {tid!r} "
-                    f"({name_of(code)}); retry")
-            if code in (ProducerFencedError.errno, InvalidProducerEpochError.errno):
-                # Kafka's leader answers a fenced producer's produce with INVALID_PRODUCER_EPOCH, which
-                # producers handle there (abortable; their EndTxn then learns PRODUCER_FENCED)
-                raise InvalidProducerEpochError(
-                    f"[INVALID_PRODUCER_EPOCH] producer {producer_id} wrote to {tp} with epoch {producer_epoch}, "
-                    f"but the coordinator of {tid!r} has a newer one ({name_of(code)}): a newer producer "
-                    "instance fenced this one")
-            if code != 0:
-                raise TransactionAbortableError(
-                    f"[TRANSACTION_ABORTABLE] {tp} is not part of the open transaction of {tid!r} "
-                    f"(producer {producer_id}, epoch {producer_epoch}); call AddPartitionsToTxn first")
+            error = verification_error(self._verify(tid, producer_id, producer_epoch, tp), tid, tp, producer_id,
+                                       producer_epoch)
+            if error is not None:
+                raise error
             verified.add(producer_id)
         return frozenset(verified)
 
@@ -302,3 +288,27 @@ class PartitionsServicer(rpc.PartitionsServicer):
     @answers_with(pb.DescribeProducersResponse)
     def DescribeProducers(self, request, context):
         return self._server.describe_producers(request)
+
+
+def verification_error(code: int, tid: str, tp: TopicPartition, producer_id: int,
+                       producer_epoch: int) -> KafkaError | None:
+    """What a partition leader answers a transactional write whose verification (KIP-890 part 1: is `tp` in
+    the open transaction of `tid`?) came back with `code`; None when it may be appended. Shared by the node
+    and the simulator."""
+    if code == 0:
+        return None
+    if ERRORS_BY_CODE.get(code, UnknownServerError).retriable:
+        # The coordinator moved or is loading: the producer should retry the same batch, as
+        # Kafka's leader answers NOT_ENOUGH_REPLICAS when verification cannot complete.
+        return NotEnoughReplicasError(
+            f"[NOT_ENOUGH_REPLICAS] could not verify {tp} with the coordinator of {tid!r} ({name_of(code)}); retry")
+    if code in (ProducerFencedError.errno, InvalidProducerEpochError.errno):
+        # Kafka's leader answers a fenced producer's produce with INVALID_PRODUCER_EPOCH, which
+        # producers handle there (abortable; their EndTxn then learns PRODUCER_FENCED)
+        return InvalidProducerEpochError(
+            f"[INVALID_PRODUCER_EPOCH] producer {producer_id} wrote to {tp} with epoch {producer_epoch}, "
+            f"but the coordinator of {tid!r} has a newer one ({name_of(code)}): a newer producer "
+            "instance fenced this one")
+    return TransactionAbortableError(
+        f"[TRANSACTION_ABORTABLE] {tp} is not part of the open transaction of {tid!r} "
+        f"(producer {producer_id}, epoch {producer_epoch}); call AddPartitionsToTxn first")

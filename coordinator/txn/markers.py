@@ -78,14 +78,7 @@ class MarkerWriter:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _send(self, node: int, coordinator_epoch: int, owed: list[Owed]) -> set[Owed]:
-        by_marker: dict[Marker, list[TopicPartition]] = defaultdict(list)
-        for marker, tp in owed:
-            by_marker[marker].append(tp)
-        request = pb.WriteTxnMarkersRequest(markers=[pb.TxnMarker(
-            producer_id=marker.producer_id, producer_epoch=marker.producer_epoch, committed=marker.committed,
-            coordinator_epoch=coordinator_epoch,
-            partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition) for tp in sorted(tps)])
-            for marker, tps in by_marker.items()])
+        request = marker_request(owed, coordinator_epoch)
         try:
             if node == self._local:
                 response = self._write_locally(request)
@@ -93,22 +86,38 @@ class MarkerWriter:
                 stubs = self._channels.stubs(self._address_of(node))
                 response = call(stubs.partitions.WriteTxnMarkers, request, self._timeout_s, check=False)
         except KafkaError as exc:
-            log.info("markers for %d producer(s) to node %d failed, will retry: %s", len(by_marker), node, exc)
+            log.info("markers for %d partition(s) to node %d failed, will retry: %s", len(owed), node, exc)
             return set()
-        marker_of = {marker.producer_id: marker for marker in by_marker}
-        acked: set[Owed] = set()
-        for result in response.markers:
-            marker = marker_of.get(result.producer_id)
-            if marker is None:
-                continue
-            for p in result.partitions:
-                tp = TopicPartition(p.topic, p.partition)
-                if p.error_code in _DONE_CODES:
-                    if p.error_code:
-                        log.info("marker for %s of producer %d superseded: %s", tp, marker.producer_id,
-                                 p.error_message)
-                    acked.add((marker, tp))
-                elif not ERRORS_BY_CODE.get(p.error_code, KafkaError).retriable:
-                    log.error("marker for %s of producer %d failed (%s); retrying", tp, marker.producer_id,
-                              p.error_message)
-        return acked
+        return acknowledged(owed, response)
+
+
+def marker_request(owed: Iterable[Owed], coordinator_epoch: int) -> pb.WriteTxnMarkersRequest:
+    """One WriteTxnMarkers request for markers owed to one node's partitions (shared with the simulator)."""
+    by_marker: dict[Marker, list[TopicPartition]] = defaultdict(list)
+    for marker, tp in owed:
+        by_marker[marker].append(tp)
+    return pb.WriteTxnMarkersRequest(markers=[pb.TxnMarker(
+        producer_id=marker.producer_id, producer_epoch=marker.producer_epoch, committed=marker.committed,
+        coordinator_epoch=coordinator_epoch,
+        partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition) for tp in sorted(tps)])
+        for marker, tps in by_marker.items()])
+
+
+def acknowledged(owed: Iterable[Owed], response: pb.WriteTxnMarkersResponse) -> set[Owed]:
+    """The owed markers the response acknowledged, or answered with a newer marker (§4.8): done."""
+    marker_of = {marker.producer_id: marker for marker, _tp in owed}
+    acked: set[Owed] = set()
+    for result in response.markers:
+        marker = marker_of.get(result.producer_id)
+        if marker is None:
+            continue
+        for p in result.partitions:
+            tp = TopicPartition(p.topic, p.partition)
+            if p.error_code in _DONE_CODES:
+                if p.error_code:
+                    log.info("marker for %s of producer %d superseded: %s", tp, marker.producer_id, p.error_message)
+                acked.add((marker, tp))
+            elif not ERRORS_BY_CODE.get(p.error_code, KafkaError).retriable:
+                log.error("marker for %s of producer %d failed (%s); retrying", tp, marker.producer_id,
+                          p.error_message)
+    return acked
