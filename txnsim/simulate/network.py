@@ -22,14 +22,7 @@ ANY = "*"
 
 
 class TimedOut:
-    """The response a `call` gets when none arrived in time."""
-
-    _instance: TimedOut | None = None
-
-    def __new__(cls) -> TimedOut:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
+    """The response a `call` gets when none arrived in time; compare with `is TIMED_OUT`."""
 
     def __repr__(self) -> str:
         return "TIMED_OUT"

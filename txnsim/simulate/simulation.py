@@ -11,7 +11,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from txnsim.simulate.actors import Actors
-from txnsim.simulate.faults import FAULT_KINDS, Fault, plan_faults, schedule_from_json, schedule_to_json
+from txnsim.simulate.faults import (
+    FAULT_KINDS,
+    Fault,
+    plan_faults,
+    schedule_from_json,
+    schedule_to_json,
+)
 from txnsim.simulate.injector import Injector
 from txnsim.simulate.model import Model, Report, Violation
 from txnsim.simulate.network import Network

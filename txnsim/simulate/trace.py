@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from google.protobuf.message import Message
 from google.protobuf import text_format
+from google.protobuf.message import Message
 from rich.console import Console
 from rich.markup import escape
 
@@ -48,7 +48,7 @@ def summarize(message: object) -> str:
 class Trace:
     """Appends lines, hashing each; keeps them only when `keep` is true."""
 
-    __slots__ = ("_hash", "keep", "lines", "count")
+    __slots__ = ("_hash", "count", "keep", "lines")
 
     def __init__(self, keep: bool = False) -> None:
         self._hash = hashlib.sha256()

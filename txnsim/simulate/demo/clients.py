@@ -12,7 +12,14 @@ from collections.abc import Callable
 
 from proto.structs import TopicPartition
 from txnsim.chaos.history import History, Observed, Outcome, Polled, Seeked
-from txnsim.simulate.demo.messages import EndTxn, EndTxnResult, Fetch, FetchResult, Produce, ProduceAck
+from txnsim.simulate.demo.messages import (
+    EndTxn,
+    EndTxnResult,
+    Fetch,
+    FetchResult,
+    Produce,
+    ProduceAck,
+)
 from txnsim.simulate.network import TIMED_OUT, Network
 
 TOPIC = "demo"

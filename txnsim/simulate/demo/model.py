@@ -7,9 +7,9 @@ run over the history the clients kept.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
-from proto.structs import TopicPartition
 from txnsim.chaos.checker import check as chaos_check
 from txnsim.chaos.history import FinalRead, History, Observed, Polled
 from txnsim.simulate.demo.clients import TOPIC, Consumer, Producer
@@ -26,17 +26,17 @@ PARTITION_NODES = ["n1", "n2"]
 class DemoModel(Model):
     name = "demo"
     description = "a toy of Kafka's transactions: one coordinator, two partitions, producers and a consumer"
-    BUGS = {
+    BUGS: ClassVar[Mapping[str, str]] = {
         "ack-before-fsync": "the coordinator answers EndTxn before its decision is durable (a crash takes back "
                             "an acknowledged commit)",
         "no-dedup": "a partition appends a duplicated Produce twice (duplicate records after a dup fault)",
         "dirty-read": "read_committed ignores the LSO and the markers (returns undecided and aborted records)",
     }
-    WORKLOADS = {
+    WORKLOADS: ClassVar[Mapping[str, str]] = {
         "default": "2 transactional producers, 1 read_committed consumer",
         "busy": "6 transactional producers, 1 read_committed consumer",
     }
-    INVARIANTS = {
+    INVARIANTS: ClassVar[Mapping[str, str]] = {
         "read-committed": "a poll returns only records of transactions whose commit is durable",
         "atomicity": "every partition of a transaction writes the coordinator's decision as its marker",
         "durable-commit": "a commit acknowledged to a client is in the coordinator's durable log after a restart",

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from txnsim.simulate.demo.messages import Fetch, FetchResult, Marker, MarkerAck, Produce, ProduceAck
+from txnsim.simulate.demo.messages import (
+    Fetch,
+    FetchResult,
+    Marker,
+    MarkerAck,
+    Produce,
+    ProduceAck,
+)
 from txnsim.simulate.network import Envelope, Network
 
 
