@@ -1,0 +1,53 @@
+"""`txnsim simulate` as a user runs it: a hash and exit 0, a table for a sweep, one line per bad argument."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def txnsim(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "txnsim.cli.main", "simulate", *argv], cwd=cwd, env=env, check=False,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_seed_prints_what_ran_and_the_trace_hash_and_exits_0(tmp_path: Path):
+    out = txnsim("--seed", "3", "--steps", "2000", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "trace hash" in out.stdout and "read-committed" in out.stdout and "2000 steps" not in out.stderr
+    again = txnsim("--seed", "3", "--steps", "2000", "--json", cwd=tmp_path)
+    data = json.loads(again.stdout)
+    assert data["trace_hash"] in out.stdout and data["violation"] is None
+
+
+def test_a_sweep_prints_the_table(tmp_path: Path):
+    out = txnsim("--seeds", "1..20", "--seconds", "1", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "seeds run" in out.stdout and "seeds/minute" in out.stdout and "20" in out.stdout
+
+
+def test_a_violation_is_shrunk_written_and_replays_from_its_file(tmp_path: Path):
+    out = txnsim("--seed", "3", "--bug", "ack-before-fsync", "--shrink-runs", "30", cwd=tmp_path)
+    assert out.returncode == 1
+    assert "VIOLATION of durable-commit" in out.stdout and "shrunk schedule" in out.stdout
+    trace = tmp_path / "simulate-seed-3.trace.jsonl"
+    assert trace.exists() and f"txnsim simulate --replay {trace.name}" in out.stdout
+    replay = txnsim("--replay", trace.name, cwd=tmp_path)
+    assert replay.returncode == 1 and "same trace hash" in replay.stdout and "violation" in replay.stdout
+
+
+@pytest.mark.parametrize("argv", [["--seeds", "5..1"], ["--faults", "nope"], ["--steps", "0"], ["--bug", "nope"],
+                                  ["--model", "nope"], ["--replay", "missing.jsonl"], ["--seed", "1", "--seeds", "2"],
+                                  ["--steps", "5", "--seconds", "1"], ["--seed", "x"]])
+def test_a_bad_argument_is_one_error_line_and_no_traceback(argv: list[str], tmp_path: Path):
+    out = txnsim(*argv, cwd=tmp_path)
+    assert out.returncode == 2
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "error:" in lines[0] and "Traceback" not in out.stderr
