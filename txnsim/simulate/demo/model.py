@@ -50,7 +50,7 @@ class DemoModel(Model):
         self.acknowledged: dict[str, bool] = {}
         self._new_polls: list[Polled] = []
         self._restarted = False
-        self._markers_seen = [0] * len(PARTITION_NODES)
+        self._new_markers: list[tuple[str, str, bool]] = []
         self._bit_flips = 0
         self._clock_jumps = 0
 
@@ -65,7 +65,8 @@ class DemoModel(Model):
         self.coordinator = CoordinatorNode(COORDINATOR, network, PARTITION_NODES,
                                            ack_before_fsync=self.bug == "ack-before-fsync",
                                            on_durable=self.truth.__setitem__)
-        self.partitions = [PartitionNode(name, i, network, dedup=self.bug != "no-dedup", lso=self.bug != "dirty-read")
+        self.partitions = [PartitionNode(name, i, network, dedup=self.bug != "no-dedup", lso=self.bug != "dirty-read",
+                                         on_marker=lambda *marker: self._new_markers.append(marker))
                            for i, name in enumerate(PARTITION_NODES)]
         self.producers = [Producer(f"c{i}", i + 1, network, self.history, world.rng(f"workload.c{i}"), COORDINATOR,
                                    PARTITION_NODES, self.acknowledged.__setitem__)
@@ -79,7 +80,7 @@ class DemoModel(Model):
     # ------------------------------------------------------------ invariants after every step
 
     def check(self, world: World) -> list[Violation]:
-        if not (self._new_polls or self._restarted or self._markers_changed()):
+        if not (self._new_polls or self._restarted or self._new_markers):
             return []
         found: list[Violation] = []
         for polled in self._new_polls:
@@ -89,12 +90,11 @@ class DemoModel(Model):
                     found.append(Violation("read-committed", f"{polled.consumer} read {TOPIC}-{r.partition}@{r.offset}"
                                                              f" value {r.value} of {state} transaction {r.writer}"))
         self._new_polls.clear()
-        for i, partition in enumerate(self.partitions):
-            for txn, commit in partition.markers_written[self._markers_seen[i]:]:
-                if self.truth.get(txn) is not commit:
-                    found.append(Violation("atomicity", f"{partition.name} wrote a {'commit' if commit else 'abort'} "
-                                                        f"marker for {txn}, whose decision is {self.truth.get(txn)}"))
-            self._markers_seen[i] = len(partition.markers_written)
+        for node, txn, commit in self._new_markers:
+            if self.truth.get(txn) is not commit:
+                found.append(Violation("atomicity", f"{node} wrote a {'commit' if commit else 'abort'} marker for "
+                                                    f"{txn}, whose decision is {self.truth.get(txn)}"))
+        self._new_markers.clear()
         if self._restarted:
             self._restarted = False
             durable = {txn for txn, _, _ in self.coordinator.durable_log}
@@ -103,9 +103,6 @@ class DemoModel(Model):
                 found.append(Violation("durable-commit", f"{COORDINATOR} restarted without the commit of {lost[0]}, "
                                                          f"which its client was told had committed"))
         return found
-
-    def _markers_changed(self) -> bool:
-        return any(len(p.markers_written) != seen for p, seen in zip(self.partitions, self._markers_seen))
 
     # ------------------------------------------------------------ faults
 

@@ -6,6 +6,7 @@ LSO). The log is durable (written before the acknowledgement); a crash loses not
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from txnsim.simulate.demo.messages import (
@@ -45,15 +46,16 @@ class PartitionLog:
 class PartitionNode:
     """The actor of one partition; `dedup` and `lso` are the protections bugs switch off."""
 
-    def __init__(self, name: str, index: int, network: Network, *, dedup: bool = True, lso: bool = True) -> None:
+    def __init__(self, name: str, index: int, network: Network, *, dedup: bool = True, lso: bool = True,
+                 on_marker: Callable[[str, str, bool], None] = lambda node, txn, commit: None) -> None:
         self.name = name
         self.index = index
         self.network = network
         self.log = PartitionLog()
         self.dedup = dedup
         self.lso = lso
-        #: (transaction, commit) of each marker written, for the model's atomicity check
-        self.markers_written: list[tuple[str, bool]] = []
+        #: told (node, transaction, commit) of each marker written, for the model's atomicity check
+        self.on_marker = on_marker
         network.register(name, self.receive)
 
     def receive(self, env: Envelope) -> None:
@@ -87,7 +89,7 @@ class PartitionNode:
         log.decided[marker.txn] = marker.commit
         log.open_txns.pop(marker.txn, None)
         log.end_offset += 1  # the control record takes an offset, as in Kafka
-        self.markers_written.append((marker.txn, marker.commit))
+        self.on_marker(self.name, marker.txn, marker.commit)
 
     def _read(self, offset: int) -> FetchResult:
         log = self.log
