@@ -29,6 +29,7 @@ from coordinator.kafka.front_door import KafkaBackends, open_kafka_listener
 from coordinator.kafka.server import KafkaListener
 from coordinator.layout import ClusterLayout, check_shard_counts, read_cluster_spec
 from coordinator.partition_service import PartitionServer, PartitionsServicer
+from coordinator.reconcile import logs_to_release
 from coordinator.membership import Heartbeat, Membership
 from coordinator.ownership_log import OwnershipLog
 from coordinator.producer_ids import ProducerIdAllocator
@@ -239,11 +240,8 @@ class Node:
                 self._ready.clear()
 
     def _release_moved_logs(self, reason: str) -> None:
-        for shard_log in self.logs.open_logs():
+        for shard_log, action in logs_to_release(self.logs.open_logs(), self.membership.owner, self.node_id):
             topic, partition = shard_log.topic, shard_log.partition
-            fenced = shard_log.fenced
-            if self.membership.owner(topic, partition) == self.node_id and not fenced:
-                continue
             if topic == TRANSACTION_STATE_TOPIC:
                 self.txn.unload_shard(partition)
             elif topic == CONSUMER_OFFSETS_TOPIC:
@@ -251,9 +249,9 @@ class Node:
             elif topic in HALF_MESSAGE_TOPICS:
                 self.half.unload_shard(partition)
             self.logs.close(topic, partition)
-            action = "fenced" if fenced else "released"
             self.ownership_log.record(self.node_id, action, topic, partition, shard_log.leader_epoch, reason)
-            log.log(logging.WARNING if fenced else logging.INFO, "%s %s-%d (%s)", action, topic, partition, reason)
+            log.log(logging.WARNING if action == "fenced" else logging.INFO, "%s %s-%d (%s)", action, topic, partition,
+                    reason)
 
     def _acquire(self, topic: str, partition: int, reason: str):
         try:

@@ -237,7 +237,7 @@ class PartitionServer:
             partition_log = self.owned_log(part.topic, part.partition)
             appended = partition_log.append_marker(
                 producer_id=marker.producer_id, producer_epoch=marker.producer_epoch, committed=marker.committed,
-                coordinator_epoch=marker.coordinator_epoch)
+                coordinator_epoch=marker.coordinator_epoch, transaction_version=marker.transaction_version)
             if part.topic == CONSUMER_OFFSETS_TOPIC:
                 self._on_offsets_marker(part.partition, marker.producer_id, marker.committed, appended.base_offset)
         except KafkaError as exc:

@@ -171,6 +171,8 @@ class PartitionLog:
             return self._last_stable_offset()
 
     def _last_stable_offset(self) -> int:
+        if self.config.planted_bug == "lso-ignores-open-transactions":
+            return self._high_watermark
         unstable = self._state.first_unstable_offset()
         return self._high_watermark if unstable is None else min(unstable, self._high_watermark)
 
@@ -220,14 +222,16 @@ class PartitionLog:
             return self._state.needs_verification(headers)
 
     def append_marker(self, *, producer_id: int, producer_epoch: int, committed: bool, coordinator_epoch: int,
-                      timestamp_ms: int | None = None) -> AppendResult:
-        """Write a COMMIT or ABORT marker for `producer_id`, closing its open transaction if it has one."""
+                      timestamp_ms: int | None = None, transaction_version: int = 0) -> AppendResult:
+        """Write a COMMIT or ABORT marker for `producer_id`, closing its open transaction if it has one
+        (`transaction_version` 2: the marker's epoch was bumped past its data's; see check_marker)."""
         if producer_id < 0 or producer_epoch < 0:
             raise InvalidRequestError(f"a marker needs a producer id and epoch, not {producer_id}/{producer_epoch}")
         timestamp = self._now_ms() if timestamp_ms is None else timestamp_ms
         with self._lock:
             self._check_open()
-            self._state.check_marker(producer_id, producer_epoch, coordinator_epoch)
+            late_check = 0 if self.config.planted_bug == "accept-late-markers" else transaction_version
+            self._state.check_marker(producer_id, producer_epoch, coordinator_epoch, late_check)
             offset = self._log_end_offset
             marker = codec.encode_control_batch(
                 producer_id=producer_id, producer_epoch=producer_epoch,
@@ -479,6 +483,8 @@ class PartitionLog:
                 "superseded by a later leader; nothing more is written or acknowledged here")
 
     def _superseded(self) -> bool:
+        if self.config.planted_bug == "no-fencing":
+            return False
         return self._epochs is not None and self._epochs.superseded(self.leader_epoch)
 
     @property

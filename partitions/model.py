@@ -20,6 +20,9 @@ class LogConfig:
     message_max_bytes: int = 1048588
     #: fsync before acknowledging; tests keep it on, a benchmark may turn it off
     fsync: bool = True
+    #: the simulator's planted bugs (`txnsim simulate --bug`) switch off one protection of the log:
+    #: "lso-ignores-open-transactions", "no-fencing" or "accept-late-markers"; never set by a real node
+    planted_bug: str | None = None
 
     def __post_init__(self) -> None:
         if self.segment_bytes < 1:

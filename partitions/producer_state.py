@@ -13,8 +13,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from partitions.model import AppendOrigin, OpenTransaction, ProducerSnapshot
-from proto.errors import (InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceError,
-                          TransactionAbortableError, TransactionCoordinatorFencedError)
+from proto.errors import (
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    TransactionAbortableError,
+    TransactionCoordinatorFencedError,
+)
 from proto.records import NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
 
 SEQUENCE_MODULUS = 1 << 31
@@ -220,12 +225,26 @@ class ProducerStateTable:
 
     # ------------------------------------------------------------ markers
 
-    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
-        """Kafka's order: the producer epoch first, then the coordinator epoch."""
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                     transaction_version: int = 0) -> None:
+        """Kafka's order: the producer epoch first, then the coordinator epoch.
+
+        A marker of transactions V2 (or of a fence) carries an epoch bumped past its transaction's data, and
+        the producer writes its next transaction at that same epoch; so such a marker at the epoch of an
+        open transaction's data is a late copy from the previous transaction and must not end this one
+        (KAFKA-19446, found here by `txnsim simulate` with late markers). At that epoch with no transaction
+        open it is a retry of the marker already written, and harmless (KAFKA-19999).
+        """
         entry = self._entries.get(producer_id)
         if entry is None:
             return
         check_epoch(entry, producer_epoch)
+        if (transaction_version >= 2 and producer_epoch == entry.producer_epoch
+                and entry.txn_first_offset is not None):
+            raise InvalidProducerEpochError(
+                f"marker for producer {producer_id} at epoch {producer_epoch} ends a transaction at an older "
+                f"epoch, but the open one here was written at epoch {producer_epoch}: a late marker of the previous "
+                "transaction")
         if coordinator_epoch < entry.coordinator_epoch:
             raise TransactionCoordinatorFencedError(
                 f"marker for producer {producer_id} carries coordinator epoch {coordinator_epoch}, but this "

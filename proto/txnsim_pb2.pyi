@@ -400,18 +400,20 @@ class ListOffsetsResponse(_message.Message):
     def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionOffsets, _Mapping]]] = ...) -> None: ...
 
 class TxnMarker(_message.Message):
-    __slots__ = ("producer_id", "producer_epoch", "committed", "coordinator_epoch", "partitions")
+    __slots__ = ("producer_id", "producer_epoch", "committed", "coordinator_epoch", "partitions", "transaction_version")
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_FIELD_NUMBER: _ClassVar[int]
     COORDINATOR_EPOCH_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_VERSION_FIELD_NUMBER: _ClassVar[int]
     producer_id: int
     producer_epoch: int
     committed: bool
     coordinator_epoch: int
     partitions: _containers.RepeatedCompositeFieldContainer[TopicPartitionRef]
-    def __init__(self, producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., committed: _Optional[bool] = ..., coordinator_epoch: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[TopicPartitionRef, _Mapping]]] = ...) -> None: ...
+    transaction_version: int
+    def __init__(self, producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., committed: _Optional[bool] = ..., coordinator_epoch: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[TopicPartitionRef, _Mapping]]] = ..., transaction_version: _Optional[int] = ...) -> None: ...
 
 class WriteTxnMarkersRequest(_message.Message):
     __slots__ = ("markers",)
@@ -646,7 +648,7 @@ class DescribeTransactionsResponse(_message.Message):
     def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., transactions: _Optional[_Iterable[_Union[TransactionDescription, _Mapping]]] = ...) -> None: ...
 
 class TransactionLogValue(_message.Message):
-    __slots__ = ("producer_id", "previous_producer_id", "next_producer_id", "producer_epoch", "timeout_ms", "state", "partitions", "last_update_time_ms", "start_time_ms", "ended_by_fence", "batch")
+    __slots__ = ("producer_id", "previous_producer_id", "next_producer_id", "producer_epoch", "timeout_ms", "state", "partitions", "last_update_time_ms", "start_time_ms", "ended_by_fence", "batch", "transaction_version")
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     NEXT_PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -658,6 +660,7 @@ class TransactionLogValue(_message.Message):
     START_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     ENDED_BY_FENCE_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_VERSION_FIELD_NUMBER: _ClassVar[int]
     producer_id: int
     previous_producer_id: int
     next_producer_id: int
@@ -669,7 +672,8 @@ class TransactionLogValue(_message.Message):
     start_time_ms: int
     ended_by_fence: bool
     batch: BatchTransactionValue
-    def __init__(self, producer_id: _Optional[int] = ..., previous_producer_id: _Optional[int] = ..., next_producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., state: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[TopicPartitionRef, _Mapping]]] = ..., last_update_time_ms: _Optional[int] = ..., start_time_ms: _Optional[int] = ..., ended_by_fence: _Optional[bool] = ..., batch: _Optional[_Union[BatchTransactionValue, _Mapping]] = ...) -> None: ...
+    transaction_version: int
+    def __init__(self, producer_id: _Optional[int] = ..., previous_producer_id: _Optional[int] = ..., next_producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., state: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[TopicPartitionRef, _Mapping]]] = ..., last_update_time_ms: _Optional[int] = ..., start_time_ms: _Optional[int] = ..., ended_by_fence: _Optional[bool] = ..., batch: _Optional[_Union[BatchTransactionValue, _Mapping]] = ..., transaction_version: _Optional[int] = ...) -> None: ...
 
 class BatchParticipant(_message.Message):
     __slots__ = ("producer_id", "producer_epoch", "task", "attempt", "partitions")

@@ -143,7 +143,7 @@ def markers_for(prepared: BatchTxn) -> list[Marker]:
     """COMMIT for the winners, ABORT for every other participant; at epoch + 1 to fence them all."""
     committing = prepared.state == S.PREPARE_COMMIT
     return [Marker(p.producer_id, p.producer_epoch + 1, committing and p.producer_id in prepared.winners,
-                   p.partitions)
+                   p.partitions, transaction_version=2)
             for p in prepared.participants if p.partitions]
 
 

@@ -189,8 +189,10 @@ class TxnCoordinatorCore:
 
     def __init__(self, *, txn_shards: int, offsets_shards: int, transaction_max_timeout_ms: int,
                  transactional_id_expiration_ms: int, partitions_for: Callable[[str], int | None],
-                 assigned_here: Callable[[int], bool] = lambda shard: False) -> None:
+                 assigned_here: Callable[[int], bool] = lambda shard: False, planted_bug: str | None = None) -> None:
         self.txn_shards = txn_shards
+        #: the simulator's planted bug ("no-epoch-bump"), switching off one protection; never set by a node
+        self._planted_bug = planted_bug
         self.offsets_shards = offsets_shards
         self.max_timeout_ms = transaction_max_timeout_ms
         self.expiration_ms = transactional_id_expiration_ms
@@ -453,7 +455,7 @@ class TxnCoordinatorCore:
         if version >= 2:
             prepared = self._prepare_end(current, target, now)
         else:
-            prepared = current.transit(target, now, ended_by_fence=False)
+            prepared = current.transit(target, now, ended_by_fence=False, transaction_version=1)
         pid, new_epoch = _client_identity(prepared)
         answer = pb.EndTxnResponse(producer_id=pid, producer_epoch=new_epoch)
 
@@ -695,7 +697,7 @@ class TxnCoordinatorCore:
             return []
         markers = batches.markers_for(prepared) if isinstance(prepared, BatchTxn) else [
             Marker(prepared.producer_id, prepared.producer_epoch, prepared.state == S.PREPARE_COMMIT,
-                   prepared.partitions)]
+                   prepared.partitions, 2 if prepared.transaction_version >= 2 else 1)]
         owed = {(marker, tp) for marker in markers for tp in marker.partitions}
         completion = _Completion(prepared, owed)
         shard.completing[prepared.transactional_id] = completion
@@ -838,17 +840,21 @@ class TxnCoordinatorCore:
     def _fenced_abort(current: TxnMetadata, now: int) -> TxnMetadata:
         """PrepareEpochFence (never persisted) then PrepareAbort at the bumped epoch."""
         fence = current.transit(S.PREPARE_EPOCH_FENCE, now, producer_epoch=current.producer_epoch + 1,
-                                last_producer_epoch=current.producer_epoch, ended_by_fence=True)
+                                last_producer_epoch=current.producer_epoch, ended_by_fence=True,
+                                transaction_version=2)
         return fence.transit(S.PREPARE_ABORT, now)
 
     def _prepare_end(self, current: TxnMetadata, target: TransactionState, now: int) -> TxnMetadata:
         """Transactions V2: every end bumps the epoch; on overflow the next pid takes over at Complete*."""
+        if self._planted_bug == "no-epoch-bump":
+            return current.transit(target, now, ended_by_fence=False, transaction_version=1)
         if current.producer_epoch + 1 >= MAX_CLIENT_EPOCH:
             return current.transit(target, now, producer_epoch=current.producer_epoch + 1,
                                    last_producer_epoch=current.producer_epoch, ended_by_fence=False,
-                                   next_producer_id=self._take_producer_id())
+                                   next_producer_id=self._take_producer_id(), transaction_version=2)
         return current.transit(target, now, producer_epoch=current.producer_epoch + 1,
-                               last_producer_epoch=current.producer_epoch, ended_by_fence=False)
+                               last_producer_epoch=current.producer_epoch, ended_by_fence=False,
+                               transaction_version=2)
 
     @staticmethod
     def _recognise_end_txn_retry(current: TxnMetadata, req: pb.EndTxnRequest) -> pb.EndTxnResponse | None:

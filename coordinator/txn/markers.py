@@ -98,7 +98,7 @@ def marker_request(owed: Iterable[Owed], coordinator_epoch: int) -> pb.WriteTxnM
         by_marker[marker].append(tp)
     return pb.WriteTxnMarkersRequest(markers=[pb.TxnMarker(
         producer_id=marker.producer_id, producer_epoch=marker.producer_epoch, committed=marker.committed,
-        coordinator_epoch=coordinator_epoch,
+        coordinator_epoch=coordinator_epoch, transaction_version=marker.transaction_version,
         partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition) for tp in sorted(tps)])
         for marker, tps in by_marker.items()])
 

@@ -78,6 +78,9 @@ class TxnMetadata(TransactionValue):
     next_producer_id: int = NO_PRODUCER_ID
     #: the last bump fenced the producer (timeout abort, new instance): its EndTxn is no retry
     ended_by_fence: bool = False
+    #: of the client that ended the last transaction: 2 when its markers carry an epoch bumped past the
+    #: data's (transactions V2; fences too), 1 for V1, 0 when written before this was recorded
+    transaction_version: int = 0
     #: epoch before the last bump, to recognise retries; not persisted (-1 after a load)
     last_producer_epoch: int = field(default=NO_EPOCH, compare=False)
 
@@ -91,7 +94,7 @@ class TxnMetadata(TransactionValue):
             partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition)
                         for tp in sorted(self.partitions)],
             last_update_time_ms=self.last_update_time_ms, start_time_ms=self.start_time_ms,
-            ended_by_fence=self.ended_by_fence)
+            ended_by_fence=self.ended_by_fence, transaction_version=self.transaction_version)
         return value.SerializeToString()
 
     @classmethod
@@ -103,7 +106,7 @@ class TxnMetadata(TransactionValue):
                    partitions=frozenset(TopicPartition(p.topic, p.partition) for p in value.partitions),
                    start_time_ms=value.start_time_ms, last_update_time_ms=value.last_update_time_ms,
                    previous_producer_id=value.previous_producer_id, next_producer_id=value.next_producer_id,
-                   ended_by_fence=value.ended_by_fence)
+                   ended_by_fence=value.ended_by_fence, transaction_version=value.transaction_version)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +117,8 @@ class Marker:
     producer_epoch: int
     committed: bool
     partitions: frozenset[TopicPartition]
+    #: 2: the epoch was bumped past the transaction's data (see TxnMarker.transaction_version)
+    transaction_version: int = 1
 
 
 #: one marker owed to one partition

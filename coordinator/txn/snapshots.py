@@ -16,6 +16,7 @@ from google.protobuf.message import DecodeError
 
 from coordinator import shard_snapshots
 from coordinator.shard_snapshots import SnapshottedLog
+from partitions.storage import FILE_STORAGE
 from proto import txnsim_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,12 @@ def decode_values(payload: bytes) -> dict[str, bytes]:
 
 
 def read(shard_log: SnapshottedLog) -> ShardImage | None:
-    """The newest usable snapshot of the shard (see shard_snapshots.newest), or None."""
+    """The newest usable snapshot of the shard (see shard_snapshots.newest), or None.
+
+    Snapshot files live on the real disk only (shard_snapshots does not go through partitions.Storage
+    yet): a shard on a simulated disk loads from its log alone, and none is ever written there."""
+    if getattr(shard_log, "storage", FILE_STORAGE) is not FILE_STORAGE:
+        return None
     convert_legacy(shard_log.directory)
     found = shard_snapshots.newest(shard_log, KIND, decode_values)
     return None if found is None else ShardImage(*found)

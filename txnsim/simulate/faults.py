@@ -16,14 +16,18 @@ from typing import Any
 from txnsim.simulate.world import derive_seed
 
 #: every kind, in the order they are planned and listed
-FAULT_KINDS = ("net-delay", "drop", "dup", "reorder", "partition", "crash", "pause", "bitflip", "slow-fsync",
+FAULT_KINDS = ("net-delay", "drop", "dup", "reorder", "late", "partition", "crash", "pause", "bitflip", "slow-fsync",
                "clock-jump")
+#: the requests a "late" fault holds back (param `what` indexes this): KAFKA-17754's schedules
+LATE_MESSAGES = ("ProduceRequest", "EndTxnRequest", "WriteTxnMarkersRequest")
 
 MEANINGS = {
     "net-delay": "every message on the target's links arrives extra_ms later, for duration_ms",
     "drop": "per_mille of the messages on the target's links are lost, for duration_ms",
     "dup": "per_mille of the messages on the target's links arrive twice, for duration_ms",
     "reorder": "per_mille of the messages get a delay spike of up to extra_ms and overtake, for duration_ms",
+    "late": "per_mille of one kind of request (what: 0 Produce, 1 EndTxn, 2 WriteTxnMarkers) on the target's links "
+            "arrive extra_ms late, after their sender gave up on them, for duration_ms (KAFKA-17754's schedules)",
     "partition": "the target is cut off from everyone (oneway=1: only its outgoing links), for duration_ms",
     "crash": "the target node crashes (volatile state and unsynced writes lost) and restarts after down_ms",
     "pause": "the target node stops (SIGSTOP) for duration_ms, longer than a session timeout",
@@ -111,6 +115,9 @@ def _params(kind: str, rng: random.Random, session_timeout_ms: int) -> tuple[tup
     if kind == "reorder":
         return (("per_mille", rng.randint(100, 500)), ("extra_ms", rng.randint(10, 200)),
                 ("duration_ms", rng.randint(500, 3_000)))
+    if kind == "late":
+        return (("what", rng.randrange(len(LATE_MESSAGES))), ("per_mille", rng.randint(100, 600)),
+                ("extra_ms", rng.randint(1_000, 3_000)), ("duration_ms", rng.randint(500, 3_000)))
     if kind == "partition":
         return (("duration_ms", rng.randint(300, 3_000)), ("oneway", rng.randint(0, 1)))
     if kind == "crash":

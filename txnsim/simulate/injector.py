@@ -9,13 +9,13 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable
 
-from txnsim.simulate.faults import Fault
+from txnsim.simulate.faults import LATE_MESSAGES, Fault
 from txnsim.simulate.model import Model
 from txnsim.simulate.network import ANY, LinkRule, Network
 from txnsim.simulate.trace import Trace
 from txnsim.simulate.world import Timer, World, derive_seed
 
-_NET_RULES = {"net-delay": "delay", "drop": "drop", "dup": "dup", "reorder": "reorder"}
+_NET_RULES = {"net-delay": "delay", "drop": "drop", "dup": "dup", "reorder": "reorder", "late": "late"}
 
 
 class Injector:
@@ -65,7 +65,8 @@ class Injector:
         network, actors, model, target = self._network, self._network.actors, self._model, fault.target
         if fault.kind in _NET_RULES:
             ends = [(ANY, ANY)] if target == ANY else [(target, ANY), (ANY, target)]
-            rules = [LinkRule(_NET_RULES[fault.kind], src, dst, fault.param("per_mille"), fault.param("extra_ms"))
+            late = LATE_MESSAGES[fault.param("what")] if fault.kind == "late" else ""
+            rules = [LinkRule(_NET_RULES[fault.kind], src, dst, fault.param("per_mille"), fault.param("extra_ms"), late)
                      for src, dst in ends]
             for rule in rules:
                 network.add_rule(rule)

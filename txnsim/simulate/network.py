@@ -53,13 +53,16 @@ class LinkRule:
     """A fault on the links from `src` to `dst` (either may be ANY) while it is installed.
 
     kind: "drop" or "dup" (with `per_mille`), "delay" (adds `extra_ms`), "reorder" (with
-    `per_mille` of messages getting a spike of up to `extra_ms`)."""
+    `per_mille` of messages getting a spike of up to `extra_ms`), "late" (`per_mille` of the messages of
+    `message_type` arrive exactly `extra_ms` late, overtaken by everything sent after them)."""
 
     kind: str
     src: str
     dst: str
     per_mille: int = 0
     extra_ms: int = 0
+    #: "late" rules hold back only messages of this type (by class name)
+    message_type: str = ""
 
     def matches(self, src: str, dst: str) -> bool:
         return (self.src == ANY or self.src == src) and (self.dst == ANY or self.dst == dst)
@@ -87,7 +90,7 @@ class Network:
         self.config = config or NetworkConfig()
         self._handlers: dict[str, Handler] = {}
         self._latency = world.rng("network.latency")
-        self._fault_rng = {kind: world.rng(f"network.{kind}") for kind in ("drop", "dup", "reorder")}
+        self._fault_rng = {kind: world.rng(f"network.{kind}") for kind in ("drop", "dup", "reorder", "late")}
         self._link_free_at: dict[tuple[str, str], int] = {}
         self._rules: list[LinkRule] = []
         self._cuts: Counter[tuple[str, str]] = Counter()
@@ -161,6 +164,9 @@ class Network:
                     copies = 2
                 elif rule.kind == "reorder" and self._fault_rng["reorder"].randrange(1000) < rule.per_mille:
                     spike = self._fault_rng["reorder"].randint(1, max(1, rule.extra_ms))
+                elif (rule.kind == "late" and type(env.message).__name__ == rule.message_type
+                      and self._fault_rng["late"].randrange(1000) < rule.per_mille):
+                    spike = rule.extra_ms
         if spike:
             at += spike  # a spike ignores the link's order: this message may overtake or be overtaken
         else:

@@ -25,6 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from txnsim.simulate.faults import FAULT_KINDS, Fault
+from txnsim.simulate.registry import MODELS
 from txnsim.simulate.shrink import Shrunk
 from txnsim.simulate.simulation import SimConfig, SimResult
 from txnsim.simulate.sweep import SweepResult
@@ -66,7 +67,7 @@ def run_summary(result: SimResult, wall_seconds: float) -> Group:
     what = Table.grid(padding=(0, 2))
     what.add_column(style="bold")
     what.add_column()
-    what.add_row("model", f"{config.model} (workload {config.workload or 'default'}"
+    what.add_row("model", f"{config.model} (workload {config.workload or next(iter(MODELS[config.model].WORKLOADS))}"
                           f"{', bug ' + config.bug if config.bug else ''})")
     what.add_row("seed", str(config.seed))
     what.add_row("faults", f"{len(result.schedule)} scheduled, {result.faults_applied} applied "

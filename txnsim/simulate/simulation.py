@@ -7,6 +7,7 @@ are checked after every step of both phases; the first violation ends the run.
 """
 from __future__ import annotations
 
+import traceback
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -100,6 +101,18 @@ class SimResult:
         return replace(self.config, schedule=self.schedule)
 
 
+#: the invariant a run violates when the simulated system raises instead of answering
+UNHANDLED = "unhandled-exception"
+
+
+def _where(exc: BaseException) -> str:
+    """The innermost frame of the project's own code that raised (file:line function)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [f for f in frames if "site-packages" not in f.filename] or frames
+    last = ours[-1]
+    return f"{last.filename.rsplit('/', 2)[-2]}/{last.filename.rsplit('/', 1)[-1]}:{last.lineno} {last.name}"
+
+
 def make_model(config: SimConfig) -> Model:
     factory = MODELS.get(config.model)
     if factory is None:
@@ -132,19 +145,22 @@ def simulate(config: SimConfig) -> SimResult:
             return True
         return False
 
-    world.run(max_steps=config.max_steps, until_ms=config.until_ms, stop=stop)
     report: Report | None = None
     final = False
-    if not found:
-        injector.disarm()
-        network.heal_all()
-        model.quiesce()
-        trace.record(world.now_ms, "settle", "world", "*", f"faults healed, no new work for {config.settle_ms} ms")
-        world.run(until_ms=world.now_ms + config.settle_ms, stop=stop)
-    if not found:
-        report = model.finish(world)
-        found.extend(report.violations)
-        final = True
+    try:
+        world.run(max_steps=config.max_steps, until_ms=config.until_ms, stop=stop)
+        if not found:
+            injector.disarm()
+            network.heal_all()
+            model.quiesce()
+            trace.record(world.now_ms, "settle", "world", "*", f"faults healed, no new work for {config.settle_ms} ms")
+            world.run(until_ms=world.now_ms + config.settle_ms, stop=stop)
+        if not found:
+            final = True
+            report = model.finish(world)
+            found.extend(report.violations)
+    except Exception as exc:  # the system under test raised where it should have answered: that is a finding
+        found.append(Violation(UNHANDLED, f"{type(exc).__name__}: {exc} ({_where(exc)})"))
     failure = None
     if found:
         first = found[0]

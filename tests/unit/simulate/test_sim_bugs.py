@@ -18,7 +18,7 @@ SEEDS_TO_FIND = 30
 
 def first_failure(bug: str) -> SimResult:
     for seed in range(1, SEEDS_TO_FIND + 1):
-        result = simulate(SimConfig(seed=seed, bug=bug))
+        result = simulate(SimConfig(seed=seed, model="demo", bug=bug))
         if result.failed:
             return result
     raise AssertionError(f"bug {bug} not found in {SEEDS_TO_FIND} seeds")
@@ -30,7 +30,7 @@ def test_every_planted_bug_is_found_within_a_bounded_number_of_seeds(bug: str):
 
 
 def test_the_correct_model_survives_the_same_seeds():
-    outcomes = sweep(SimConfig(seed=0), range(1, 11), jobs=1).outcomes
+    outcomes = sweep(SimConfig(seed=0, model="demo"), range(1, 11), jobs=1).outcomes
     assert [o.seed for o in outcomes if o.failed] == []
 
 
@@ -58,7 +58,7 @@ def test_the_saved_trace_file_replays_to_the_same_hash_and_violation(tmp_path: P
 
 
 def test_a_sweep_in_worker_processes_gives_the_hashes_of_runs_in_this_process():
-    template = SimConfig(seed=0, until_ms=1_000)
+    template = SimConfig(seed=0, model="demo", until_ms=1_000)
     parallel = sweep(template, [1, 2, 3, 4], jobs=2).outcomes
     assert [o.trace_hash for o in parallel] == [simulate(replace(template, seed=s)).trace_hash for s in (1, 2, 3, 4)]
 

@@ -21,7 +21,7 @@ def txnsim(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_a_seed_prints_what_ran_and_the_trace_hash_and_exits_0(tmp_path: Path):
     out = txnsim("--seed", "3", "--steps", "2000", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert "trace hash" in out.stdout and "read-committed" in out.stdout and "2000 steps" not in out.stderr
+    assert "trace hash" in out.stdout and "lso-within-hw" in out.stdout and "2000 steps" not in out.stderr
     again = txnsim("--seed", "3", "--steps", "2000", "--json", cwd=tmp_path)
     data = json.loads(again.stdout)
     assert data["trace_hash"] in out.stdout and data["violation"] is None
@@ -34,7 +34,7 @@ def test_a_sweep_prints_the_table(tmp_path: Path):
 
 
 def test_a_violation_is_shrunk_written_and_replays_from_its_file(tmp_path: Path):
-    out = txnsim("--seed", "3", "--bug", "ack-before-fsync", "--shrink-runs", "30", cwd=tmp_path)
+    out = txnsim("--seed", "3", "--model", "demo", "--bug", "ack-before-fsync", "--shrink-runs", "30", cwd=tmp_path)
     assert out.returncode == 1
     assert "VIOLATION of durable-commit" in out.stdout and "shrunk schedule" in out.stdout
     trace = tmp_path / "simulate-seed-3.trace.jsonl"

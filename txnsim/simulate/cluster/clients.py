@@ -1,0 +1,247 @@
+"""Simulated clients: transactional producers and read_committed consumers, as small state machines.
+
+They speak the nodes' protocol (the same request messages as txnsim's producer and consumer) over the
+simulated network and record what they did and saw in a chaos History, so the run ends with the
+anomaly names `txnsim chaos` reports. Each value written is unique in the run, and each record names
+its transaction in the chaos-txn header, as in `txnsim chaos`.
+
+The producer keeps Kafka's rules that matter here: one open transaction per transactional id, a
+partition added before its first write, sequence numbers per partition (a retried batch keeps its
+sequence, so a duplicate is recognised), transactions V2 (EndTxn answers the next epoch), and an
+EndTxn retried after a timeout at the same epoch. A produce that times out twice makes it abort: its
+first send may still arrive late, after the transaction ended, which is how KAFKA-17754's hanging
+and torn transactions begin.
+"""
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from consumer.fetcher import PartitionRecords
+from proto import records as codec
+from proto import txnsim_pb2 as pb
+from proto.errors import ERRORS_BY_CODE, UnknownServerError
+from proto.structs import TRANSACTION_STATE_TOPIC, IsolationLevel, TopicPartition
+from txnsim.chaos.history import TXN_HEADER, Outcome
+from txnsim.simulate.network import TIMED_OUT
+
+if TYPE_CHECKING:
+    from txnsim.simulate.cluster.model import ClusterModel
+
+REQUEST_TIMEOUT_MS = 1_000
+RETRY_BACKOFF_MS = 20
+TRANSACTION_TIMEOUT_MS = 3_000
+#: fatal for this producer instance: it starts again with InitProducerId (a new epoch)
+_FATAL = frozenset({"PRODUCER_FENCED", "INVALID_PRODUCER_ID_MAPPING", "INVALID_PRODUCER_EPOCH", "INVALID_TXN_STATE",
+                    "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "UNKNOWN_PRODUCER_ID", "OUT_OF_ORDER_SEQUENCE_NUMBER"})
+
+
+def _error_name(code: int) -> str:
+    return ERRORS_BY_CODE.get(code, UnknownServerError).name
+
+
+class TxnProducer:
+    """One transactional id's producer: init, then transactions of a few partitions each, forever."""
+
+    def __init__(self, name: str, transactional_id: str, model: ClusterModel, rng: random.Random) -> None:
+        self.name = name
+        self.tid = transactional_id
+        self.model = model
+        self.net = model.network
+        self.rng = rng
+        self.producer_id = -1
+        self.epoch = -1
+        self.sequences: dict[TopicPartition, int] = {}
+        self.txn = ""
+        self.count = 0
+        self.stopped = False
+
+    # ------------------------------------------------------------ plumbing
+
+    def _call(self, node: int, request: Any, on_reply: Callable[[Any], None]) -> None:
+        self.net.call(self.name, f"n{node}", request, REQUEST_TIMEOUT_MS, on_reply)
+
+    def _later(self, work: Callable[..., None], *args: Any) -> None:
+        self.net.set_timer(self.name, RETRY_BACKOFF_MS, work, *args, label=work.__name__)
+
+    def _coordinator(self) -> int:
+        return self.model.owner_now(TRANSACTION_STATE_TOPIC, self.model.shard_of(self.tid))
+
+    # ------------------------------------------------------------ the transaction loop
+
+    def start(self) -> None:
+        self.net.set_timer(self.name, self.rng.randint(1, 50), self.init, label="init")
+
+    def init(self) -> None:
+        if self.stopped:
+            return
+        request = pb.InitProducerIdRequest(transactional_id=self.tid, transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
+                                           producer_id=-1, producer_epoch=-1)
+
+        def answered(response: Any) -> None:
+            if response is TIMED_OUT or response.error_code:
+                return self._later(self.init)
+            self.producer_id, self.epoch = response.producer_id, response.producer_epoch
+            self.sequences.clear()
+            self.begin()
+
+        self._call(self._coordinator(), request, answered)
+
+    def begin(self) -> None:
+        if self.stopped:
+            return
+        self.count += 1
+        self.txn = f"{self.name}/{self.count}"
+        self.model.history.begun(self.txn, self.name)
+        partitions = self.model.data_partitions
+        chosen = sorted(self.rng.sample(partitions, self.rng.randint(1, min(3, len(partitions)))))
+        self.add(chosen)
+
+    def add(self, chosen: list[TopicPartition]) -> None:
+        request = pb.AddPartitionsToTxnRequest(
+            transactional_id=self.tid, producer_id=self.producer_id, producer_epoch=self.epoch,
+            partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition) for tp in chosen])
+
+        def answered(response: Any) -> None:
+            if response is TIMED_OUT:
+                return self._later(self.add, chosen)
+            code = response.error_code or next((r.error_code for r in response.results if r.error_code), 0)
+            if code == 0:
+                return self.produce(chosen)
+            if _error_name(code) in _FATAL:
+                self.model.history.ended(self.txn, Outcome.ABORTED)  # nothing was written
+                return self._later(self.init)
+            self._later(self.add, chosen)
+
+        self._call(self._coordinator(), request, answered)
+
+    def produce(self, chosen: list[TopicPartition]) -> None:
+        pending = {tp: 0 for tp in chosen}  # attempts so far
+        failed: list[str] = []
+        batches = {tp: self._batch(tp) for tp in chosen}
+
+        def send(tp: TopicPartition) -> None:
+            pending[tp] += 1
+            records, values = batches[tp]
+            request = pb.ProduceRequest(transactional_id=self.tid, acks=-1, timeout_ms=REQUEST_TIMEOUT_MS,
+                                        partitions=[pb.PartitionRecords(topic=tp.topic, partition=tp.partition,
+                                                                        records=records)])
+            owner = self.model.owner_now(tp.topic, tp.partition)
+            self._call(owner, request, lambda response: answered(tp, values, response))
+
+        def answered(tp: TopicPartition, values: list[int], response: Any) -> None:
+            if response is not TIMED_OUT:
+                result = response.partitions[0]
+                if result.error_code == 0:
+                    for i, value in enumerate(values):
+                        self.model.history.sent(self.name, self.txn, tp.topic, tp.partition, value,
+                                                result.base_offset + i)
+                    del pending[tp]
+                    return finish()
+                name = _error_name(result.error_code)
+                if name in _FATAL or name == "TRANSACTION_ABORTABLE" or pending[tp] >= 3:
+                    failed.append(name)
+                    del pending[tp]
+                    return finish()
+            elif pending[tp] >= 2:  # the first send may still arrive, late: give up and abort
+                failed.append("TIMED_OUT")
+                del pending[tp]
+                return finish()
+            self._later(send, tp)
+
+        def finish() -> None:
+            if pending:
+                return
+            fatal = any(name in _FATAL for name in failed)
+            self.end(commit=not failed and self.rng.random() < 0.8, fatal=fatal)
+
+        for tp in chosen:
+            send(tp)
+
+    def _batch(self, tp: TopicPartition) -> tuple[bytes, list[int]]:
+        values = [self.model.next_value() for _ in range(self.rng.randint(1, 3))]
+        now = self.net.now(self.name)
+        header = ((TXN_HEADER, self.txn.encode()),)
+        records = [(now, None, str(v).encode(), header) for v in values]
+        sequence = self.sequences.get(tp, 0)
+        self.sequences[tp] = sequence + len(values)
+        batch = codec.encode_batch(records, producer_id=self.producer_id, producer_epoch=self.epoch,
+                                   base_sequence=sequence, transactional=True)
+        return batch, values
+
+    def end(self, *, commit: bool, fatal: bool = False, retried: bool = False) -> None:
+        if fatal:  # this instance is fenced: a new one (InitProducerId) aborts what it left open
+            self.model.history.ended(self.txn, Outcome.ABORTED)
+            return self._later(self.init)
+        if commit and not retried:
+            self.model.history.commit_started(self.txn)
+        request = pb.EndTxnRequest(transactional_id=self.tid, producer_id=self.producer_id,
+                                   producer_epoch=self.epoch, committed=commit)
+
+        def answered(response: Any) -> None:
+            if response is TIMED_OUT:
+                return self._later(lambda: self.end(commit=commit, retried=True))
+            if response.error_code == 0:
+                self.model.history.ended(self.txn, Outcome.COMMITTED if commit else Outcome.ABORTED,
+                                         on_purpose=not commit)
+                self.producer_id, self.epoch = response.producer_id, response.producer_epoch
+                self.sequences.clear()
+                return self.begin()
+            name = _error_name(response.error_code)
+            if name in _FATAL:
+                # after a retry, the first EndTxn may have decided it: a later answer cannot say which way
+                self.model.history.ended(self.txn, Outcome.UNKNOWN if (retried and commit) else Outcome.ABORTED)
+                return self._later(self.init)
+            self._later(lambda: self.end(commit=commit, retried=True))
+
+        self._call(self._coordinator(), request, answered)
+
+
+class CommittedReader:
+    """A read_committed consumer of every data partition, polling the partitions' owners in turn."""
+
+    POLL_INTERVAL_MS = 25
+
+    def __init__(self, name: str, model: ClusterModel) -> None:
+        self.name = name
+        self.model = model
+        self.net = model.network
+        self.positions = {tp: 0 for tp in model.data_partitions}
+        self.in_flight: set[TopicPartition] = set()  # one fetch per partition at a time, as a consumer does
+        self.stopped = False
+
+    def start(self) -> None:
+        for tp in self.model.data_partitions:
+            self.model.history.seeked(self.name, tp, 0, "start")
+        self.net.set_timer(self.name, self.POLL_INTERVAL_MS, self.poll, label="poll")
+
+    def poll(self) -> None:
+        for tp in self.model.data_partitions:
+            if tp in self.in_flight:
+                continue
+            self.in_flight.add(tp)
+            request = pb.FetchRequest(isolation_level=IsolationLevel.READ_COMMITTED, max_wait_ms=0, min_bytes=1,
+                                      partitions=[pb.FetchPartition(topic=tp.topic, partition=tp.partition,
+                                                                    fetch_offset=self.positions[tp])])
+            owner = self.model.owner_now(tp.topic, tp.partition)
+            self.net.call(self.name, f"n{owner}", request, REQUEST_TIMEOUT_MS,
+                          lambda response, tp=tp: self.fetched(tp, response))
+        if not self.stopped:
+            self.net.set_timer(self.name, self.POLL_INTERVAL_MS, self.poll, label="poll")
+
+    def fetched(self, tp: TopicPartition, response: Any) -> None:
+        self.in_flight.discard(tp)
+        if response is TIMED_OUT:
+            return
+        part = response.partitions[0]
+        if part.error_code:
+            return
+        fetch_offset = self.positions[tp]
+        records = PartitionRecords(tp, fetch_offset, part.records, isolation_level=IsolationLevel.READ_COMMITTED,
+                                   aborted_transactions=[(a.producer_id, a.first_offset)
+                                                         for a in part.aborted_transactions])
+        taken = records.take(1 << 30)
+        if taken:
+            self.model.history.polled(self.name, taken)
+        self.positions[tp] = max(fetch_offset, records.next_fetch_offset)

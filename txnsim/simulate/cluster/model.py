@@ -1,0 +1,269 @@
+"""The cluster under `txnsim simulate`: three nodes on the real cores, transactional producers and a
+read_committed consumer, on one simulated disk, network and clock.
+
+Ownership is the real placement (coordinator/placement.py) over a liveness view: a crashed node is
+declared dead after a detection delay, a paused one once its pause outlasts the session timeout, as the
+nodes' heartbeats would say. Each live node then reconciles (takes its shards, lets go of the others),
+and the disk's leader-epoch claims fence whoever was cut off, exactly as on the real data directory.
+A paused node keeps its stale view until it resumes: that is the paused-owner case.
+
+Invariants after every step are cheap: per partition, LSO <= HW and neither moving backwards, and at most
+one writer per log and leader epoch. The final checks read every partition read_committed from the disk
+and hand the history to `txnsim chaos`'s checker (lost-write, unseen, G1a aborted read, duplicate,
+precommitted read, ...), and every partition must be stable (no transaction left hanging).
+"""
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from pathlib import PurePosixPath
+from typing import ClassVar
+
+from consumer.fetcher import PartitionRecords
+from coordinator.placement import NO_OWNER, Placement
+from partitions import LogManager, PartitionLog
+from partitions.faulty_storage import FaultyStorage
+from proto.hashing import partition_for
+from proto.structs import TRANSACTION_STATE_TOPIC, IsolationLevel, TopicPartition
+from txnsim.chaos.checker import check
+from txnsim.chaos.history import FinalRead, History, Observed
+from txnsim.simulate.actors import ActorState
+from txnsim.simulate.cluster.clients import CommittedReader, TxnProducer
+from txnsim.simulate.cluster.node import DATA_ROOT, SimNode
+from txnsim.simulate.model import Model, Report, Violation
+from txnsim.simulate.network import Network
+from txnsim.simulate.world import World
+
+TOPIC = "sim"
+PARTITIONS = 4
+TXN_SHARDS = 4
+NODES = 3
+PRODUCERS = 3
+#: how long the cluster takes to declare a crashed node dead (heartbeats stop)
+DETECTION_MS = 300
+MEMBERSHIP_TICK_MS = 50
+
+
+class ClusterModel(Model):
+    name = "cluster"
+    description = "3 nodes on the real transaction coordinator core and partition logs, 3 transactional producers, a read_committed consumer"
+    BUGS: ClassVar[dict[str, str]] = {
+        "lso-ignores-open-transactions": "the last stable offset is the high watermark: read_committed sees undecided records",
+        "no-epoch-bump": "EndTxn (V2) keeps the producer epoch, so a late write of the last transaction is not fenced",
+        "no-fencing": "a log opened by a new leader does not fence the old one: a paused owner keeps writing",
+        "accept-late-markers": "a V2 marker at the epoch of an open transaction's data ends it, though it is a late "
+                               "copy from the previous transaction (KAFKA-19446)",
+    }
+    WORKLOADS: ClassVar[dict[str, str]] = {
+        "transactions": "transactional producers committing and aborting across 4 partitions; a read_committed consumer",
+    }
+    INVARIANTS: ClassVar[dict[str, str]] = {
+        "lso-within-hw": "a partition's last stable offset never passes its high watermark",
+        "lso-monotonic": "a partition's last stable offset never moves backwards",
+        "hw-monotonic": "a partition's high watermark never moves backwards (nothing acknowledged is lost)",
+        "one-writer-per-epoch": "at most one node writes a log at a given leader epoch",
+        "no-hanging-transaction": "after the run settles, every partition is stable (LSO = HW)",
+        "lost-write": "acknowledged committed record missing although later offsets passed it",
+        "unseen": "acknowledged committed record the final read_committed read never returned",
+        "G1a": "read_committed returned a record of an aborted transaction",
+        "precommitted-read": "read_committed returned a record before its transaction's commit was asked for",
+        "duplicate": "the same value at more than one offset",
+    }
+    session_timeout_ms = 1_000
+
+    def __init__(self, *, bug: str | None = None, workload: str | None = None) -> None:
+        super().__init__(bug=bug, workload=workload)
+        self.txn_shards = TXN_SHARDS
+        self.placement = Placement(tuple(range(NODES)))
+        self.data_partitions = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+        self.fsync_ms = 1
+        self._values = 0
+        self._pid_blocks = 0
+        self.live_view: frozenset[int] = frozenset(range(NODES))
+        self._down_since: dict[int, int] = {}
+        self._lso: dict[TopicPartition, int] = {}
+        self._hw: dict[TopicPartition, int] = {}
+        self._epoch: dict[TopicPartition, int] = {}
+        self._writers: dict[tuple[str, int, int], str] = {}
+        self._dirty: dict[tuple[str, int], PartitionLog] = {}
+        self._violations: list[Violation] = []
+        self.notes: list[str] = []
+
+    # ------------------------------------------------------------ the Model interface
+
+    def nodes(self) -> Sequence[str]:
+        return [f"n{i}" for i in range(NODES)]
+
+    def clients(self) -> Sequence[str]:
+        return [f"p{i}" for i in range(PRODUCERS)] + ["reader"]
+
+    def setup(self, world: World, network: Network) -> None:
+        self.world = world
+        self.network = network
+        self.history = History(clock=lambda: world.now_ms / 1000)
+        self.disk = FaultyStorage(world.rng("disk"), torn_writes=True)
+        self.disk.mkdir(DATA_ROOT)
+        self.sim_nodes: dict[str, SimNode] = {}
+        for i, name in enumerate(self.nodes()):
+            network.register(name, lambda env, name=name: self.sim_nodes[name].receive(env))
+        for i, name in enumerate(self.nodes()):
+            self.sim_nodes[name] = SimNode(name, i, self)
+        self.producers = [TxnProducer(f"p{i}", f"tx-{i}", self, world.rng(f"producer-{i}")) for i in range(PRODUCERS)]
+        for producer in self.producers:
+            network.register(producer.name, lambda env: None)
+            producer.start()
+        self.reader = CommittedReader("reader", self)
+        network.register(self.reader.name, lambda env: None)
+        self.reader.start()
+        world.after(MEMBERSHIP_TICK_MS, self._membership_tick)
+
+    def check(self, world: World) -> list[Violation]:
+        if self._violations:
+            found, self._violations = self._violations, []
+            return found
+        if not self._dirty:
+            return []
+        found: list[Violation] = []
+        for (topic, partition), log in self._dirty.items():
+            if topic == TRANSACTION_STATE_TOPIC:
+                continue
+            tp = TopicPartition(topic, partition)
+            if log.leader_epoch < self._epoch.get(tp, -1):
+                continue  # a stale owner's log (it answers a duplicate from memory): the newer one is the log
+            self._epoch[tp] = log.leader_epoch
+            hw, lso = log.high_watermark, log.last_stable_offset
+            if lso > hw:
+                found.append(Violation("lso-within-hw", f"{tp}: LSO {lso} > HW {hw}"))
+            if lso < self._lso.get(tp, 0):
+                found.append(Violation("lso-monotonic", f"{tp}: LSO went back from {self._lso[tp]} to {lso}"))
+            if hw < self._hw.get(tp, 0):
+                found.append(Violation("hw-monotonic", f"{tp}: HW went back from {self._hw[tp]} to {hw}"))
+            self._lso[tp] = max(lso, self._lso.get(tp, 0))
+            self._hw[tp] = max(hw, self._hw.get(tp, 0))
+        self._dirty.clear()
+        return found
+
+    def finish(self, world: World) -> Report:
+        final = FinalRead()
+        extra: list[Violation] = []
+        reader = LogManager(DATA_ROOT, node_id=NODES + 1, storage=self.disk, now_ms=lambda: world.now_ms)
+        for tp in self.data_partitions:
+            log = reader.get(tp.topic, tp.partition) or _open_read_only(reader, tp)
+            if log is None:
+                continue
+            if log.last_stable_offset < log.high_watermark:
+                extra.append(Violation("no-hanging-transaction", f"{tp}: LSO {log.last_stable_offset} < HW "
+                                       f"{log.high_watermark} after the run settled: a transaction hangs"))
+            data = log.read(0, 1 << 30, IsolationLevel.READ_COMMITTED)
+            records = PartitionRecords(tp, 0, data.records, isolation_level=IsolationLevel.READ_COMMITTED,
+                                       aborted_transactions=data.aborted_transactions).take(1 << 30)
+            final.records.setdefault(TOPIC, []).extend(Observed.of(r) for r in records)
+        result = check(self.history.events(), final, input_topic=TOPIC, output_topic=f"{TOPIC}-copies")
+        return Report.of_check(result, extra)
+
+    def counters(self) -> dict[str, int]:
+        tally = self.history.snapshot()
+        return {"transactions committed": tally.get("committed", 0),
+                "transactions aborted": tally.get("aborted", 0) + tally.get("aborted on purpose", 0),
+                "transactions unknown": tally.get("unknown", 0),
+                "records acknowledged": tally.get(f"acked {TOPIC}", 0),
+                "records polled": tally.get("records polled", 0)}
+
+    # ------------------------------------------------------------ faults
+
+    def crash(self, node: str) -> None:
+        """kill -9 of the node's process: its memory is gone; the shared data directory keeps what it wrote (the
+        operating system holds unsynced pages; losing those is a power loss, not a process crash)."""
+        self._down_since[int(node[1:])] = self.world.now_ms
+
+    def restart(self, node: str) -> None:
+        self._down_since.pop(int(node[1:]), None)
+        self.sim_nodes[node].start()
+
+    def pause(self, node: str) -> None:
+        self._down_since[int(node[1:])] = self.world.now_ms
+
+    def resume(self, node: str) -> None:
+        self._down_since.pop(int(node[1:]), None)
+        self.network.set_timer(node, 0, self.sim_nodes[node].reconcile, label="reconcile")
+
+    def flip_bit(self, node: str, rng: random.Random) -> None:
+        """A bit of a sealed segment's stored bytes flips (the disk rotted): recovery must cut there and say so."""
+
+    def slow_fsync(self, node: str, extra_ms: int) -> None:
+        self.sim_nodes[node].extra_fsync_ms = extra_ms
+
+    def quiesce(self) -> None:
+        for producer in self.producers:
+            producer.stopped = True
+
+    # ------------------------------------------------------------ what nodes and clients ask of the cluster
+
+    def partitions_for(self, topic: str) -> int | None:
+        return PARTITIONS if topic == TOPIC else None
+
+    def shard_of(self, transactional_id: str) -> int:
+        return partition_for(transactional_id, TXN_SHARDS)
+
+    def owner_now(self, topic: str, partition: int) -> int:
+        """Who a client's fresh metadata names as the owner (any live node if none)."""
+        owner = self.placement.owner(topic, partition, self.live_view)
+        return owner if owner != NO_OWNER else 0
+
+    def may_cut_off(self, node_id: int) -> bool:
+        return node_id not in self.live_view or self.bug == "no-fencing"
+
+    def next_value(self) -> int:
+        self._values += 1
+        return self._values
+
+    def reserve_producer_ids(self) -> tuple[int, int]:
+        """A block of producer ids for one node (the cluster's durable block counter)."""
+        self._pid_blocks += 1
+        return self._pid_blocks * 1000, (self._pid_blocks + 1) * 1000
+
+    def appended(self, node: str, log: PartitionLog, first: int, last: int) -> None:
+        self._dirty[(log.topic, log.partition)] = log
+        key = (log.topic, log.partition, log.leader_epoch)
+        writer = self._writers.setdefault(key, node)
+        if writer != node:
+            self._violations.append(Violation(
+                "one-writer-per-epoch", f"{log.topic}-{log.partition} epoch {log.leader_epoch} written by {writer} "
+                                        f"and {node}"))
+
+    def ownership_changed(self, node: str, topic: str, partition: int, epoch: int) -> None:
+        self.network._trace.record(self.world.now_ms, "owner", node, "*", f"{topic}-{partition} epoch {epoch}")
+
+    def note(self, node: str, text: str) -> None:
+        self.network._trace.record(self.world.now_ms, "note", node, "*", text)
+
+    # ------------------------------------------------------------ liveness
+
+    def _membership_tick(self) -> None:
+        now = self.world.now_ms
+        actors = self.network.actors
+        live = set()
+        for i, name in enumerate(self.nodes()):
+            state = actors.state(name)
+            since = self._down_since.get(i)
+            if state is ActorState.UP or since is None:
+                live.add(i)
+            elif state is ActorState.PAUSED and now - since <= self.session_timeout_ms:
+                live.add(i)
+            elif state is ActorState.CRASHED and now - since <= DETECTION_MS:
+                live.add(i)
+        view = frozenset(live)
+        if view != self.live_view:
+            self.live_view = view
+            self.network._trace.record(now, "membership", "world", "*", f"live {sorted(view)}")
+            for i, name in enumerate(self.nodes()):
+                if i in view:
+                    self.network.set_timer(name, 0, self.sim_nodes[name].reconcile, label="reconcile")
+        self.world.after(MEMBERSHIP_TICK_MS, self._membership_tick)
+
+
+def _open_read_only(reader: LogManager, tp: TopicPartition) -> PartitionLog | None:
+    """The final read opens each partition as one more node would (claiming it: every node has stopped)."""
+    if not reader.storage.exists(PurePosixPath(DATA_ROOT / f"{tp.topic}-{tp.partition}")):
+        return None
+    return reader.open_as_leader(tp.topic, tp.partition, lambda node_id: True)

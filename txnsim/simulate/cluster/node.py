@@ -1,0 +1,347 @@
+"""A simulated node: the real protocol cores, driven by simulated messages, disk and time.
+
+The transaction coordinator is the node's own core (coordinator/txn/core.py), effects and all; the
+partition logs are the node's PartitionLogs and LogManager on the cluster's simulated disk (the real
+node's data directory is shared too, and fenced by leader-epoch claims in it); the leader's answer to a
+failed verification and the marker acknowledgement rules are the node's functions. Only the carrying
+out differs: a log write is acknowledged after a simulated fsync, a marker send is a simulated call,
+a timer is a simulated timer, a request is a simulated envelope.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from coordinator.partition_service import verification_error
+from coordinator.placement import NO_OWNER
+from coordinator.reconcile import logs_to_release
+from coordinator.txn import state_log
+from coordinator.txn.core import (
+    Effect,
+    Reply,
+    ReserveProducerIds,
+    SendMarkers,
+    StartTimer,
+    TxnCoordinatorCore,
+    WriteEntry,
+)
+from coordinator.txn.markers import acknowledged, marker_request
+from coordinator.txn.metadata import Owed
+from partitions import LogConfig, LogManager, PartitionLog
+from proto import txnsim_pb2 as pb
+from proto.errors import (
+    KafkaError,
+    NotCoordinatorError,
+    NotLeaderOrFollowerError,
+    UnknownServerError,
+    UnknownTopicOrPartitionError,
+    code_of,
+)
+from proto.structs import TRANSACTION_STATE_TOPIC, IsolationLevel, TopicPartition
+from txnsim.simulate.network import TIMED_OUT, Envelope
+
+if TYPE_CHECKING:
+    from txnsim.simulate.cluster.model import ClusterModel
+
+DATA_ROOT = PurePosixPath("/sim/data")
+#: requests a node sends to another node wait this long for an answer
+NODE_REQUEST_TIMEOUT_MS = 500
+#: how soon a node tries again to take a shard another node has not let go of yet
+RECONCILE_RETRY_MS = 50
+#: how often each node looks for transactions past their timeout (Kafka's default is 10 s; runs are short)
+ABORT_CHECK_INTERVAL_MS = 500
+
+_RESPONSES: dict[type, type] = {
+    pb.InitProducerIdRequest: pb.InitProducerIdResponse,
+    pb.AddPartitionsToTxnRequest: pb.AddPartitionsToTxnResponse,
+    pb.AddOffsetsToTxnRequest: pb.AddOffsetsToTxnResponse,
+    pb.EndTxnRequest: pb.EndTxnResponse,
+    pb.JoinBatchTxnRequest: pb.JoinBatchTxnResponse,
+    pb.EndBatchTxnRequest: pb.EndBatchTxnResponse,
+}
+
+
+@dataclass(slots=True)
+class _MarkerSend:
+    effect: SendMarkers
+    waiting: int
+    acked: set[Owed] = field(default_factory=set)
+
+
+class SimNode:
+    """One node: `receive` takes its envelopes; everything else runs from its own timers."""
+
+    def __init__(self, name: str, node_id: int, model: ClusterModel) -> None:
+        self.name = name
+        self.node_id = node_id
+        self.model = model
+        self.net = model.network
+        self.extra_fsync_ms = 0
+        self.start()
+
+    # ------------------------------------------------------------ life
+
+    def start(self) -> None:
+        """A fresh process: nothing in memory, everything from the disk (a restart after a crash too)."""
+        m = self.model
+        self.logs = LogManager(DATA_ROOT, LogConfig(planted_bug=m.bug), node_id=self.node_id, storage=m.disk,
+                               now_ms=self.now)
+        self.logs.release_earlier_lives()
+        self.core = TxnCoordinatorCore(
+            txn_shards=m.txn_shards, offsets_shards=1, transaction_max_timeout_ms=60_000,
+            transactional_id_expiration_ms=3_600_000, partitions_for=m.partitions_for,
+            assigned_here=lambda shard: self.owner(TRANSACTION_STATE_TOPIC, shard) == self.node_id,
+            planted_bug=m.bug)
+        self.view: frozenset[int] = frozenset()
+        self.txn_logs: dict[int, PartitionLog] = {}
+        self.tickets: dict[int, Envelope] = {}
+        self.next_ticket = 0
+        self.sends: dict[int, _MarkerSend] = {}
+        self.retrying = False
+        self.reconcile()
+        self.net.set_timer(self.name, ABORT_CHECK_INTERVAL_MS, self._abort_timed_out, label="abort-check")
+
+    def now(self) -> int:
+        return self.net.now(self.name)
+
+    def owner(self, topic: str, partition: int) -> int:
+        """The owner of a log as this node last saw the cluster (a paused node's view is stale)."""
+        return self.model.placement.owner(topic, partition, self.view)
+
+    def reconcile(self) -> None:
+        """Let go of what moved away or was fenced meanwhile, then take the shards the placement now gives
+        this node (the node's own rule, coordinator/reconcile.py)."""
+        self.view = self.model.live_view
+        for log, action in logs_to_release(self.logs.open_logs(), self.owner, self.node_id):
+            if log.topic == TRANSACTION_STATE_TOPIC:
+                self._run(self.core.unload(log.partition))
+                self.txn_logs.pop(log.partition, None)
+            self.logs.close(log.topic, log.partition)
+            self.model.note(self.name, f"{action} {log.topic}-{log.partition} epoch {log.leader_epoch}")
+        missing = [shard for shard in range(self.model.txn_shards)
+                   if self.owner(TRANSACTION_STATE_TOPIC, shard) == self.node_id and shard not in self.txn_logs]
+        if not all([self._take_shard(shard) for shard in missing]) and not self.retrying:
+            # held by a node still letting go of it: try again shortly, as the node's next tick does
+            self.retrying = True
+            self.net.set_timer(self.name, RECONCILE_RETRY_MS, self._retry_reconcile, label="reconcile")
+
+    def _retry_reconcile(self) -> None:
+        self.retrying = False
+        self.reconcile()
+
+    def _take_shard(self, shard: int) -> bool:
+        try:
+            log = self.logs.open_as_leader(TRANSACTION_STATE_TOPIC, shard, self.model.may_cut_off)
+        except KafkaError as error:
+            self.model.note(self.name, f"shard {shard} not taken: {error.name}")
+            return False
+        self.txn_logs[shard] = log
+        self._run(self.core.begin_loading(shard, log.leader_epoch))
+        entries, _replayed = state_log.load(log)
+        self._run(self.core.loaded(shard, log.leader_epoch, entries, self.now()))
+        self.model.ownership_changed(self.name, TRANSACTION_STATE_TOPIC, shard, log.leader_epoch)
+        return True
+
+    # ------------------------------------------------------------ requests
+
+    def receive(self, env: Envelope) -> None:
+        message = env.message
+        kind = type(message)
+        if kind in _RESPONSES:
+            self.next_ticket += 1
+            self.tickets[self.next_ticket] = env
+            self._run(self.core.request(self.next_ticket, message, self.now()))
+        elif kind is pb.ProduceRequest:
+            self._produce(env, message)
+        elif kind is pb.WriteTxnMarkersRequest:
+            self.net.reply(env, self._write_markers(message))
+        elif kind is pb.FetchRequest:
+            self.net.reply(env, self._fetch(message))
+
+    def _owned_log(self, topic: str, partition: int) -> PartitionLog:
+        count = self.model.partitions_for(topic)
+        if count is None or not 0 <= partition < count:
+            raise UnknownTopicOrPartitionError(f"[UNKNOWN_TOPIC_OR_PARTITION] {topic}-{partition} does not exist")
+        owner = self.owner(topic, partition)
+        if owner != self.node_id:
+            raise NotLeaderOrFollowerError(
+                f"[NOT_LEADER_OR_FOLLOWER] node {self.node_id} does not own {topic}-{partition}; node {owner} does")
+        log = self.logs.get(topic, partition)
+        if log is None:
+            log = self.logs.open_as_leader(topic, partition, self.model.may_cut_off)
+            self.model.ownership_changed(self.name, topic, partition, log.leader_epoch)
+        return log
+
+    def _produce(self, env: Envelope, req: pb.ProduceRequest) -> None:
+        """One partition per request (the simulated producer sends so); a first transactional write is
+        verified with its coordinator before it is appended (KIP-890 part 1)."""
+        part = req.partitions[0]
+        tp = TopicPartition(part.topic, part.partition)
+        result = pb.PartitionProduceResult(topic=part.topic, partition=part.partition, base_offset=-1)
+
+        def answer(error: KafkaError | None = None) -> None:
+            if error is not None:
+                result.error_code, result.error_message = code_of(error), str(error)
+            self.net.reply(env, pb.ProduceResponse(partitions=[result]))
+
+        def append(verified: frozenset[int]) -> None:
+            try:
+                log = self._owned_log(tp.topic, tp.partition)
+                appended = log.append(part.records, verified_producer_ids=verified)
+            except KafkaError as error:
+                return answer(error)
+            self.model.appended(self.name, log, appended.base_offset, appended.last_offset)
+            result.base_offset = appended.base_offset
+            self.net.set_timer(self.name, self.fsync_ms, answer, label="fsync")
+
+        try:
+            unverified = self._owned_log(tp.topic, tp.partition).needs_txn_verification(part.records)
+        except KafkaError as error:
+            return answer(error)
+        if not unverified:
+            return append(frozenset())
+        (producer_id, producer_epoch), = unverified[:1]
+        coordinator = self.owner(TRANSACTION_STATE_TOPIC, self.core.shard_of(req.transactional_id))
+        if coordinator == NO_OWNER:
+            return answer(verification_error(15, req.transactional_id, tp, producer_id, producer_epoch))
+        check = pb.AddPartitionsToTxnRequest(
+            transactional_id=req.transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
+            verify_only=True, partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition)])
+
+        def verified(response: object) -> None:
+            if response is TIMED_OUT:
+                code = 15  # COORDINATOR_NOT_AVAILABLE: retriable, the producer sends again
+            else:
+                assert isinstance(response, pb.AddPartitionsToTxnResponse)
+                code = response.error_code or (response.results[0].error_code if response.results else 0)
+            error = verification_error(code, req.transactional_id, tp, producer_id, producer_epoch)
+            if error is not None:
+                return answer(error)
+            append(frozenset({producer_id}))
+
+        self.net.call(self.name, f"n{coordinator}", check, NODE_REQUEST_TIMEOUT_MS, verified)
+
+    def _write_markers(self, req: pb.WriteTxnMarkersRequest) -> pb.WriteTxnMarkersResponse:
+        out = []
+        for marker in req.markers:
+            result = pb.TxnMarkerResult(producer_id=marker.producer_id)
+            for part in marker.partitions:
+                error = pb.PartitionError(topic=part.topic, partition=part.partition)
+                try:
+                    log = self._owned_log(part.topic, part.partition)
+                    appended = log.append_marker(
+                        producer_id=marker.producer_id, producer_epoch=marker.producer_epoch,
+                        committed=marker.committed,
+                        coordinator_epoch=marker.coordinator_epoch, transaction_version=marker.transaction_version)
+                    self.model.appended(self.name, log, appended.base_offset, appended.last_offset)
+                except KafkaError as exc:
+                    error.error_code, error.error_message = code_of(exc), str(exc)
+                result.partitions.append(error)
+            out.append(result)
+        return pb.WriteTxnMarkersResponse(markers=out)
+
+    def _fetch(self, req: pb.FetchRequest) -> pb.FetchResponse:
+        isolation = IsolationLevel(req.isolation_level)
+        results = []
+        for part in req.partitions:
+            result = pb.FetchPartitionResult(topic=part.topic, partition=part.partition)
+            try:
+                data = self._owned_log(part.topic, part.partition).read(part.fetch_offset, 64 * 1024, isolation)
+                result.records = data.records
+                result.high_watermark = data.high_watermark
+                result.last_stable_offset = data.last_stable_offset
+                result.aborted_transactions.extend(
+                    pb.AbortedTransaction(producer_id=pid, first_offset=first)
+                    for pid, first in data.aborted_transactions)
+            except KafkaError as exc:
+                result.error_code, result.error_message = code_of(exc), str(exc)
+            results.append(result)
+        return pb.FetchResponse(partitions=results)
+
+    # ------------------------------------------------------------ the core's effects
+
+    @property
+    def fsync_ms(self) -> int:
+        return self.model.fsync_ms + self.extra_fsync_ms
+
+    def _run(self, effects: list[Effect]) -> None:
+        for effect in effects:
+            if isinstance(effect, Reply):
+                self._answer(effect)
+            elif isinstance(effect, WriteEntry):
+                self._write_entry(effect)
+            elif isinstance(effect, SendMarkers):
+                self._send_markers(effect)
+            elif isinstance(effect, StartTimer):
+                self.net.set_timer(self.name, max(0, effect.at_ms - self.now()), self._fire, effect.key,
+                                   label=f"core-timer {effect.key[0]}")
+            elif isinstance(effect, ReserveProducerIds):
+                first, end = self.model.reserve_producer_ids()
+                self.net.set_timer(self.name, self.fsync_ms, self._ids_reserved, first, end, label="pid-block")
+
+    def _answer(self, reply: Reply) -> None:
+        env = self.tickets.pop(reply.ticket, None)
+        if env is None:
+            return
+        if reply.error is not None:
+            response: Any = _RESPONSES[type(env.message)](error_code=code_of(reply.error),
+                                                            error_message=str(reply.error))
+        else:
+            response = reply.response
+        self.net.reply(env, response)
+
+    def _write_entry(self, effect: WriteEntry) -> None:
+        log = self.txn_logs.get(effect.shard)
+        error: KafkaError | None = None
+        if log is None or log.leader_epoch != effect.coordinator_epoch:
+            error = NotCoordinatorError(f"[NOT_COORDINATOR] shard {effect.shard} is no longer {self.name}'s")
+        else:
+            try:
+                state_log.append_entry(log, effect.transactional_id, effect.value, effect.timestamp_ms)
+                self.model.appended(self.name, log, -1, -1)
+            except KafkaError as exc:
+                error = exc
+            except OSError as exc:  # the simulated disk lost power under this write
+                error = UnknownServerError(f"[UNKNOWN_SERVER_ERROR] {exc}")
+        self.net.set_timer(self.name, self.fsync_ms, self._entry_written, effect.write_id, error, label="fsync")
+
+    def _entry_written(self, write_id: int, error: KafkaError | None) -> None:
+        self._run(self.core.entry_written(write_id, error, self.now()))
+
+    def _ids_reserved(self, first: int, end: int) -> None:
+        self._run(self.core.producer_ids_reserved(first, end, self.now()))
+
+    def _fire(self, key: tuple[Any, ...]) -> None:
+        self._run(self.core.timer_fired(key, self.now()))
+
+    def _send_markers(self, effect: SendMarkers) -> None:
+        by_node: dict[int, list[Owed]] = defaultdict(list)
+        for owed in effect.owed:
+            by_node[self.owner(owed[1].topic, owed[1].partition)].append(owed)
+        send = _MarkerSend(effect, waiting=len(by_node))
+        self.sends[effect.send_id] = send
+        for node, owed in sorted(by_node.items()):
+            if node == NO_OWNER:
+                self._marker_reply(send, owed, TIMED_OUT)
+                continue
+            self.net.call(self.name, f"n{node}", marker_request(owed, effect.coordinator_epoch),
+                          NODE_REQUEST_TIMEOUT_MS, _bind(self._marker_reply, send, owed))
+
+    def _marker_reply(self, send: _MarkerSend, owed: list[Owed], response: object) -> None:
+        if isinstance(response, pb.WriteTxnMarkersResponse):
+            send.acked |= acknowledged(owed, response)
+        send.waiting -= 1
+        if send.waiting == 0:
+            self.sends.pop(send.effect.send_id, None)
+            self._run(self.core.markers_written(send.effect.send_id, send.acked, self.now()))
+
+    def _abort_timed_out(self) -> None:
+        self._run(self.core.abort_timed_out(self.now()))
+        self.net.set_timer(self.name, ABORT_CHECK_INTERVAL_MS, self._abort_timed_out, label="abort-check")
+
+
+def _bind(handler: Callable[..., None], *args: Any) -> Callable[[object], None]:
+    return lambda response: handler(*args, response)
