@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from google.protobuf import text_format
 from google.protobuf.message import Message
 from rich.console import Console
 from rich.markup import escape
@@ -36,13 +35,40 @@ def summarize(message: object) -> str:
     if custom is not None:
         text = str(custom())
     elif isinstance(message, Message):
-        text = f"{type(message).__name__}{{{text_format.MessageToString(message, as_one_line=True)}}}"
+        out: list[str] = [type(message).__name__, "{"]
+        _compact(message, out, [SUMMARY_LIMIT])
+        out.append("}")
+        text = "".join(out)
     else:
         text = repr(message)
         if " at 0x" in text:
             raise ValueError(f"{type(message).__name__} has no stable repr ({text[:60]}); make it a dataclass or "
                              f"give it a trace_summary() method")
     return text if len(text) <= SUMMARY_LIMIT else text[:SUMMARY_LIMIT - 3] + "..."
+
+
+def _compact(message: Message, out: list[str], budget: list[int]) -> None:
+    """The set fields of `message`, one line, stopping once `budget` characters are spent (text_format
+    prints everything and costs a quarter of a simulated run); bytes show as their length."""
+    for field, value in message.ListFields():
+        if budget[0] <= 0:
+            return
+        repeated = field.is_repeated
+        items = list(value) if repeated else [value]
+        out.append(f" {field.name}")
+        budget[0] -= len(field.name) + 1
+        for item in items:
+            if budget[0] <= 0:
+                return
+            if isinstance(item, Message):
+                out.append("{")
+                _compact(item, out, budget)
+                out.append("}")
+                budget[0] -= 2
+            else:
+                text = f"<{len(item)}B>" if isinstance(item, bytes) else repr(item)
+                out.append(f":{text}")
+                budget[0] -= len(text) + 1
 
 
 class Trace:

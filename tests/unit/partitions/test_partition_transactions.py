@@ -216,3 +216,23 @@ def test_read_committed_result_reports_hw_and_lso(open_log):
     txn_append(log, 1, 0, b"t")
     fetched = log.read(0, 1 << 20, COMMITTED)
     assert (fetched.high_watermark, fetched.last_stable_offset, fetched.log_start_offset) == (2, 1, 0)
+
+
+def test_a_late_v2_marker_cannot_end_the_next_transaction_written_at_its_epoch(open_log):
+    """KAFKA-19446, found by `txnsim simulate` with late markers: under transactions V2 the next transaction is
+    written at the epoch the last markers carried, so a copy of such a marker arriving late must not end it."""
+    log = open_log()
+    txn_append(log, 7, 0, b"first", epoch=0)
+    log.append_marker(producer_id=7, producer_epoch=1, committed=True, coordinator_epoch=0, transaction_version=2)
+    txn_append(log, 7, 0, b"second", epoch=1)  # the next transaction, at the bumped epoch
+    with pytest.raises(InvalidProducerEpochError, match="late marker"):
+        log.append_marker(producer_id=7, producer_epoch=1, committed=False, coordinator_epoch=0,
+                          transaction_version=2)
+    assert log.open_transactions() == [OpenTransaction(7, 1, 2, 1000)], "the second transaction is still open"
+    log.append_marker(producer_id=7, producer_epoch=2, committed=True, coordinator_epoch=0, transaction_version=2)
+    assert fetched_offsets(log) == [0, 1, 2, 3]
+    # a retry of that marker with nothing open is harmless (KAFKA-19999), as is any marker of V1 at the data's epoch
+    log.append_marker(producer_id=7, producer_epoch=2, committed=True, coordinator_epoch=0, transaction_version=2)
+    txn_append(log, 8, 0, b"v1", epoch=4)
+    log.append_marker(producer_id=8, producer_epoch=4, committed=True, coordinator_epoch=0, transaction_version=1)
+    assert log.open_transactions() == []

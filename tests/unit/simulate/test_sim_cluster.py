@@ -1,0 +1,78 @@
+"""The cluster model: the real cores under simulated faults hold their invariants, and each planted bug
+(one protection switched off) is found within a bounded number of seeds."""
+from __future__ import annotations
+
+import pytest
+
+from coordinator.txn.core import TxnCoordinatorCore
+from partitions import PartitionLog
+from txnsim.simulate.cluster import ClusterModel
+from txnsim.simulate.actors import Actors
+from txnsim.simulate.network import Network
+from txnsim.simulate.simulation import SimConfig, simulate
+from txnsim.simulate.trace import Trace
+from txnsim.simulate.world import World
+
+#: seeds of 10 simulated seconds each, every fault kind: what CI runs on every push
+CLEAN_SEEDS = range(1, 16)
+
+
+def first_failure(bug: str, *, faults: tuple[str, ...] | None = None, seeds: range = range(1, 41)):
+    for seed in seeds:
+        config = SimConfig(seed=seed, model="cluster", bug=bug)
+        if faults is not None:
+            config = SimConfig(seed=seed, model="cluster", bug=bug, faults=faults)
+        result = simulate(config)
+        if result.failed:
+            return result
+    raise AssertionError(f"planted bug {bug} not found in seeds {seeds.start}..{seeds.stop - 1}")
+
+
+def test_the_simulated_nodes_run_the_real_cores_not_copies():
+    world = World(1)
+    trace = Trace()
+    network = Network(world, Actors(world, trace), trace)
+    model = ClusterModel()
+    model.setup(world, network)
+    world.run(until_ms=2_000)
+    node = model.sim_nodes["n0"]
+    assert type(node.core) is TxnCoordinatorCore
+    logs = node.logs.open_logs()
+    assert logs and all(type(log) is PartitionLog and log.storage is model.disk for log in logs)
+    assert model.counters()["transactions committed"] > 20 and model.counters()["records polled"] > 0
+
+
+@pytest.mark.parametrize("seed", CLEAN_SEEDS)
+def test_the_cluster_holds_every_invariant_under_every_fault_kind(seed: int):
+    result = simulate(SimConfig(seed=seed, model="cluster"))
+    assert result.failure is None, f"seed {seed}: {result.failure}"
+    assert result.faults_applied > 0
+    assert result.counters["transactions committed"] > 0
+
+
+def test_a_crashed_coordinator_s_shards_move_and_transactions_go_on():
+    result = simulate(SimConfig(seed=3, model="cluster", faults=("crash",), keep_trace=True))
+    assert result.failure is None
+    crashed = [line for line in result.trace_lines if " fault world->" in line and " crash " in line]
+    assert crashed, "the schedule crashed no node"
+    moved = [line for line in result.trace_lines if " owner " in line and "__transaction_state" in line
+             and int(line.split()[0]) > int(crashed[0].split()[0])]
+    assert moved, "no transaction shard changed hands after the crash"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("bug", "faults"), [
+    ("lso-ignores-open-transactions", None),
+    ("no-epoch-bump", None),
+    ("no-fencing", ("pause",)),
+    ("accept-late-markers", ("late",)),
+])
+def test_every_planted_bug_is_found(bug: str, faults: tuple[str, ...] | None):
+    found = first_failure(bug, faults=faults)
+    assert found.failure is not None and found.failure.invariant
+
+
+def test_the_same_seed_with_a_bug_fails_the_same_way_twice():
+    first = first_failure("no-fencing", faults=("pause",))
+    again = simulate(first.config)
+    assert (again.trace_hash, again.failure) == (first.trace_hash, first.failure)
