@@ -52,7 +52,7 @@ def test_a_protobuf_request_gets_its_reply_after_a_latency_from_the_seed(rig: Ri
     rig.network.world.run()
     assert replies == [("echo", request)]
     assert 2 <= rig.network.world.now_ms <= 10
-    assert any("EndTxnRequest{" in line and 'transactional_id: "tx-1"' in line for line in rig.trace.lines)
+    assert any("EndTxnRequest{" in line and "transactional_id:'tx-1'" in line for line in rig.trace.lines)
 
 
 def test_a_dropped_request_is_never_delivered_and_the_caller_times_out_once(rig: Rig):
