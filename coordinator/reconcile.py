@@ -8,7 +8,7 @@ names this node again, so it is reopened (and reloaded) at a new epoch.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 
 class OwnedLog(Protocol):
@@ -19,8 +19,10 @@ class OwnedLog(Protocol):
     def fenced(self) -> bool: ...
 
 
-def logs_to_release(open_logs: Iterable[OwnedLog], owner: Callable[[str, int], int],
-                    node_id: int) -> list[tuple[OwnedLog, str]]:
+L = TypeVar("L", bound=OwnedLog)
+
+
+def logs_to_release(open_logs: Iterable[L], owner: Callable[[str, int], int], node_id: int) -> list[tuple[L, str]]:
     """(log, "fenced" or "released") for every open log this node must close, in a stable order."""
     out = []
     for log in sorted(open_logs, key=lambda log: (log.topic, log.partition)):

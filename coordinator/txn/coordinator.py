@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import count
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from coordinator.producer_ids import ProducerIdAllocator
 from coordinator.txn import state_log
@@ -114,24 +114,24 @@ class TransactionCoordinator:
     # ------------------------------------------------------------ RPCs
 
     def init_producer_id(self, req: pb.InitProducerIdRequest) -> pb.InitProducerIdResponse:
-        return self._call(req)
+        return cast(pb.InitProducerIdResponse, self._call(req))
 
     def add_partitions(self, req: pb.AddPartitionsToTxnRequest) -> pb.AddPartitionsToTxnResponse:
-        return self._call(req)
+        return cast(pb.AddPartitionsToTxnResponse, self._call(req))
 
     def add_offsets(self, req: pb.AddOffsetsToTxnRequest) -> pb.AddOffsetsToTxnResponse:
-        return self._call(req)
+        return cast(pb.AddOffsetsToTxnResponse, self._call(req))
 
     def end_txn(self, req: pb.EndTxnRequest, *, transaction_version: int = 2) -> pb.EndTxnResponse:
         """Prepare the commit or abort durably and start phase two (see TxnCoordinatorCore._end_txn for
         what the client's transaction version changes)."""
-        return self._call(req, transaction_version)
+        return cast(pb.EndTxnResponse, self._call(req, transaction_version))
 
     def join_batch(self, req: pb.JoinBatchTxnRequest) -> pb.JoinBatchTxnResponse:
-        return self._call(req)
+        return cast(pb.JoinBatchTxnResponse, self._call(req))
 
     def end_batch(self, req: pb.EndBatchTxnRequest) -> pb.EndBatchTxnResponse:
-        return self._call(req)
+        return cast(pb.EndBatchTxnResponse, self._call(req))
 
     def list_transactions(self, req: pb.ListTransactionsRequest) -> pb.ListTransactionsResponse:
         with self._lock:

@@ -16,6 +16,7 @@ acknowledged its marker. Each request gets exactly one Reply.
 """
 from __future__ import annotations
 
+import functools
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -37,6 +38,7 @@ from proto.errors import (
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
     KafkaError,
+    KafkaStorageError,
     NotCoordinatorError,
     OperationNotAttemptedError,
     ProducerFencedError,
@@ -537,7 +539,7 @@ class TxnCoordinatorCore:
     def list_transactions(self, req: pb.ListTransactionsRequest) -> pb.ListTransactionsResponse:
         states = set(req.state_filters)
         pids = set(req.producer_id_filters)
-        listings = []
+        listings: list[pb.TransactionListing] = []
         for shard in self._shards.values():
             for meta in shard.entries.values():
                 pid = meta.producer_id if isinstance(meta, TxnMetadata) else -1
@@ -545,7 +547,8 @@ class TxnCoordinatorCore:
                     continue
                 listings.append(pb.TransactionListing(transactional_id=meta.transactional_id,
                                                       producer_id=pid, state=meta.state.value))
-        return pb.ListTransactionsResponse(transactions=sorted(listings, key=lambda t: t.transactional_id))
+        listings.sort(key=lambda listing: listing.transactional_id)
+        return pb.ListTransactionsResponse(transactions=listings)
 
     def describe_transactions(self, req: pb.DescribeTransactionsRequest,
                               node_id: int) -> pb.DescribeTransactionsResponse:
@@ -581,7 +584,7 @@ class TxnCoordinatorCore:
         shard.pending.pop(tid, None)
         owner = self._shards.get(shard.shard) is shard
         if error is not None:
-            if getattr(error, "invalid_metadata", False) or error.name == "KAFKA_STORAGE_ERROR":
+            if getattr(error, "invalid_metadata", False) or isinstance(error, KafkaStorageError):
                 failure: KafkaError = NotCoordinatorError(f"[NOT_COORDINATOR] lost the shard of {tid!r} while writing")
             else:
                 failure = CoordinatorNotAvailableError(f"[COORDINATOR_NOT_AVAILABLE] could not log {tid!r}: {error}")
@@ -646,12 +649,8 @@ class TxnCoordinatorCore:
                 assert fence is not None
                 log.info("aborting %r: open longer than its timeout (%d ms)", fence.transactional_id, fence.timeout_ms)
 
-                def failed(error: KafkaError, t: int, tid: str = meta.transactional_id) -> list[Effect]:
-                    log.warning("timeout abort of %r failed, will retry: %s", tid, error)
-                    return []
-
-                effects += self._write(shard, fence, now,
-                                       lambda t, s=shard, f=fence: self._start_completion(s, f, t), failed)
+                effects += self._write(shard, fence, now, functools.partial(self._start_completion, shard, fence),
+                                       functools.partial(_timeout_abort_failed, fence.transactional_id))
         return effects
 
     def expire_transactional_ids(self, now: int) -> list[Effect]:
@@ -946,6 +945,11 @@ class TxnCoordinatorCore:
             raise InvalidRequestError(
                 f"[INVALID_REQUEST] the transactional id is {len(tid)} characters; the limit is "
                 f"{MAX_TRANSACTIONAL_ID_LENGTH}")
+
+
+def _timeout_abort_failed(tid: str, error: KafkaError, now: int) -> list[Effect]:
+    log.warning("timeout abort of %r failed, will retry: %s", tid, error)
+    return []
 
 
 def _client_identity(meta: TxnMetadata) -> tuple[int, int]:

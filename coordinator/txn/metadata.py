@@ -57,7 +57,8 @@ class TransactionValue:
         """A new value in `target`, checked against the table; timestamps never go back."""
         check_transition(self.transactional_id, self.state, target)
         changes.setdefault("last_update_time_ms", max(now_ms, self.last_update_time_ms))
-        return dataclasses.replace(self, state=target, **changes)
+        # mypy cannot see that a Self of this mixin is a dataclass (both subclasses are)
+        return dataclasses.replace(self, state=target, **changes)  # type: ignore[type-var]
 
     @property
     def is_complete(self) -> bool:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 #: an event: a callback and its arguments, run when its time comes
-Handler = Callable[..., None]
+Handler = Callable[..., object]
 
 
 class Timer:

@@ -14,6 +14,7 @@ and torn transactions begin.
 """
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -225,8 +226,7 @@ class CommittedReader:
                                       partitions=[pb.FetchPartition(topic=tp.topic, partition=tp.partition,
                                                                     fetch_offset=self.positions[tp])])
             owner = self.model.owner_now(tp.topic, tp.partition)
-            self.net.call(self.name, f"n{owner}", request, REQUEST_TIMEOUT_MS,
-                          lambda response, tp=tp: self.fetched(tp, response))
+            self.net.call(self.name, f"n{owner}", request, REQUEST_TIMEOUT_MS, functools.partial(self.fetched, tp))
         if not self.stopped:
             self.net.set_timer(self.name, self.POLL_INTERVAL_MS, self.poll, label="poll")
 

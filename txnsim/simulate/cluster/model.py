@@ -14,6 +14,7 @@ precommitted read, ...), and every partition must be stable (no transaction left
 """
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Sequence
 from pathlib import PurePosixPath
@@ -31,7 +32,7 @@ from txnsim.simulate.actors import ActorState
 from txnsim.simulate.cluster.clients import CommittedReader, TxnProducer
 from txnsim.simulate.cluster.node import DATA_ROOT, SimNode
 from txnsim.simulate.model import Model, Report, Violation
-from txnsim.simulate.network import Network
+from txnsim.simulate.network import Envelope, Network
 from txnsim.simulate.world import World
 
 TOPIC = "sim"
@@ -104,8 +105,8 @@ class ClusterModel(Model):
         self.disk = FaultyStorage(world.rng("disk"), torn_writes=True)
         self.disk.mkdir(DATA_ROOT)
         self.sim_nodes: dict[str, SimNode] = {}
-        for i, name in enumerate(self.nodes()):
-            network.register(name, lambda env, name=name: self.sim_nodes[name].receive(env))
+        for name in self.nodes():
+            network.register(name, functools.partial(self._deliver, name))
         for i, name in enumerate(self.nodes()):
             self.sim_nodes[name] = SimNode(name, i, self)
         self.producers = [TxnProducer(f"p{i}", f"tx-{i}", self, world.rng(f"producer-{i}")) for i in range(PRODUCERS)]
@@ -117,10 +118,13 @@ class ClusterModel(Model):
         self.reader.start()
         world.after(MEMBERSHIP_TICK_MS, self._membership_tick)
 
+    def _deliver(self, node: str, env: Envelope) -> None:
+        self.sim_nodes[node].receive(env)
+
     def check(self, world: World) -> list[Violation]:
         if self._violations:
-            found, self._violations = self._violations, []
-            return found
+            noted, self._violations = self._violations, []
+            return noted
         if not self._dirty:
             return []
         found: list[Violation] = []

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from coordinator.partition_service import verification_error
@@ -46,7 +46,8 @@ from txnsim.simulate.network import TIMED_OUT, Envelope
 if TYPE_CHECKING:
     from txnsim.simulate.cluster.model import ClusterModel
 
-DATA_ROOT = PurePosixPath("/sim/data")
+#: where the simulated disk keeps the cluster's data directory (never touched on the real disk)
+DATA_ROOT = Path("/sim/data")
 #: requests a node sends to another node wait this long for an answer
 NODE_REQUEST_TIMEOUT_MS = 500
 #: how soon a node tries again to take a shard another node has not let go of yet
@@ -136,7 +137,7 @@ class SimNode:
         try:
             log = self.logs.open_as_leader(TRANSACTION_STATE_TOPIC, shard, self.model.may_cut_off)
         except KafkaError as error:
-            self.model.note(self.name, f"shard {shard} not taken: {error.name}")
+            self.model.note(self.name, f"shard {shard} not taken: {type(error).__name__}")
             return False
         self.txn_logs[shard] = log
         self._run(self.core.begin_loading(shard, log.leader_epoch))
@@ -149,16 +150,15 @@ class SimNode:
 
     def receive(self, env: Envelope) -> None:
         message = env.message
-        kind = type(message)
-        if kind in _RESPONSES:
+        if type(message) in _RESPONSES:
             self.next_ticket += 1
             self.tickets[self.next_ticket] = env
             self._run(self.core.request(self.next_ticket, message, self.now()))
-        elif kind is pb.ProduceRequest:
+        elif isinstance(message, pb.ProduceRequest):
             self._produce(env, message)
-        elif kind is pb.WriteTxnMarkersRequest:
+        elif isinstance(message, pb.WriteTxnMarkersRequest):
             self.net.reply(env, self._write_markers(message))
-        elif kind is pb.FetchRequest:
+        elif isinstance(message, pb.FetchRequest):
             self.net.reply(env, self._fetch(message))
 
     def _owned_log(self, topic: str, partition: int) -> PartitionLog:
@@ -319,8 +319,8 @@ class SimNode:
 
     def _send_markers(self, effect: SendMarkers) -> None:
         by_node: dict[int, list[Owed]] = defaultdict(list)
-        for owed in effect.owed:
-            by_node[self.owner(owed[1].topic, owed[1].partition)].append(owed)
+        for item in effect.owed:
+            by_node[self.owner(item[1].topic, item[1].partition)].append(item)
         send = _MarkerSend(effect, waiting=len(by_node))
         self.sends[effect.send_id] = send
         for node, owed in sorted(by_node.items()):
