@@ -222,33 +222,13 @@ class GroupMembership:
     # ------------------------------------------------------------ membership over gRPC (txnsim's own consumer)
 
     def join_group(self, req: pb.JoinGroupRequest) -> pb.JoinGroupResponse:
-        outcome = self.join(req.group_id, JoinRequest(
-            req.member_id, req.group_instance_id or None, req.client_id, "", req.session_timeout_ms,
-            req.rebalance_timeout_ms if req.rebalance_timeout_ms > 0 else req.session_timeout_ms,
-            req.protocol_type, tuple((p.name, p.metadata) for p in req.protocols), req.require_known_member_id))
-        return pb.JoinGroupResponse(
-            error_code=outcome.error_code, error_message=wire_message(outcome.error_message),
-            generation_id=outcome.generation_id, member_id=outcome.member_id, leader_id=outcome.leader_id,
-            members=[m[0] for m in outcome.members], protocol_type=outcome.protocol_type or "",
-            protocol_name=outcome.protocol_name or "", skip_assignment=outcome.skip_assignment,
-            member_list=[pb.JoinGroupMember(member_id=m, group_instance_id=i or "", metadata=meta)
-                         for m, i, meta in outcome.members])
+        return join_response(self.join(req.group_id, join_request(req)))
 
     def sync_group(self, req: pb.SyncGroupRequest) -> pb.SyncGroupResponse:
         outcome = self.sync(req.group_id, req.member_id, req.group_instance_id or None, req.generation_id,
                             req.protocol_type or None, req.protocol_name or None,
                             {a.member_id: a.assignment for a in req.assignments})
-        response = pb.SyncGroupResponse(error_code=outcome.error_code,
-                                        error_message=wire_message(outcome.error_message),
-                                        assignment_bytes=outcome.assignment, protocol_type=outcome.protocol_type or "",
-                                        protocol_name=outcome.protocol_name or "")
-        if outcome.protocol_type == "consumer" and outcome.assignment:
-            try:
-                response.assignment.extend(pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition)
-                                           for tp in consumer_protocol.decode_assignment(outcome.assignment))
-            except ValueError as exc:
-                logger.info("group %r: assignment of %r is not ConsumerProtocol: %s", req.group_id, req.member_id, exc)
-        return response
+        return sync_response(req.group_id, outcome)
 
     def heartbeat(self, req: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
         self.heartbeat_member(req.group_id, req.member_id, req.group_instance_id or None, req.generation_id)
@@ -347,3 +327,37 @@ class GroupMembership:
                 if not group.pending and shard.groups.get(group_id) is group:
                     del shard.groups[group_id]
         logger.info("group %r deleted", group_id)
+
+
+# ------------------------------------------------------------ gRPC messages <-> the group core (node and simulator)
+
+def join_request(req: pb.JoinGroupRequest) -> JoinRequest:
+    """The core's JoinRequest for a gRPC JoinGroup (a rebalance timeout of 0 means the session timeout)."""
+    return JoinRequest(
+        req.member_id, req.group_instance_id or None, req.client_id, "", req.session_timeout_ms,
+        req.rebalance_timeout_ms if req.rebalance_timeout_ms > 0 else req.session_timeout_ms,
+        req.protocol_type, tuple((p.name, p.metadata) for p in req.protocols), req.require_known_member_id)
+
+
+def join_response(outcome: JoinOutcome) -> pb.JoinGroupResponse:
+    return pb.JoinGroupResponse(
+        error_code=outcome.error_code, error_message=wire_message(outcome.error_message),
+        generation_id=outcome.generation_id, member_id=outcome.member_id, leader_id=outcome.leader_id,
+        members=[m[0] for m in outcome.members], protocol_type=outcome.protocol_type or "",
+        protocol_name=outcome.protocol_name or "", skip_assignment=outcome.skip_assignment,
+        member_list=[pb.JoinGroupMember(member_id=m, group_instance_id=i or "", metadata=meta)
+                     for m, i, meta in outcome.members])
+
+
+def sync_response(group_id: str, outcome: SyncOutcome) -> pb.SyncGroupResponse:
+    """The gRPC SyncGroup answer; a ConsumerProtocol assignment is also given decoded."""
+    response = pb.SyncGroupResponse(error_code=outcome.error_code, error_message=wire_message(outcome.error_message),
+                                    assignment_bytes=outcome.assignment, protocol_type=outcome.protocol_type or "",
+                                    protocol_name=outcome.protocol_name or "")
+    if outcome.protocol_type == "consumer" and outcome.assignment:
+        try:
+            response.assignment.extend(pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition)
+                                       for tp in consumer_protocol.decode_assignment(outcome.assignment))
+        except ValueError as exc:
+            logger.info("group %r: an assignment is not ConsumerProtocol: %s", group_id, exc)
+    return response

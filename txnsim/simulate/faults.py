@@ -99,7 +99,12 @@ def plan_faults(seed: int, kinds: Iterable[str], nodes: Sequence[str], actors: S
         if kind not in selected:
             continue
         rng = random.Random(derive_seed(seed, f"faults.{kind}"))
-        targets = list(nodes) if kind in NODE_KINDS else ["*", *actors]
+        if kind in NODE_KINDS:
+            targets = list(nodes)
+        elif kind == "late":  # every request a late fault holds back goes to or comes from a node
+            targets = ["*", *nodes]
+        else:
+            targets = ["*", *actors]
         at = rng.randint(interval_ms // 4, interval_ms)
         while at < horizon_ms and targets:
             faults.append(Fault(at, kind, rng.choice(targets), _params(kind, rng, session_timeout_ms)))

@@ -66,6 +66,7 @@ def test_a_crashed_coordinator_s_shards_move_and_transactions_go_on():
     ("no-epoch-bump", None),
     ("no-fencing", ("pause",)),
     ("accept-late-markers", ("late",)),
+    ("ack-group-before-fsync", ("crash",)),
 ])
 def test_every_planted_bug_is_found(bug: str, faults: tuple[str, ...] | None):
     found = first_failure(bug, faults=faults)
@@ -76,3 +77,11 @@ def test_the_same_seed_with_a_bug_fails_the_same_way_twice():
     first = first_failure("no-fencing", faults=("pause",))
     again = simulate(first.config)
     assert (again.trace_hash, again.failure) == (first.trace_hash, first.failure)
+
+
+def test_the_simulated_group_rebalances_on_the_real_group_core_and_never_double_assigns():
+    result = simulate(SimConfig(seed=4, model="cluster", faults=("crash", "pause"), keep_trace=True))
+    assert result.failure is None, result.failure
+    assert result.counters["group generations"] >= 3, "the members never left and came back"
+    held = [line for line in result.trace_lines if " assigned " in line]
+    assert {line.split()[2].split("->")[0] for line in held} >= {"m0", "m1", "m2"}, "some member never got partitions"

@@ -20,9 +20,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from consumer.fetcher import PartitionRecords
+from proto import consumer_protocol
 from proto import records as codec
 from proto import txnsim_pb2 as pb
-from proto.errors import ERRORS_BY_CODE, UnknownServerError
+from proto.errors import ERRORS_BY_CODE, CorruptMessageError, UnknownServerError
 from proto.structs import TRANSACTION_STATE_TOPIC, IsolationLevel, TopicPartition
 from txnsim.chaos.history import TXN_HEADER, Outcome
 from txnsim.simulate.network import TIMED_OUT
@@ -30,6 +31,8 @@ from txnsim.simulate.network import TIMED_OUT
 if TYPE_CHECKING:
     from txnsim.simulate.cluster.model import ClusterModel
 
+#: the topic every simulated client writes and reads
+TOPIC = "sim"
 REQUEST_TIMEOUT_MS = 1_000
 RETRY_BACKOFF_MS = 20
 TRANSACTION_TIMEOUT_MS = 3_000
@@ -241,7 +244,143 @@ class CommittedReader:
         records = PartitionRecords(tp, fetch_offset, part.records, isolation_level=IsolationLevel.READ_COMMITTED,
                                    aborted_transactions=[(a.producer_id, a.first_offset)
                                                          for a in part.aborted_transactions])
-        taken = records.take(1 << 30)
+        try:
+            taken = records.take(1 << 30)
+        except CorruptMessageError as exc:  # a real consumer raises this to its user: the log was damaged
+            self.model.corrupt_read(self.name, tp, fetch_offset, exc)
+            return
         if taken:
             self.model.history.polled(self.name, taken)
         self.positions[tp] = max(fetch_offset, records.next_fetch_offset)
+
+
+class GroupMember:
+    """A consumer group member speaking Kafka's classic protocol (eager: it gives up its partitions before it
+    rejoins), the range assignor as leader, heartbeats; now and then it leaves and comes back, so the group
+    rebalances. What it holds is reported to the model, which checks no partition has two owners in one
+    generation."""
+
+    HEARTBEAT_MS = 100
+    SESSION_TIMEOUT_MS = 1_000
+
+    def __init__(self, name: str, group_id: str, model: ClusterModel, rng: random.Random) -> None:
+        self.name = name
+        self.group_id = group_id
+        self.model = model
+        self.net = model.network
+        self.rng = rng
+        self.member_id = ""
+        self.generation = -1
+        self.owned: list[TopicPartition] = []
+        self.last_heartbeat_ok = 0
+        self.stopped = False
+        self.present = True
+        self._session = 0  # bumped on every (re)join: answers to an older session's requests are ignored
+
+    def _coordinator(self) -> int:
+        from txnsim.simulate.cluster.groups import shard_of_group
+        return self.model.owner_now("__consumer_offsets", shard_of_group(self.group_id))
+
+    def _call(self, request: Any, on_reply: Callable[[Any], None]) -> None:
+        session = self._session
+        self.net.call(self.name, f"n{self._coordinator()}", request, REQUEST_TIMEOUT_MS,
+                      lambda response: on_reply(response) if session == self._session else None)
+
+    def start(self) -> None:
+        self.net.set_timer(self.name, self.rng.randint(1, 50), self.join, label="join")
+        self.net.set_timer(self.name, self.rng.randint(1_000, 4_000), self.leave_or_return, label="churn")
+
+    def revoke(self) -> None:
+        if self.owned:
+            self.model.released(self.group_id, self.name)
+        self.owned = []
+
+    def join(self) -> None:
+        if self.stopped or not self.present:
+            return
+        self._session += 1
+        self.revoke()
+        request = pb.JoinGroupRequest(
+            group_id=self.group_id, member_id=self.member_id, client_id=self.name,
+            session_timeout_ms=self.SESSION_TIMEOUT_MS, rebalance_timeout_ms=self.SESSION_TIMEOUT_MS,
+            protocol_type="consumer", require_known_member_id=True,
+            protocols=[pb.GroupProtocol(name="range", metadata=consumer_protocol.encode_subscription([TOPIC]))])
+
+        def answered(response: Any) -> None:
+            if response is TIMED_OUT:
+                return self._later(self.join)
+            name = _error_name(response.error_code) if response.error_code else ""
+            if name == "MEMBER_ID_REQUIRED":
+                self.member_id = response.member_id
+                return self.join()
+            if name in ("UNKNOWN_MEMBER_ID", "FENCED_INSTANCE_ID"):
+                self.member_id = ""
+            if name:
+                return self._later(self.join)
+            self.member_id, self.generation = response.member_id, response.generation_id
+            assignments = []
+            if response.leader_id == self.member_id:
+                members = sorted(m.member_id for m in response.member_list)
+                for i, member in enumerate(members):
+                    mine = [tp for j, tp in enumerate(self.model.data_partitions) if j % len(members) == i]
+                    assignments.append(pb.SyncGroupAssignment(member_id=member,
+                                                              assignment=consumer_protocol.encode_assignment(mine)))
+            self.sync(assignments)
+
+        self._call(request, answered)
+
+    def sync(self, assignments: list[Any]) -> None:
+        request = pb.SyncGroupRequest(group_id=self.group_id, generation_id=self.generation, member_id=self.member_id,
+                                      protocol_type="consumer", protocol_name="range", assignments=assignments)
+
+        def answered(response: Any) -> None:
+            if response is TIMED_OUT or response.error_code:
+                if response is not TIMED_OUT and _error_name(response.error_code) in ("UNKNOWN_MEMBER_ID",):
+                    self.member_id = ""
+                return self._later(self.join)
+            self.owned = consumer_protocol.decode_assignment(response.assignment_bytes)
+            self.model.holding(self.group_id, self.name, self.generation, self.owned)
+            self.last_heartbeat_ok = self.net.now(self.name)
+            self.net.set_timer(self.name, self.HEARTBEAT_MS, self.heartbeat, self._session, label="heartbeat")
+
+        self._call(request, answered)
+
+    def heartbeat(self, session: int) -> None:
+        if session != self._session or self.stopped or not self.present:
+            return
+        if self.net.now(self.name) - self.last_heartbeat_ok > self.SESSION_TIMEOUT_MS:
+            return self.join()  # cut off longer than its session: the coordinator has surely counted it out
+        request = pb.HeartbeatRequest(group_id=self.group_id, generation_id=self.generation, member_id=self.member_id)
+
+        def answered(response: Any) -> None:
+            if response is not TIMED_OUT:
+                name = _error_name(response.error_code) if response.error_code else ""
+                if name in ("REBALANCE_IN_PROGRESS", "ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID"):
+                    if name == "UNKNOWN_MEMBER_ID":
+                        self.member_id = ""
+                    return self.join()
+                if not name:
+                    self.last_heartbeat_ok = self.net.now(self.name)
+            self.net.set_timer(self.name, self.HEARTBEAT_MS, self.heartbeat, session, label="heartbeat")
+
+        self._call(request, answered)
+
+    def leave_or_return(self) -> None:
+        if self.stopped:
+            return
+        if self.present:
+            self.present = False
+            self._session += 1
+            self.revoke()
+            if self.member_id:
+                self.net.call(self.name, f"n{self._coordinator()}",
+                              pb.LeaveGroupRequest(group_id=self.group_id, member_id=self.member_id),
+                              REQUEST_TIMEOUT_MS, lambda response: None)
+            self.member_id = ""
+        else:
+            self.present = True
+            self.join()
+        self.net.set_timer(self.name, self.rng.randint(1_000, 4_000), self.leave_or_return, label="churn")
+
+    def _later(self, work: Callable[..., None], *args: Any) -> None:
+        self.net.set_timer(self.name, RETRY_BACKOFF_MS * 5, work, *args, label=work.__name__)

@@ -21,25 +21,28 @@ from pathlib import PurePosixPath
 from typing import ClassVar
 
 from consumer.fetcher import PartitionRecords
+from coordinator.group.classic import GroupRecord
 from coordinator.placement import NO_OWNER, Placement
 from partitions import LogManager, PartitionLog
 from partitions.faulty_storage import FaultyStorage
+from proto import consumer_protocol
 from proto.hashing import partition_for
 from proto.structs import TRANSACTION_STATE_TOPIC, IsolationLevel, TopicPartition
 from txnsim.chaos.checker import check
 from txnsim.chaos.history import FinalRead, History, Observed
 from txnsim.simulate.actors import ActorState
-from txnsim.simulate.cluster.clients import CommittedReader, TxnProducer
+from txnsim.simulate.cluster.clients import TOPIC, CommittedReader, GroupMember, TxnProducer
 from txnsim.simulate.cluster.node import DATA_ROOT, SimNode
 from txnsim.simulate.model import Model, Report, Violation
 from txnsim.simulate.network import Envelope, Network
 from txnsim.simulate.world import World
 
-TOPIC = "sim"
 PARTITIONS = 4
 TXN_SHARDS = 4
 NODES = 3
 PRODUCERS = 3
+GROUP_MEMBERS = 3
+GROUP = "sim-group"
 #: how long the cluster takes to declare a crashed node dead (heartbeats stop)
 DETECTION_MS = 300
 MEMBERSHIP_TICK_MS = 50
@@ -52,11 +55,14 @@ class ClusterModel(Model):
         "lso-ignores-open-transactions": "the last stable offset is the high watermark: read_committed sees undecided records",
         "no-epoch-bump": "EndTxn (V2) keeps the producer epoch, so a late write of the last transaction is not fenced",
         "no-fencing": "a log opened by a new leader does not fence the old one: a paused owner keeps writing",
+        "ack-group-before-fsync": "a group's new assignment is handed out before its membership record is durable "
+                                  "(written only with the next one)",
         "accept-late-markers": "a V2 marker at the epoch of an open transaction's data ends it, though it is a late "
                                "copy from the previous transaction (KAFKA-19446)",
     }
     WORKLOADS: ClassVar[dict[str, str]] = {
-        "transactions": "transactional producers committing and aborting across 4 partitions; a read_committed consumer",
+        "transactions": "transactional producers committing and aborting across 4 partitions; a read_committed "
+                        "consumer; a consumer group of 3 members that leave and come back",
     }
     INVARIANTS: ClassVar[dict[str, str]] = {
         "lso-within-hw": "a partition's last stable offset never passes its high watermark",
@@ -69,6 +75,7 @@ class ClusterModel(Model):
         "G1a": "read_committed returned a record of an aborted transaction",
         "precommitted-read": "read_committed returned a record before its transaction's commit was asked for",
         "duplicate": "the same value at more than one offset",
+        "group-one-owner-per-generation": "a group never assigns one partition to two members of a generation",
     }
     session_timeout_ms = 1_000
 
@@ -89,6 +96,12 @@ class ClusterModel(Model):
         self._dirty: dict[tuple[str, int], PartitionLog] = {}
         self._violations: list[Violation] = []
         self.notes: list[str] = []
+        #: the durable membership record of each group (what __consumer_offsets keeps)
+        self.group_records: dict[str, GroupRecord] = {}
+        self._member_ids = 0
+        #: (group, generation) -> partition -> the member it was assigned to
+        self._assignments: dict[tuple[str, int], dict[TopicPartition, str]] = {}
+        self._generations: dict[str, int] = {}
 
     # ------------------------------------------------------------ the Model interface
 
@@ -96,7 +109,7 @@ class ClusterModel(Model):
         return [f"n{i}" for i in range(NODES)]
 
     def clients(self) -> Sequence[str]:
-        return [f"p{i}" for i in range(PRODUCERS)] + ["reader"]
+        return [f"p{i}" for i in range(PRODUCERS)] + ["reader"] + [f"m{i}" for i in range(GROUP_MEMBERS)]
 
     def setup(self, world: World, network: Network) -> None:
         self.world = world
@@ -116,6 +129,10 @@ class ClusterModel(Model):
         self.reader = CommittedReader("reader", self)
         network.register(self.reader.name, lambda env: None)
         self.reader.start()
+        self.members = [GroupMember(f"m{i}", GROUP, self, world.rng(f"member-{i}")) for i in range(GROUP_MEMBERS)]
+        for member in self.members:
+            network.register(member.name, lambda env: None)
+            member.start()
         world.after(MEMBERSHIP_TICK_MS, self._membership_tick)
 
     def _deliver(self, node: str, env: Envelope) -> None:
@@ -171,7 +188,8 @@ class ClusterModel(Model):
                 "transactions aborted": tally.get("aborted", 0) + tally.get("aborted on purpose", 0),
                 "transactions unknown": tally.get("unknown", 0),
                 "records acknowledged": tally.get(f"acked {TOPIC}", 0),
-                "records polled": tally.get("records polled", 0)}
+                "records polled": tally.get("records polled", 0),
+                "group generations": self._generations.get(GROUP, 0)}
 
     # ------------------------------------------------------------ faults
 
@@ -200,6 +218,8 @@ class ClusterModel(Model):
     def quiesce(self) -> None:
         for producer in self.producers:
             producer.stopped = True
+        for member in self.members:
+            member.stopped = True
 
     # ------------------------------------------------------------ what nodes and clients ask of the cluster
 
@@ -225,6 +245,33 @@ class ClusterModel(Model):
         """A block of producer ids for one node (the cluster's durable block counter)."""
         self._pid_blocks += 1
         return self._pid_blocks * 1000, (self._pid_blocks + 1) * 1000
+
+    def new_member_id(self, client_id: str, instance_id: str | None) -> str:
+        """Member ids from a counter, not a uuid: the same seed gives the same ids."""
+        self._member_ids += 1
+        return f"{instance_id or client_id}-{self._member_ids}"
+
+    def assigned(self, group: str, generation: int, assignment: bytes, waiter: Envelope) -> None:
+        """A coordinator answered a SyncGroup of `generation` with this assignment, to `waiter.src`."""
+        self._generations[group] = max(generation, self._generations.get(group, 0))
+        owners = self._assignments.setdefault((group, generation), {})
+        for tp in consumer_protocol.decode_assignment(assignment) if assignment else ():
+            holder = owners.setdefault(tp, waiter.src)
+            if holder != waiter.src:
+                self._violations.append(Violation(
+                    "group-one-owner-per-generation",
+                    f"group {group} generation {generation} gave {tp} to {holder} and to {waiter.src}"))
+
+    def corrupt_read(self, reader: str, tp: TopicPartition, offset: int, error: Exception) -> None:
+        """A consumer's fetch from `offset` returned bytes that do not decode: what two writers do to one log."""
+        self._violations.append(Violation("no-corrupt-read", f"{reader} fetching {tp} at {offset}: {error}"))
+
+    def holding(self, group: str, member: str, generation: int, partitions: list[TopicPartition]) -> None:
+        self.network._trace.record(self.world.now_ms, "assigned", member, "*",
+                                   f"{group} generation {generation}: {sorted(p.partition for p in partitions)}")
+
+    def released(self, group: str, member: str) -> None:
+        self.network._trace.record(self.world.now_ms, "revoked", member, "*", group)
 
     def appended(self, node: str, log: PartitionLog, first: int, last: int) -> None:
         self._dirty[(log.topic, log.partition)] = log

@@ -41,6 +41,7 @@ from proto.errors import (
     code_of,
 )
 from proto.structs import TRANSACTION_STATE_TOPIC, IsolationLevel, TopicPartition
+from txnsim.simulate.cluster.groups import SimGroupCoordinator
 from txnsim.simulate.network import TIMED_OUT, Envelope
 
 if TYPE_CHECKING:
@@ -63,6 +64,9 @@ _RESPONSES: dict[type, type] = {
     pb.JoinBatchTxnRequest: pb.JoinBatchTxnResponse,
     pb.EndBatchTxnRequest: pb.EndBatchTxnResponse,
 }
+
+
+_GROUP_REQUESTS = (pb.JoinGroupRequest, pb.SyncGroupRequest, pb.HeartbeatRequest, pb.LeaveGroupRequest)
 
 
 @dataclass(slots=True)
@@ -102,6 +106,7 @@ class SimNode:
         self.next_ticket = 0
         self.sends: dict[int, _MarkerSend] = {}
         self.retrying = False
+        self.groups = SimGroupCoordinator(self)
         self.reconcile()
         self.net.set_timer(self.name, ABORT_CHECK_INTERVAL_MS, self._abort_timed_out, label="abort-check")
 
@@ -122,6 +127,7 @@ class SimNode:
                 self.txn_logs.pop(log.partition, None)
             self.logs.close(log.topic, log.partition)
             self.model.note(self.name, f"{action} {log.topic}-{log.partition} epoch {log.leader_epoch}")
+        self.groups.reconcile()
         missing = [shard for shard in range(self.model.txn_shards)
                    if self.owner(TRANSACTION_STATE_TOPIC, shard) == self.node_id and shard not in self.txn_logs]
         if not all([self._take_shard(shard) for shard in missing]) and not self.retrying:
@@ -160,6 +166,8 @@ class SimNode:
             self.net.reply(env, self._write_markers(message))
         elif isinstance(message, pb.FetchRequest):
             self.net.reply(env, self._fetch(message))
+        elif isinstance(message, _GROUP_REQUESTS):
+            self.groups.receive(env)
 
     def _owned_log(self, topic: str, partition: int) -> PartitionLog:
         count = self.model.partitions_for(topic)
