@@ -6,8 +6,8 @@ import pytest
 
 from coordinator.txn.core import TxnCoordinatorCore
 from partitions import PartitionLog
-from txnsim.simulate.cluster import ClusterModel
 from txnsim.simulate.actors import Actors
+from txnsim.simulate.cluster import ClusterModel
 from txnsim.simulate.network import Network
 from txnsim.simulate.simulation import SimConfig, simulate
 from txnsim.simulate.trace import Trace
