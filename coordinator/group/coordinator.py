@@ -25,6 +25,12 @@ from coordinator.group import log_format, snapshots
 from coordinator.group.classic import GroupConfig, GroupState
 from coordinator.group.membership import GroupMembership
 from coordinator.group.metadata import GroupMetadata, PartitionCount
+from coordinator.group.offsets import (
+    add_pending,
+    check_txn_offset_request,
+    fetch_offsets,
+    prepare_txn_offset_commit,
+)
 from coordinator.group.shard import Shard, ShardLoad, ShardStatus
 from coordinator.group.validation import (
     map_append_error,
@@ -37,10 +43,8 @@ from proto import txnsim_pb2 as pb
 from proto.errors import (
     CoordinatorLoadInProgressError,
     IllegalGenerationError,
-    InvalidRequestError,
     KafkaError,
     NotCoordinatorError,
-    UnstableOffsetCommitError,
 )
 from proto.hashing import partition_for
 from proto.records import encode_batch
@@ -245,55 +249,27 @@ class GroupCoordinator(GroupMembership):
             return pb.OffsetCommitResponse(results=results)
 
     def txn_offset_commit(self, req: pb.TxnOffsetCommitRequest) -> pb.TxnOffsetCommitResponse:
-        if not req.transactional_id:
-            raise InvalidRequestError("[INVALID_REQUEST] TxnOffsetCommit needs a transactional id")
-        if req.producer_id < 0 or req.producer_epoch < 0:
-            raise InvalidRequestError(f"[INVALID_REQUEST] TxnOffsetCommit needs a producer id and epoch, got "
-                                      f"{req.producer_id}/{req.producer_epoch}")
+        check_txn_offset_request(req)
         shard, group = self._group(req.group_id, create=True)
         assert group is not None
         now = self._now_ms()
         with group.lock:
             self._check_serving(shard)
-            group.classic.validate_offset_commit(req.generation_id, req.member_id, req.group_instance_id or None,
-                                                 transactional=True)
-            results, accepted = validate_offsets(req.offsets, now, self._partition_exists)
-            if accepted:
+            write = prepare_txn_offset_commit(group, req, now, self._partition_exists)
+            if write.batch is not None:
                 with self._lock:  # registered before the write, so a marker racing it finds this group
                     shard.txn_groups.setdefault(req.producer_id, set()).add(group.group_id)
-                records = [(now, log_format.offset_key(group.group_id, tp), log_format.encode_offset(v), ())
-                           for tp, v in accepted]
-                batch = encode_batch(records, producer_id=req.producer_id, producer_epoch=req.producer_epoch,
-                                     transactional=True)
-                base = self._append(shard, batch, len(records), offsets=True)
-                for i, (tp, value) in enumerate(accepted):
-                    group.add_pending(req.producer_id, tp,
-                                      replace(value, log_offset=None if base is None else base + i))
-            return pb.TxnOffsetCommitResponse(results=results)
+                base = self._append(shard, write.batch, len(write.accepted), offsets=True)
+                add_pending(group, req.producer_id, write, base)
+            return pb.TxnOffsetCommitResponse(results=write.results)
 
     def offset_fetch(self, req: pb.OffsetFetchRequest) -> pb.OffsetFetchResponse:
         shard, group = self._group(req.group_id, create=False)
-        wanted = [TopicPartition(p.topic, p.partition) for p in req.partitions]
         if group is None:
-            return pb.OffsetFetchResponse(results=[pb.OffsetFetchResult(topic=tp.topic, partition=tp.partition,
-                                                                        offset=-1) for tp in wanted])
+            return fetch_offsets(None, req)
         with group.lock:
             self._check_serving(shard)
-            pending = group.pending_partitions() if req.require_stable else set()
-            if not wanted:
-                wanted = sorted(set(group.offsets) | pending)
-            results = []
-            for tp in wanted:
-                result = pb.OffsetFetchResult(topic=tp.topic, partition=tp.partition, offset=-1)
-                if tp in pending:
-                    result.error_code = UnstableOffsetCommitError.errno
-                    result.error_message = (f"[UNSTABLE_OFFSET_COMMIT] {tp} of group {req.group_id!r} has a "
-                                            f"transactional commit awaiting its marker")
-                elif tp in group.offsets:
-                    result.offset = group.offsets[tp].offset
-                    result.metadata = group.offsets[tp].metadata
-                results.append(result)
-            return pb.OffsetFetchResponse(results=results)
+            return fetch_offsets(group, req)
 
     def _partition_exists(self, tp: TopicPartition) -> bool:
         if not tp.topic or tp.partition < 0:

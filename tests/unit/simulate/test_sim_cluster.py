@@ -67,6 +67,8 @@ def test_a_crashed_coordinator_s_shards_move_and_transactions_go_on():
     ("no-fencing", ("pause",)),
     ("accept-late-markers", ("late",)),
     ("ack-group-before-fsync", ("crash",)),
+    ("no-generation-fence", None),
+    ("unstable-offset-fetch", None),
 ])
 def test_every_planted_bug_is_found(bug: str, faults: tuple[str, ...] | None):
     found = first_failure(bug, faults=faults)
@@ -85,3 +87,23 @@ def test_the_simulated_group_rebalances_on_the_real_group_core_and_never_double_
     assert result.counters["group generations"] >= 3, "the members never left and came back"
     held = [line for line in result.trace_lines if " assigned " in line]
     assert {line.split()[2].split("->")[0] for line in held} >= {"m0", "m1", "m2"}, "some member never got partitions"
+
+
+def test_the_copiers_copy_exactly_once_and_commit_their_offsets_in_the_same_transactions():
+    world = World(5)
+    trace = Trace()
+    network = Network(world, Actors(world, trace), trace)
+    model = ClusterModel()
+    model.setup(world, network)
+    world.run(until_ms=4_000)
+    model.quiesce()
+    world.run(until_ms=8_000)
+    counters = model.counters()
+    assert counters["records copied"] > 50 and counters["copier generations"] >= 1
+    assert not model.check(world)
+    report = model.finish(world)
+    assert not report.violations, report.violations
+    groups = [node.groups for node in model.sim_nodes.values()]
+    committed = {tp: value.offset for g in groups for group_id, group in g.groups.items() if group_id == "sim-copy"
+                 for tp, value in group.offsets.items()}
+    assert committed and all(offset > 0 for offset in committed.values())

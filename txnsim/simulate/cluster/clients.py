@@ -24,8 +24,9 @@ from proto import consumer_protocol
 from proto import records as codec
 from proto import txnsim_pb2 as pb
 from proto.errors import ERRORS_BY_CODE, CorruptMessageError, UnknownServerError
-from proto.structs import TRANSACTION_STATE_TOPIC, IsolationLevel, TopicPartition
+from proto.structs import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, IsolationLevel, TopicPartition
 from txnsim.chaos.history import TXN_HEADER, Outcome
+from txnsim.simulate.cluster.groups import shard_of_group
 from txnsim.simulate.network import TIMED_OUT
 
 if TYPE_CHECKING:
@@ -278,8 +279,7 @@ class GroupMember:
         self._session = 0  # bumped on every (re)join: answers to an older session's requests are ignored
 
     def _coordinator(self) -> int:
-        from txnsim.simulate.cluster.groups import shard_of_group
-        return self.model.owner_now("__consumer_offsets", shard_of_group(self.group_id))
+        return self.model.owner_now(CONSUMER_OFFSETS_TOPIC, shard_of_group(self.group_id))
 
     def _call(self, request: Any, on_reply: Callable[[Any], None]) -> None:
         session = self._session
@@ -294,6 +294,13 @@ class GroupMember:
         if self.owned:
             self.model.released(self.group_id, self.name)
         self.owned = []
+        self.on_revoked()
+
+    def on_assigned(self) -> None:
+        """A subclass's hook: `owned` was just assigned in `generation`."""
+
+    def on_revoked(self) -> None:
+        """A subclass's hook: the member gave up what it owned (eager: before it rejoins)."""
 
     def join(self) -> None:
         if self.stopped or not self.present:
@@ -340,6 +347,7 @@ class GroupMember:
                 return self._later(self.join)
             self.owned = consumer_protocol.decode_assignment(response.assignment_bytes)
             self.model.holding(self.group_id, self.name, self.generation, self.owned)
+            self.on_assigned()
             self.last_heartbeat_ok = self.net.now(self.name)
             self.net.set_timer(self.name, self.HEARTBEAT_MS, self.heartbeat, self._session, label="heartbeat")
 

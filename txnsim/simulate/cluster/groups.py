@@ -1,29 +1,43 @@
-"""A simulated node's group coordinator: Kafka's classic protocol core (coordinator/group/classic.py) for the
-groups of the offsets shards the node owns, driven by simulated messages, timers and durable writes.
+"""A simulated node's group coordinator: the groups of the `__consumer_offsets` shards the node owns, on
+the real parts - Kafka's classic protocol core (coordinator/group/classic.py), the groups' offsets and
+pending transactional offsets (coordinator/group/metadata.py), the log's record format and its replay
+(log_format.py, replay.py) - driven by simulated messages, timers and a simulated fsync.
 
-The node's driver blocks a JoinGroup's thread on a Future; here the waiter is the request's envelope, and
-completing it is replying. A membership record (StoreGroup) is kept in the model's durable store after a
-simulated fsync, and only then does the core hear store_completed; a node taking an offsets shard over
-loads each group from that store, as the real coordinator replays __consumer_offsets.
+Each shard is a real PartitionLog on the simulated disk, opened with a bumped leader epoch as the node
+opens it. A membership record (StoreGroup) and a TxnOffsetCommit are appended to it and answered after
+the simulated fsync; a COMMIT/ABORT marker the node appends to it applies or drops the producer's
+pending offsets; a node taking a shard over replays the log, as the real coordinator does.
 """
 from __future__ import annotations
 
 import functools
 from typing import TYPE_CHECKING, Any
 
+from coordinator.group import log_format
 from coordinator.group.classic import (
-    ClassicGroup,
     CompleteJoin,
     CompleteSync,
     Effect,
     GroupConfig,
+    GroupState,
     StoreGroup,
 )
 from coordinator.group.membership import join_request, join_response, sync_response
+from coordinator.group.metadata import GroupMetadata
+from coordinator.group.offsets import add_pending, fetch_offsets, prepare_txn_offset_commit
+from coordinator.group.replay import ShardContents
+from partitions import PartitionLog
+from partitions.model import AppendOrigin
 from proto import txnsim_pb2 as pb
-from proto.errors import KafkaError, NotCoordinatorError, UnknownMemberIdError, code_of
+from proto.errors import (
+    KafkaError,
+    NotCoordinatorError,
+    UnknownMemberIdError,
+    code_of,
+)
 from proto.hashing import partition_for
-from proto.structs import CONSUMER_OFFSETS_TOPIC
+from proto.records import encode_batch
+from proto.structs import CONSUMER_OFFSETS_TOPIC, TopicPartition
 from txnsim.simulate.network import Envelope
 
 if TYPE_CHECKING:
@@ -33,52 +47,86 @@ OFFSETS_SHARDS = 2
 #: a short initial delay: the simulated members start together
 GROUP_CONFIG = GroupConfig(initial_rebalance_delay_ms=100, min_session_timeout_ms=100, max_session_timeout_ms=60_000)
 
+GROUP_REQUESTS = (pb.JoinGroupRequest, pb.SyncGroupRequest, pb.HeartbeatRequest, pb.LeaveGroupRequest,
+                  pb.TxnOffsetCommitRequest, pb.OffsetFetchRequest)
+
 
 def shard_of_group(group_id: str) -> int:
     return partition_for(group_id, OFFSETS_SHARDS)
 
 
 class SimGroupCoordinator:
-    """The classic groups of one simulated node (volatile: a crash loses them, the durable store keeps them)."""
+    """The groups of one simulated node (volatile: a crash loses them, the shard logs keep them)."""
 
     def __init__(self, node: SimNode) -> None:
         self.node = node
         self.model = node.model
-        self.groups: dict[str, ClassicGroup] = {}
-        self.shards: set[int] = set()
+        self.groups: dict[str, GroupMetadata] = {}
+        self.shards: dict[int, PartitionLog] = {}
+        #: producer id -> the groups holding its pending offsets, per shard
+        self._txn_groups: dict[int, dict[int, set[str]]] = {}
         self._timers: dict[str, int] = {}  # group -> the deadline a timer is armed for
         #: with the planted bug "ack-group-before-fsync": the record acknowledged but not yet written, per group
         self._unwritten: dict[str, StoreGroup] = {}
 
     # ------------------------------------------------------------ ownership
 
-    def reconcile(self) -> None:
+    def reconcile(self) -> bool:
+        """Let go of the shards that moved away, take (open, replay) the ones that moved here; False if one
+        could not be taken yet (its previous owner still holds it)."""
         wanted = {s for s in range(OFFSETS_SHARDS) if self.node.owner(CONSUMER_OFFSETS_TOPIC, s) == self.node.node_id}
-        for shard in sorted(self.shards - wanted):
+        for shard in sorted(set(self.shards) - wanted):
             self._unload(shard)
-        for shard in sorted(wanted - self.shards):
-            self.shards.add(shard)
-            for group_id, record in sorted(self.model.group_records.items()):
-                if shard_of_group(group_id) == shard:
-                    group = self._new_group(group_id)
-                    group.load(record, self.node.now())
-                    self._arm(group)
-            self.model.ownership_changed(self.node.name, CONSUMER_OFFSETS_TOPIC, shard, -1)
+        for shard, log in sorted(self.shards.items()):
+            if self.node.logs.get(CONSUMER_OFFSETS_TOPIC, shard) is not log:
+                self._unload(shard)  # the node let go of the log (fenced): the groups go with it
+        taken = True
+        for shard in sorted(wanted - set(self.shards)):
+            taken = self._take(shard) and taken
+        return taken
+
+    def _take(self, shard: int) -> bool:
+        try:
+            log = self.node.logs.get(CONSUMER_OFFSETS_TOPIC, shard) or self.node.logs.open_as_leader(
+                CONSUMER_OFFSETS_TOPIC, shard, self.model.may_cut_off)
+        except KafkaError as error:
+            self.model.note(self.node.name, f"offsets shard {shard} not taken: {type(error).__name__}")
+            return False
+        now = self.node.now()
+        contents = ShardContents(shard, now)
+        contents.replay(log.batches())
+        self.shards[shard] = log
+        for group_id, group in contents.groups.items():
+            self._configure(group)
+            self.groups[group_id] = group
+            self._arm(group)
+            for tp, value in group.offsets.items():  # what the log kept: never behind what was committed
+                self.model.offset_committed(group_id, tp, value.offset)
+        for producer_id, names in contents.txn_groups.items():
+            self._txn_groups.setdefault(producer_id, {})[shard] = set(names)
+        self.model.ownership_changed(self.node.name, CONSUMER_OFFSETS_TOPIC, shard, log.leader_epoch)
+        return True
 
     def _unload(self, shard: int) -> None:
-        self.shards.discard(shard)
+        self.shards.pop(shard, None)
         error = NotCoordinatorError(f"[NOT_COORDINATOR] {self.node.name} gave up offsets shard {shard}")
         for group_id in [g for g in self.groups if shard_of_group(g) == shard]:
             group = self.groups.pop(group_id)
-            for member in group.members.values():
+            self._unwritten.pop(group_id, None)
+            for member in group.classic.members.values():
                 for env, answer in ((member.awaiting_join, pb.JoinGroupResponse),
                                     (member.awaiting_sync, pb.SyncGroupResponse)):
                     if env is not None:
                         self.node.net.reply(env, answer(error_code=code_of(error), error_message=str(error)))
+        for by_shard in self._txn_groups.values():
+            by_shard.pop(shard, None)
 
-    def _new_group(self, group_id: str) -> ClassicGroup:
-        group = ClassicGroup(group_id, GROUP_CONFIG, new_member_id=self.model.new_member_id)
-        self.groups[group_id] = group
+    def log_of(self, shard: int) -> PartitionLog | None:
+        return self.shards.get(shard)
+
+    def _configure(self, group: GroupMetadata) -> GroupMetadata:
+        group.classic.config = GROUP_CONFIG
+        group.classic.new_member_id = self.model.new_member_id
         return group
 
     # ------------------------------------------------------------ requests
@@ -86,86 +134,160 @@ class SimGroupCoordinator:
     def receive(self, env: Envelope) -> None:
         message: Any = env.message
         group_id = message.group_id
+        response_type = getattr(pb, type(message).__name__.replace("Request", "Response"))
         if shard_of_group(group_id) not in self.shards:
-            error = NotCoordinatorError(f"[NOT_COORDINATOR] {self.node.name} is not the coordinator of {group_id!r}")
-            response_type = type(message).__name__.replace("Request", "Response")
-            self.node.net.reply(env, getattr(pb, response_type)(error_code=code_of(error), error_message=str(error)))
+            error: KafkaError = NotCoordinatorError(
+                f"[NOT_COORDINATOR] {self.node.name} is not the coordinator of {group_id!r}")
+            self.node.net.reply(env, response_type(error_code=code_of(error), error_message=str(error)))
+            return
+        if isinstance(message, pb.OffsetFetchRequest):
+            self.node.net.reply(env, self._offset_fetch(message))
             return
         now = self.node.now()
         group = self.groups.get(group_id)
+        if group is None or group.classic.state is GroupState.DEAD:
+            if not isinstance(message, (pb.JoinGroupRequest, pb.TxnOffsetCommitRequest)):
+                unknown = UnknownMemberIdError(f"[UNKNOWN_MEMBER_ID] group {group_id!r} has no members")
+                self.node.net.reply(env, response_type(error_code=code_of(unknown), error_message=str(unknown)))
+                return
+            group = self.groups[group_id] = self._configure(GroupMetadata(group_id))
+        classic = group.classic
         if isinstance(message, pb.JoinGroupRequest):
-            group = group or self._new_group(group_id)
-            self._carry_out(group, group.join(now, join_request(message), env))
-        elif group is None:
-            unknown = UnknownMemberIdError(f"[UNKNOWN_MEMBER_ID] group {group_id!r} has no members")
-            response_type = type(message).__name__.replace("Request", "Response")
-            self.node.net.reply(env, getattr(pb, response_type)(error_code=code_of(unknown), error_message=str(unknown)))
+            self._carry_out(group, classic.join(now, join_request(message), env))
         elif isinstance(message, pb.SyncGroupRequest):
-            self._carry_out(group, group.sync(now, message.member_id, message.group_instance_id or None,
-                                              message.generation_id, message.protocol_type or None,
-                                              message.protocol_name or None,
-                                              {a.member_id: a.assignment for a in message.assignments}, env))
+            self._carry_out(group, classic.sync(now, message.member_id, message.group_instance_id or None,
+                                                message.generation_id, message.protocol_type or None,
+                                                message.protocol_name or None,
+                                                {a.member_id: a.assignment for a in message.assignments}, env))
         elif isinstance(message, pb.HeartbeatRequest):
             try:
-                group.heartbeat(now, message.member_id, message.group_instance_id or None, message.generation_id)
+                classic.heartbeat(now, message.member_id, message.group_instance_id or None, message.generation_id)
                 self.node.net.reply(env, pb.HeartbeatResponse())
             except KafkaError as exc:
                 self.node.net.reply(env, pb.HeartbeatResponse(error_code=code_of(exc), error_message=str(exc)))
         elif isinstance(message, pb.LeaveGroupRequest):
-            errors, effects = group.leave(now, [(message.member_id, None)])
+            errors, effects = classic.leave(now, [(message.member_id, None)])
             left = errors[0]
             self.node.net.reply(env, pb.LeaveGroupResponse(error_code=code_of(left) if left else 0,
                                                            error_message=str(left) if left else ""))
             self._carry_out(group, effects)
-        if group is not None:
-            self._arm(group)
+        elif isinstance(message, pb.TxnOffsetCommitRequest):
+            self._txn_offset_commit(env, group, message)
+        self._arm(group)
+
+    def _offset_fetch(self, req: pb.OffsetFetchRequest) -> pb.OffsetFetchResponse:
+        return fetch_offsets(self.groups.get(req.group_id), req,
+                             honour_require_stable=self.model.bug != "unstable-offset-fetch")
+
+    def _txn_offset_commit(self, env: Envelope, group: GroupMetadata, req: pb.TxnOffsetCommitRequest) -> None:
+        """The coordinator's rule (coordinator/group/offsets.py): the member and generation checked (KIP-447),
+        the offsets appended as the producer's transactional batch, pending until its marker; answered
+        after the fsync."""
+        now = self.node.now()
+        try:
+            write = prepare_txn_offset_commit(group, req, now, self._partition_exists,
+                                              check_generation=self.model.bug != "no-generation-fence")
+        except KafkaError as exc:
+            self.node.net.reply(env, pb.TxnOffsetCommitResponse(error_code=code_of(exc), error_message=str(exc)))
+            return
+        if write.batch is not None:
+            shard = shard_of_group(group.group_id)
+            log = self.shards[shard]
+            try:
+                appended = log.append(write.batch, origin=AppendOrigin.COORDINATOR)
+            except KafkaError as exc:
+                error = NotCoordinatorError(f"[NOT_COORDINATOR] writing __consumer_offsets-{shard} failed: {exc}")
+                self.node.net.reply(env, pb.TxnOffsetCommitResponse(error_code=code_of(error),
+                                                                    error_message=str(error)))
+                return
+            self.model.appended(self.node.name, log, appended.base_offset, appended.last_offset)
+            self._txn_groups.setdefault(req.producer_id, {}).setdefault(shard, set()).add(group.group_id)
+            add_pending(group, req.producer_id, write, appended.base_offset)
+        self.node.net.set_timer(self.node.name, self.node.fsync_ms, self.node.net.reply, env,
+                                pb.TxnOffsetCommitResponse(results=write.results), label="fsync")
+
+    def _partition_exists(self, tp: TopicPartition) -> bool:
+        count = self.model.partitions_for(tp.topic)
+        return count is not None and 0 <= tp.partition < count
+
+    def complete_transaction(self, shard: int, producer_id: int, committed: bool, marker_offset: int) -> None:
+        """The node appended a marker of `producer_id` to shard `shard`: apply or drop its pending offsets."""
+        names = self._txn_groups.get(producer_id, {}).pop(shard, set())
+        for name in sorted(names):
+            group = self.groups.get(name)
+            if group is None:
+                continue
+            group.complete_pending(producer_id, committed, marker_offset)
+            if producer_id in group.pending:
+                self._txn_groups.setdefault(producer_id, {}).setdefault(shard, set()).add(name)
+            elif committed:
+                for tp, value in group.offsets.items():
+                    self.model.offset_committed(name, tp, value.offset)
 
     # ------------------------------------------------------------ the core's effects
 
-    def _carry_out(self, group: ClassicGroup, effects: list[Effect]) -> None:
+    def _carry_out(self, group: GroupMetadata, effects: list[Effect]) -> None:
         for effect in effects:
             if isinstance(effect, CompleteJoin):
                 self.node.net.reply(effect.waiter, join_response(effect.outcome))
             elif isinstance(effect, CompleteSync):
                 self.node.net.reply(effect.waiter, sync_response(group.group_id, effect.outcome))
                 if effect.outcome.error_code == 0:
-                    self.model.assigned(group.group_id, group.generation, effect.outcome.assignment, effect.waiter)
+                    self.model.assigned(group.group_id, group.classic.generation, effect.outcome.assignment,
+                                        effect.waiter)
             elif isinstance(effect, StoreGroup):
                 self._store(group, effect)
 
-    def _store(self, group: ClassicGroup, effect: StoreGroup) -> None:
+    def _append_record(self, group: GroupMetadata, effect: StoreGroup) -> bool:
+        log = self.shards.get(shard_of_group(group.group_id))
+        if log is None:
+            return False
+        batch = encode_batch([(self.node.now(), log_format.group_key(group.group_id),
+                               log_format.encode_group(effect.record), ())])
+        try:
+            appended = log.append(batch, origin=AppendOrigin.COORDINATOR)
+        except KafkaError:
+            return False
+        self.model.appended(self.node.name, log, appended.base_offset, appended.last_offset)
+        return True
+
+    def _store(self, group: GroupMetadata, effect: StoreGroup) -> None:
+        classic = group.classic
         if self.model.bug == "ack-group-before-fsync":
             # the planted bug: the assignment is handed out now and written only with the group's next record
             earlier = self._unwritten.pop(group.group_id, None)
             if earlier is not None:
-                self.model.group_records[group.group_id] = earlier.record
+                self._append_record(group, earlier)
             self._unwritten[group.group_id] = effect
-            self._carry_out(group, group.store_completed(self.node.now(), effect.record.generation, None))
+            self._carry_out(group, classic.store_completed(self.node.now(), effect.record.generation, None))
             return
-        self.model.group_records[group.group_id] = effect.record  # the write; durable after the fsync below
+        if not self._append_record(group, effect):
+            error = NotCoordinatorError(f"[NOT_COORDINATOR] {self.node.name} cannot write {group.group_id!r}")
+            self._carry_out(group, classic.store_completed(self.node.now(), effect.record.generation, error))
+            return
         self.node.net.set_timer(self.node.name, self.node.fsync_ms,
                                 functools.partial(self._stored, group, effect.record.generation), label="fsync")
 
-    def _stored(self, group: ClassicGroup, generation: int) -> None:
+    def _stored(self, group: GroupMetadata, generation: int) -> None:
         if self.groups.get(group.group_id) is not group:
             return  # the shard moved away meanwhile
-        self._carry_out(group, group.store_completed(self.node.now(), generation, None))
+        self._carry_out(group, group.classic.store_completed(self.node.now(), generation, None))
         self._arm(group)
 
-    def _arm(self, group: ClassicGroup) -> None:
+    def _arm(self, group: GroupMetadata) -> None:
         """One timer per group, at its next deadline (sessions, the join barrier, the initial delay)."""
-        deadline = group.next_deadline_ms()
+        deadline = group.classic.next_deadline_ms()
         if deadline is None or self._timers.get(group.group_id) == deadline:
             return
         self._timers[group.group_id] = deadline
         self.node.net.set_timer(self.node.name, max(0, deadline - self.node.now()),
                                 functools.partial(self._tick, group, deadline), label="group-timer")
 
-    def _tick(self, group: ClassicGroup, deadline: int) -> None:
+    def _tick(self, group: GroupMetadata, deadline: int) -> None:
         if self._timers.get(group.group_id) != deadline:
             return  # a later timer replaced this one
         del self._timers[group.group_id]
         if self.groups.get(group.group_id) is not group:
             return
-        self._carry_out(group, group.tick(self.node.now()))
+        self._carry_out(group, group.classic.tick(self.node.now()))
         self._arm(group)

@@ -21,17 +21,19 @@ from pathlib import PurePosixPath
 from typing import ClassVar
 
 from consumer.fetcher import PartitionRecords
-from coordinator.group.classic import GroupRecord
+from coordinator.group.replay import ShardContents
 from coordinator.placement import NO_OWNER, Placement
 from partitions import LogManager, PartitionLog
 from partitions.faulty_storage import FaultyStorage
 from proto import consumer_protocol
 from proto.hashing import partition_for
-from proto.structs import TRANSACTION_STATE_TOPIC, IsolationLevel, TopicPartition
+from proto.structs import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, IsolationLevel, TopicPartition
 from txnsim.chaos.checker import check
 from txnsim.chaos.history import FinalRead, History, Observed
 from txnsim.simulate.actors import ActorState
 from txnsim.simulate.cluster.clients import TOPIC, CommittedReader, GroupMember, TxnProducer
+from txnsim.simulate.cluster.copier import COPY_GROUP, OUT_TOPIC, Copier
+from txnsim.simulate.cluster.groups import OFFSETS_SHARDS
 from txnsim.simulate.cluster.node import DATA_ROOT, SimNode
 from txnsim.simulate.model import Model, Report, Violation
 from txnsim.simulate.network import Envelope, Network
@@ -42,6 +44,7 @@ TXN_SHARDS = 4
 NODES = 3
 PRODUCERS = 3
 GROUP_MEMBERS = 3
+COPIERS = 2
 GROUP = "sim-group"
 #: how long the cluster takes to declare a crashed node dead (heartbeats stop)
 DETECTION_MS = 300
@@ -57,12 +60,17 @@ class ClusterModel(Model):
         "no-fencing": "a log opened by a new leader does not fence the old one: a paused owner keeps writing",
         "ack-group-before-fsync": "a group's new assignment is handed out before its membership record is durable "
                                   "(written only with the next one)",
+        "no-generation-fence": "TxnOffsetCommit skips the member and generation check (KIP-447): a copier whose "
+                               "generation is over still commits what the partition's next owner copies again",
+        "unstable-offset-fetch": "OffsetFetch ignores require_stable: a copier starts from an offset a pending "
+                                 "transactional commit is about to move",
         "accept-late-markers": "a V2 marker at the epoch of an open transaction's data ends it, though it is a late "
                                "copy from the previous transaction (KAFKA-19446)",
     }
     WORKLOADS: ClassVar[dict[str, str]] = {
         "transactions": "transactional producers committing and aborting across 4 partitions; a read_committed "
-                        "consumer; a consumer group of 3 members that leave and come back",
+                        "consumer; a consumer group of 3 members that leave and come back; 2 exactly-once "
+                        "copiers (read-process-write with transactional offsets) in a group of their own",
     }
     INVARIANTS: ClassVar[dict[str, str]] = {
         "lso-within-hw": "a partition's last stable offset never passes its high watermark",
@@ -76,6 +84,9 @@ class ClusterModel(Model):
         "precommitted-read": "read_committed returned a record before its transaction's commit was asked for",
         "duplicate": "the same value at more than one offset",
         "group-one-owner-per-generation": "a group never assigns one partition to two members of a generation",
+        "committed-offsets-monotonic": "a group's committed offset of a partition never moves backwards, "
+                                       "failovers included",
+        "no-corrupt-read": "a fetch never returns bytes that do not decode",
     }
     session_timeout_ms = 1_000
 
@@ -96,8 +107,9 @@ class ClusterModel(Model):
         self._dirty: dict[tuple[str, int], PartitionLog] = {}
         self._violations: list[Violation] = []
         self.notes: list[str] = []
-        #: the durable membership record of each group (what __consumer_offsets keeps)
-        self.group_records: dict[str, GroupRecord] = {}
+        #: (group, partition) -> the highest offset the group has committed so far
+        self._committed: dict[tuple[str, TopicPartition], int] = {}
+        self.out_partitions = [TopicPartition(OUT_TOPIC, p) for p in range(PARTITIONS)]
         self._member_ids = 0
         #: (group, generation) -> partition -> the member it was assigned to
         self._assignments: dict[tuple[str, int], dict[TopicPartition, str]] = {}
@@ -109,7 +121,8 @@ class ClusterModel(Model):
         return [f"n{i}" for i in range(NODES)]
 
     def clients(self) -> Sequence[str]:
-        return [f"p{i}" for i in range(PRODUCERS)] + ["reader"] + [f"m{i}" for i in range(GROUP_MEMBERS)]
+        return ([f"p{i}" for i in range(PRODUCERS)] + ["reader"] + [f"m{i}" for i in range(GROUP_MEMBERS)]
+                + [f"c{i}" for i in range(COPIERS)])
 
     def setup(self, world: World, network: Network) -> None:
         self.world = world
@@ -130,7 +143,8 @@ class ClusterModel(Model):
         network.register(self.reader.name, lambda env: None)
         self.reader.start()
         self.members = [GroupMember(f"m{i}", GROUP, self, world.rng(f"member-{i}")) for i in range(GROUP_MEMBERS)]
-        for member in self.members:
+        self.copiers = [Copier(f"c{i}", self, world.rng(f"copier-{i}")) for i in range(COPIERS)]
+        for member in [*self.members, *self.copiers]:
             network.register(member.name, lambda env: None)
             member.start()
         world.after(MEMBERSHIP_TICK_MS, self._membership_tick)
@@ -168,7 +182,7 @@ class ClusterModel(Model):
         final = FinalRead()
         extra: list[Violation] = []
         reader = LogManager(DATA_ROOT, node_id=NODES + 1, storage=self.disk, now_ms=lambda: world.now_ms)
-        for tp in self.data_partitions:
+        for tp in [*self.data_partitions, *self.out_partitions]:
             log = reader.get(tp.topic, tp.partition) or _open_read_only(reader, tp)
             if log is None:
                 continue
@@ -178,8 +192,17 @@ class ClusterModel(Model):
             data = log.read(0, 1 << 30, IsolationLevel.READ_COMMITTED)
             records = PartitionRecords(tp, 0, data.records, isolation_level=IsolationLevel.READ_COMMITTED,
                                        aborted_transactions=data.aborted_transactions).take(1 << 30)
-            final.records.setdefault(TOPIC, []).extend(Observed.of(r) for r in records)
-        result = check(self.history.events(), final, input_topic=TOPIC, output_topic=f"{TOPIC}-copies")
+            final.records.setdefault(tp.topic, []).extend(Observed.of(r) for r in records)
+        for shard in range(OFFSETS_SHARDS):
+            log = _open_read_only(reader, TopicPartition(CONSUMER_OFFSETS_TOPIC, shard))
+            if log is None:
+                continue
+            contents = ShardContents(shard, world.now_ms)
+            contents.replay(log.batches())
+            group = contents.groups.get(COPY_GROUP)
+            if group is not None:
+                final.committed.update({tp: value.offset for tp, value in group.offsets.items()})
+        result = check(self.history.events(), final, input_topic=TOPIC, output_topic=OUT_TOPIC)
         return Report.of_check(result, extra)
 
     def counters(self) -> dict[str, int]:
@@ -189,7 +212,9 @@ class ClusterModel(Model):
                 "transactions unknown": tally.get("unknown", 0),
                 "records acknowledged": tally.get(f"acked {TOPIC}", 0),
                 "records polled": tally.get("records polled", 0),
-                "group generations": self._generations.get(GROUP, 0)}
+                "records copied": tally.get(f"acked {OUT_TOPIC}", 0),
+                "group generations": self._generations.get(GROUP, 0),
+                "copier generations": self._generations.get(COPY_GROUP, 0)}
 
     # ------------------------------------------------------------ faults
 
@@ -218,13 +243,15 @@ class ClusterModel(Model):
     def quiesce(self) -> None:
         for producer in self.producers:
             producer.stopped = True
-        for member in self.members:
+        for member in [*self.members, *self.copiers]:
             member.stopped = True
 
     # ------------------------------------------------------------ what nodes and clients ask of the cluster
 
     def partitions_for(self, topic: str) -> int | None:
-        return PARTITIONS if topic == TOPIC else None
+        if topic in (TOPIC, OUT_TOPIC):
+            return PARTITIONS
+        return OFFSETS_SHARDS if topic == CONSUMER_OFFSETS_TOPIC else None
 
     def shard_of(self, transactional_id: str) -> int:
         return partition_for(transactional_id, TXN_SHARDS)
@@ -265,6 +292,15 @@ class ClusterModel(Model):
     def corrupt_read(self, reader: str, tp: TopicPartition, offset: int, error: Exception) -> None:
         """A consumer's fetch from `offset` returned bytes that do not decode: what two writers do to one log."""
         self._violations.append(Violation("no-corrupt-read", f"{reader} fetching {tp} at {offset}: {error}"))
+
+    def offset_committed(self, group: str, tp: TopicPartition, offset: int) -> None:
+        """A group coordinator made `offset` the group's committed offset of `tp` (a commit, or a load)."""
+        before = self._committed.get((group, tp), -1)
+        if offset < before:
+            self._violations.append(Violation(
+                "committed-offsets-monotonic", f"group {group}'s committed offset of {tp} went back from {before} "
+                                               f"to {offset}"))
+        self._committed[(group, tp)] = max(before, offset)
 
     def holding(self, group: str, member: str, generation: int, partitions: list[TopicPartition]) -> None:
         self.network._trace.record(self.world.now_ms, "assigned", member, "*",

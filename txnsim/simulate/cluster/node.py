@@ -40,8 +40,8 @@ from proto.errors import (
     UnknownTopicOrPartitionError,
     code_of,
 )
-from proto.structs import TRANSACTION_STATE_TOPIC, IsolationLevel, TopicPartition
-from txnsim.simulate.cluster.groups import SimGroupCoordinator
+from proto.structs import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, IsolationLevel, TopicPartition
+from txnsim.simulate.cluster.groups import GROUP_REQUESTS, OFFSETS_SHARDS, SimGroupCoordinator
 from txnsim.simulate.network import TIMED_OUT, Envelope
 
 if TYPE_CHECKING:
@@ -64,9 +64,6 @@ _RESPONSES: dict[type, type] = {
     pb.JoinBatchTxnRequest: pb.JoinBatchTxnResponse,
     pb.EndBatchTxnRequest: pb.EndBatchTxnResponse,
 }
-
-
-_GROUP_REQUESTS = (pb.JoinGroupRequest, pb.SyncGroupRequest, pb.HeartbeatRequest, pb.LeaveGroupRequest)
 
 
 @dataclass(slots=True)
@@ -96,7 +93,7 @@ class SimNode:
                                now_ms=self.now)
         self.logs.release_earlier_lives()
         self.core = TxnCoordinatorCore(
-            txn_shards=m.txn_shards, offsets_shards=1, transaction_max_timeout_ms=60_000,
+            txn_shards=m.txn_shards, offsets_shards=OFFSETS_SHARDS, transaction_max_timeout_ms=60_000,
             transactional_id_expiration_ms=3_600_000, partitions_for=m.partitions_for,
             assigned_here=lambda shard: self.owner(TRANSACTION_STATE_TOPIC, shard) == self.node_id,
             planted_bug=m.bug)
@@ -127,10 +124,11 @@ class SimNode:
                 self.txn_logs.pop(log.partition, None)
             self.logs.close(log.topic, log.partition)
             self.model.note(self.name, f"{action} {log.topic}-{log.partition} epoch {log.leader_epoch}")
-        self.groups.reconcile()
+        groups_taken = self.groups.reconcile()
         missing = [shard for shard in range(self.model.txn_shards)
                    if self.owner(TRANSACTION_STATE_TOPIC, shard) == self.node_id and shard not in self.txn_logs]
-        if not all([self._take_shard(shard) for shard in missing]) and not self.retrying:
+        taken = all([self._take_shard(shard) for shard in missing]) and groups_taken
+        if not taken and not self.retrying:
             # held by a node still letting go of it: try again shortly, as the node's next tick does
             self.retrying = True
             self.net.set_timer(self.name, RECONCILE_RETRY_MS, self._retry_reconcile, label="reconcile")
@@ -166,7 +164,7 @@ class SimNode:
             self.net.reply(env, self._write_markers(message))
         elif isinstance(message, pb.FetchRequest):
             self.net.reply(env, self._fetch(message))
-        elif isinstance(message, _GROUP_REQUESTS):
+        elif isinstance(message, GROUP_REQUESTS):
             self.groups.receive(env)
 
     def _owned_log(self, topic: str, partition: int) -> PartitionLog:
@@ -239,17 +237,30 @@ class SimNode:
             for part in marker.partitions:
                 error = pb.PartitionError(topic=part.topic, partition=part.partition)
                 try:
-                    log = self._owned_log(part.topic, part.partition)
+                    log = self._marker_log(part.topic, part.partition)
                     appended = log.append_marker(
                         producer_id=marker.producer_id, producer_epoch=marker.producer_epoch,
                         committed=marker.committed,
                         coordinator_epoch=marker.coordinator_epoch, transaction_version=marker.transaction_version)
                     self.model.appended(self.name, log, appended.base_offset, appended.last_offset)
+                    if part.topic == CONSUMER_OFFSETS_TOPIC:
+                        self.groups.complete_transaction(part.partition, marker.producer_id, marker.committed,
+                                                         appended.base_offset)
                 except KafkaError as exc:
                     error.error_code, error.error_message = code_of(exc), str(exc)
                 result.partitions.append(error)
             out.append(result)
         return pb.WriteTxnMarkersResponse(markers=out)
+
+    def _marker_log(self, topic: str, partition: int) -> PartitionLog:
+        """A data partition's log, or an offsets shard's as the group coordinator holds it."""
+        if topic != CONSUMER_OFFSETS_TOPIC:
+            return self._owned_log(topic, partition)
+        log = self.groups.log_of(partition)
+        if log is None:
+            raise NotLeaderOrFollowerError(f"[NOT_LEADER_OR_FOLLOWER] node {self.node_id} does not hold "
+                                           f"{topic}-{partition}")
+        return log
 
     def _fetch(self, req: pb.FetchRequest) -> pb.FetchResponse:
         isolation = IsolationLevel(req.isolation_level)
