@@ -21,6 +21,7 @@ from txnsim.chaos.history import FinalRead, History, Observed
 from txnsim.chaos.nemesis import Fault, Nemesis, plan_faults
 from txnsim.chaos.workload import CONSUMER_SETTINGS, Generator, Worker, WorkloadSettings
 from txnsim.cluster import LocalCluster
+from txnsim.ownership import OwnershipChange, read_ownership_changes
 
 #: node settings of the embedded cluster: a transaction left open by a killed client is
 #: aborted by its coordinator within seconds, so the final read is not held up for long
@@ -69,6 +70,11 @@ class ChaosRun:
     result: CheckResult | None = None
     #: workers had copied every committed input record before the final read
     drained: bool = False
+    #: time.monotonic() (the history's clock) and time.time() when the workload and the faults started
+    started_at: float | None = None
+    started_wall_s: float | None = None
+    #: every ownership change of the cluster's logs, read from its ownership log at the end
+    ownership: list[OwnershipChange] = field(default_factory=list)
 
 
 class Observer:
@@ -86,6 +92,7 @@ def run_chaos(config: ChaosConfig, observer: Observer | None = None) -> ChaosRun
     run = ChaosRun(config, config.schedule(), History())
     with cluster:
         _run_on(cluster, run, observer)
+        run.ownership = read_ownership_changes(cluster.layout.metadata, run.started_wall_s or 0.0)
     return run
 
 
@@ -103,7 +110,8 @@ def _run_on(cluster: LocalCluster, run: ChaosRun, observer: Observer) -> None:
     stop_generator, stop_workers = threading.Event(), threading.Event()
     generator = Generator(settings, history, stop_generator)
     workers = [Worker(i, settings, history, stop_workers) for i in range(settings.workers)]
-    started = time.monotonic()
+    started = run.started_at = time.monotonic()
+    run.started_wall_s = time.time()
     nemesis = Nemesis(cluster, run.schedule, history, started)
     for thread in (generator, *workers, nemesis):
         thread.start()

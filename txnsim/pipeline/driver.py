@@ -2,7 +2,8 @@
 
 The driver runs in a new process group: SIGKILL of the group takes its JVM (and in local
 mode its executors) down with it, as a machine losing its driver would. The job prints
-JSON lines ({"started": query id}, {"batch": N, "rows": R}) that are read here.
+JSON lines ({"started": query id}, {"batch": N, "rows": R}) that are read here, each stamped
+with the time.monotonic() it arrived at ("received_at") for the run's report.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 
@@ -36,7 +38,7 @@ class SparkDriver:
         for line in self.proc.stdout:
             if line.startswith("{"):
                 try:
-                    self.events.append(json.loads(line))
+                    self.events.append({**json.loads(line), "received_at": time.monotonic()})
                 except json.JSONDecodeError:
                     continue
 

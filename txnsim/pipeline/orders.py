@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import random
 import threading
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 
-from proto.errors import KafkaError
 from producer import Producer
+from proto.errors import KafkaError
 
 #: 2026-01-01T09:00:00Z, a minute boundary
 BASE_TIME_MS = 1_767_258_000_000
@@ -74,6 +75,8 @@ class OrderWriter(threading.Thread):
         self.per_txn = per_txn
         self.committed = 0
         self.retries = 0
+        #: (time.monotonic(), "committed" or "aborted and retried", orders) per transaction, for the report
+        self.transactions: list[tuple[float, str, int]] = []
         self.error: BaseException | None = None
         self._allowed = 0
         self._changed = threading.Condition()
@@ -129,9 +132,11 @@ class OrderWriter(threading.Thread):
                     producer.send(self.topic, value=order.to_json(), key=str(order.order_id).encode())
                 producer.commit_transaction()
                 self.committed += sum(1 for o in chunk if o.order_id != CLOSING_ORDER_ID)
+                self.transactions.append((time.monotonic(), "committed", len(chunk)))
                 return producer
             except KafkaError:
                 self.retries += 1
+                self.transactions.append((time.monotonic(), "aborted and retried", len(chunk)))
                 producer = self._recover(producer)
         return producer
 

@@ -20,6 +20,7 @@ from proto.errors import KafkaError
 from proto.structs import TopicPartition
 from txnsim.admin import Admin
 from txnsim.cluster import LocalCluster
+from txnsim.ownership import OwnershipChange, read_ownership_changes
 from txnsim.pipeline.driver import SparkDriver
 from txnsim.pipeline.orders import OrderWriter, income_per_minute, make_orders
 
@@ -60,6 +61,14 @@ class PipelineResult:
     read_back: dict[int, list[tuple[int, int]]]  # minute -> every (income, orders) read, duplicates kept
     events: list[tuple[float, str]]
     elapsed_s: float
+    # for the report; times are seconds after the start, like `events`
+    #: (time, "committed" or "aborted and retried", orders in it) per order-writing transaction
+    order_txns: list[tuple[float, str, int]] = field(default_factory=list)
+    #: (time it finished, driver run 1 or 2, input rows) per Spark micro-batch
+    batches: list[tuple[float, int, int]] = field(default_factory=list)
+    ownership: list[OwnershipChange] = field(default_factory=list)
+    #: where the cluster, checkpoint and driver log are
+    work_dir: Path | None = None
 
     @property
     def ok(self) -> bool:
@@ -68,7 +77,7 @@ class PipelineResult:
 
 
 def run_pipeline(config: PipelineConfig, on_progress: Callable[[Progress], None]) -> PipelineResult:
-    started = time.monotonic()
+    started, started_wall = time.monotonic(), time.time()
     progress = Progress(orders_total=config.orders)
     orders = make_orders(config.orders, config.minutes, config.seed)
     expected = income_per_minute(orders)
@@ -88,10 +97,14 @@ def run_pipeline(config: PipelineConfig, on_progress: Callable[[Progress], None]
         writer = OrderWriter(bs, ORDERS, orders, rate=config.rate)
         writer.start()
 
+        drivers: list[SparkDriver] = []
+
         def start_driver() -> SparkDriver:
-            return SparkDriver("income", bootstrap_servers=bs, input_topic=ORDERS, output_topic=INCOME,
-                               checkpoint=work / "checkpoint", master=config.master,
-                               log_file=work / "spark-driver.log")
+            driver = SparkDriver("income", bootstrap_servers=bs, input_topic=ORDERS, output_topic=INCOME,
+                                 checkpoint=work / "checkpoint", master=config.master,
+                                 log_file=work / "spark-driver.log")
+            drivers.append(driver)
+            return driver
 
         def tick(driver: SparkDriver, phase: str) -> None:
             progress.phase = phase
@@ -171,7 +184,12 @@ def run_pipeline(config: PipelineConfig, on_progress: Callable[[Progress], None]
         read_back: dict[int, list[tuple[int, int]]] = {}
         for window in _read_income(bs):
             read_back.setdefault(window["window_start_ms"], []).append((window["income_cents"], window["orders"]))
-    return PipelineResult(expected, read_back, progress.events, time.monotonic() - started)
+        ownership = read_ownership_changes(cluster.layout.metadata, started_wall)
+    batches = [(round(e["received_at"] - started, 3), run, e["rows"])
+               for run, d in enumerate(drivers, 1) for e in list(d.events) if "batch" in e]
+    order_txns = [(round(at - started, 3), outcome, n) for at, outcome, n in writer.transactions]
+    return PipelineResult(expected, read_back, progress.events, time.monotonic() - started, order_txns, batches,
+                          ownership, work)
 
 
 def _batch_open(admin: Admin, batch_txn_id: str) -> bool:
