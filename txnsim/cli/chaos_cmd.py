@@ -16,6 +16,7 @@ from txnsim.chaos.nemesis import FAULT_KINDS
 from txnsim.chaos.report import LiveDisplay, schedule_table, verdict
 from txnsim.chaos.runner import ChaosConfig, run_chaos
 from txnsim.cli.common import console, exits_cleanly
+from txnsim.report import chaos_report, report_path, write_report
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,6 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="stop generating after this many input records (default: for the whole duration)")
     chaos.add_argument("--data-dir", type=Path, default=None,
                        help="an empty directory for the cluster's files, kept afterwards (default: a temp dir)")
+    chaos.add_argument("--report", type=Path, default=None,
+                       help="where to write the HTML report (default: chaos-report.html in --data-dir, or in a "
+                            "new temp dir)")
     chaos.set_defaults(func=run_chaos_command)
 
 
@@ -65,6 +69,7 @@ def run_chaos_command(args: argparse.Namespace) -> int:
                          partitions=args.partitions, workers=args.workers, records=args.records,
                          data_dir=args.data_dir)
     config.validate()
+    report = report_path(args.report, args.data_dir, "chaos-report.html")
     console.print(schedule_table(config.schedule(), seed))
     root = logging.getLogger()
     if args.log_level.upper() == "WARNING":
@@ -73,5 +78,6 @@ def run_chaos_command(args: argparse.Namespace) -> int:
     with LiveDisplay(console, config.duration_s) as display:
         run = run_chaos(config, display)
     console.print(verdict(run))
+    console.print(f"report: {write_report(chaos_report(run), report)}", markup=False, soft_wrap=True)
     assert run.result is not None
     return 0 if run.result.valid and run.final.complete else 1

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from txnsim.cli.common import console, error, exits_cleanly
 from txnsim.pipeline.runner import PipelineConfig, PipelineResult, Progress as RunProgress, run_pipeline
+from txnsim.report import pipeline_report, report_path, write_report
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     cmd.add_argument("--no-kill-node", dest="kill_node", action="store_false", help="do not SIGKILL a txnsim node")
     cmd.add_argument("--data-dir", type=Path, default=None,
                      help="an empty directory for the cluster, checkpoint and driver log (default: a temp dir)")
+    cmd.add_argument("--report", type=Path, default=None,
+                     help="where to write the HTML report (default: pipeline-report.html beside the cluster, "
+                          "checkpoint and driver log)")
     cmd.set_defaults(func=run_pipeline_command)
 
 
@@ -44,6 +48,7 @@ def run_pipeline_command(args: argparse.Namespace) -> int:
     config = PipelineConfig(orders=args.orders, minutes=args.minutes, rate=args.rate, seed=args.seed,
                             master=args.master, data_dir=args.data_dir, kill_driver=args.kill_driver,
                             kill_node=args.kill_node)
+    report = report_path(args.report, args.data_dir, "pipeline-report.html") if args.report or args.data_dir else None
     if args.log_level.upper() == "WARNING":
         logging.getLogger().setLevel(logging.ERROR)  # clients warn at every retry while a node is down
     console.print(f"[bold]txnsim pipeline[/]: {config.orders} orders over {config.minutes} event-time minutes "
@@ -56,6 +61,8 @@ def run_pipeline_command(args: argparse.Namespace) -> int:
         error(str(exc))
         return 1
     console.print(result_table(result))
+    report = report or report_path(None, result.work_dir, "pipeline-report.html")
+    console.print(f"report: {write_report(pipeline_report(config, result), report)}", markup=False, soft_wrap=True)
     if result.ok:
         console.print(f"[green bold]exactly once[/]: {len(result.expected)} minutes, each written once and equal "
                       f"to the orders' totals ({result.elapsed_s:.0f} s, "

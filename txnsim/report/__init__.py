@@ -6,6 +6,6 @@ inlined plotly.js, writing the file). Nothing here changes a run or talks to a c
 """
 from txnsim.report.chaos import chaos_report
 from txnsim.report.pipeline import pipeline_report
-from txnsim.report.render import write_report
+from txnsim.report.render import report_path, write_report
 
-__all__ = ["chaos_report", "pipeline_report", "write_report"]
+__all__ = ["chaos_report", "pipeline_report", "report_path", "write_report"]

@@ -18,14 +18,14 @@ Band = tuple[float, float, str, str]
 
 def _layout(figure: go.Figure, title: str, x_title: str, y_title: str) -> go.Figure:
     figure.update_layout(title=title, template="plotly_white", height=360, margin=dict(l=60, r=20, t=50, b=50),
-                         legend=dict(orientation="h", y=-0.2), xaxis_title=x_title, yaxis_title=y_title)
+                         legend=dict(orientation="h", y=-0.2, traceorder="normal"), xaxis_title=x_title, yaxis_title=y_title)
     return figure
 
 
 def _shade(figure: go.Figure, bands: Sequence[Band]) -> None:
     for start, end, label, kind in bands:
         figure.add_vrect(x0=start, x1=max(end, start + 0.05), fillcolor=FAULT_COLOURS.get(kind, "#9e9e9e"),
-                         opacity=0.15, line_width=0, annotation_text=label, annotation_position="top left",
+                         opacity=0.15, line_width=0, layer="below", annotation_text=label, annotation_position="top left",
                          annotation_font_size=10)
 
 

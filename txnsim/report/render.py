@@ -10,12 +10,16 @@ program (the tests parse them) as well as drawn in the browser.
 """
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import plotly.graph_objects as go
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from plotly.offline import get_plotlyjs
+
+from proto.errors import KafkaConfigurationError
 
 _env = Environment(loader=PackageLoader("txnsim.report", "templates"), autoescape=select_autoescape(["j2", "html"]),
                    undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
@@ -37,4 +41,25 @@ def write_report(html: str, path: Path) -> Path:
     path = Path(path).absolute()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(html, encoding="utf-8")
+    return path
+
+
+def report_path(explicit: Path | None, data_dir: Path | None, name: str) -> Path:
+    """Where a run's report goes, checked before the run so a bad path fails in a second, not after it.
+
+    `--report PATH` if given; else `name` in the run's data dir (beside the cluster's files); else in a
+    new temporary directory that is kept (the run's own temporary data dir is deleted at the end).
+    """
+    if explicit is None:
+        folder = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="txnsim-report-"))
+        explicit = folder / name
+    path = Path(explicit).absolute()
+    if path.is_dir():
+        raise KafkaConfigurationError(f"--report {explicit} is a directory; give a file name such as {name}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise KafkaConfigurationError(f"cannot create {path.parent} for the report: {exc.strerror}") from None
+    if not os.access(path.parent, os.W_OK):
+        raise KafkaConfigurationError(f"cannot write the report in {path.parent}: permission denied")
     return path
