@@ -81,8 +81,9 @@ def income_figure(minutes: Sequence[str], expected: Sequence[float | None],
 
 
 def mark_events(figure: go.Figure, events: Sequence[tuple[float, str]]) -> go.Figure:
-    """A dashed vertical line per event (a SIGKILL, a restart) with its text on hover."""
+    """A dashed vertical line at each crash (red) and restart (grey) among a run's steps."""
     for at, text in events:
-        figure.add_vline(x=at, line_dash="dash", line_color="#e53935" if "SIGKILL" in text else "#757575",
-                         line_width=1)
+        if "SIGKILL" in text or "restart" in text:
+            figure.add_vline(x=at, line_dash="dash", line_color="#e53935" if "SIGKILL" in text else "#757575",
+                             line_width=1)
     return figure
