@@ -4,8 +4,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+from tests.unit.report.html_doc import read_report, trace
 
 pytestmark = pytest.mark.slow
 
@@ -20,3 +23,13 @@ def test_the_pipeline_demo_passes_its_own_check_through_both_crashes(tmp_path):
     assert "(the query's transaction coordinator) SIGKILLed mid-batch" in run.stdout
     assert "exactly once: 3 minutes, each written once" in run.stdout
     assert "WRONG" not in run.stdout
+
+    # the report beside the cluster, checkpoint and driver log: both crashes, each minute ok, and the charts' data
+    printed = [line.removeprefix("report: ") for line in run.stdout.splitlines() if line.startswith("report: ")]
+    assert printed == [str(tmp_path / "pipeline-report.html")]
+    doc = read_report(Path(printed[0]))
+    assert sum("SIGKILL" in what for what in doc.column("events", "what")) == 2
+    assert doc.column("income-per-minute", "") == ["ok"] * 3
+    assert sum(trace(doc, "order-txns", "committed")["y"]) == 900 // 20 + 1, "each order transaction and the closer"
+    assert {t["name"] for t in doc.figures["micro-batches"]["data"]} == {"driver run 1", "driver run 2"}
+    assert any(row[2] == "acquired" for row in doc.tables["ownership-changes"])
