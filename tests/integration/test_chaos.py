@@ -52,7 +52,9 @@ def test_txnsim_chaos_writes_a_report_of_its_faults_ownership_transactions_and_a
     assert doc.column("fault-schedule", "fault") == [f.kind for f in schedule]
     assert doc.column("fault-schedule", "node") == [str(f.node) for f in schedule]
     assert doc.column("fault-schedule", "planned at") == [f"t+{f.at_s:.2f} s" for f in schedule]
-    assert doc.column("fault-schedule", "outcome") == ["healed", "healed"]
+    # a restart that is slow on a loaded machine delays the next fault, possibly past the end of the run
+    outcomes = doc.column("fault-schedule", "outcome")
+    assert outcomes[0] == "healed" and outcomes[1] in ("healed", "not reached (the run ended first)"), outcomes
 
     assert doc.column("anomalies", "anomaly") == list(ANOMALIES)
     assert set(doc.column("anomalies", "count")) == {"0"} and set(doc.column("anomalies", "example")) == {"none"}
