@@ -28,16 +28,17 @@ from coordinator.group import GroupCoordinator, GroupService
 from coordinator.kafka.front_door import KafkaBackends, open_kafka_listener
 from coordinator.kafka.server import KafkaListener
 from coordinator.layout import ClusterLayout, check_shard_counts, read_cluster_spec
-from coordinator.partition_service import PartitionServer, PartitionsServicer
-from coordinator.reconcile import logs_to_release
 from coordinator.membership import Heartbeat, Membership
+from coordinator.metrics import NodeMetrics, NodeState, write_metrics_url
 from coordinator.ownership_log import OwnershipLog
+from coordinator.partition_service import PartitionServer, PartitionsServicer
 from coordinator.producer_ids import ProducerIdAllocator
+from coordinator.reconcile import logs_to_release
 from coordinator.rocketmq.coordinator import HalfMessageCoordinator
 from coordinator.rocketmq.effects import PartitionWriter
 from coordinator.rocketmq.front_door import MessagingFrontDoor
-from coordinator.rocketmq.pop_service import PopService
 from coordinator.rocketmq.log_format import shard_of_transactional_id
+from coordinator.rocketmq.pop_service import PopService
 from coordinator.rocketmq.producers import ProducerRegistry
 from coordinator.rocketmq.rmq_wire import rmq_grpc
 from coordinator.rocketmq.routing import OwnerRouter
@@ -58,8 +59,15 @@ from proto.errors import (
     code_of,
 )
 from proto.hashing import partition_for
-from proto.structs import (CHECK_MAX_TOPIC, CONSUMER_OFFSETS_TOPIC, HALF_MESSAGE_TOPICS, HALF_TOPIC, OP_HALF_TOPIC,
-                           TRANSACTION_STATE_TOPIC, TopicPartition)
+from proto.structs import (
+    CHECK_MAX_TOPIC,
+    CONSUMER_OFFSETS_TOPIC,
+    HALF_MESSAGE_TOPICS,
+    HALF_TOPIC,
+    OP_HALF_TOPIC,
+    TRANSACTION_STATE_TOPIC,
+    TopicPartition,
+)
 from proto.transport import SERVER_OPTIONS, NodeChannels, call
 
 log = logging.getLogger("txnsim.node")
@@ -72,9 +80,13 @@ def now_ms() -> int:
 
 
 class Node:
-    def __init__(self, layout: ClusterLayout, node_id: int) -> None:
+    def __init__(self, layout: ClusterLayout, node_id: int, metrics_port: int = 0) -> None:
         self.layout = layout
         self.node_id = node_id
+        #: where /metrics is served on loopback (0: a free port, chosen at start)
+        self.metrics_port = metrics_port
+        self.metrics = NodeMetrics()
+        self.metrics_url: str | None = None
         self.spec = read_cluster_spec(layout)
         if node_id not in self.spec.nodes:
             raise KafkaConfigurationError(f"node {node_id} is not in {layout.cluster_file} "
@@ -106,7 +118,7 @@ class Node:
             node_id=node_id, logs=self.logs, membership=self.membership, topics=self.topics,
             offsets_shards=self.config.offsets_shards, txn_shards=self.config.txn_shards,
             half_shards=self.config.half_shards,
-            verify=self._verify_partition_in_txn, on_offsets_marker=self._on_offsets_marker)
+            verify=self._verify_partition_in_txn, on_offsets_marker=self._on_offsets_marker, observer=self.metrics)
         self.markers = MarkerWriter(
             local_node_id=node_id, owner_of=lambda tp: self.membership.owner(tp.topic, tp.partition),
             address_of=lambda n: self.spec.nodes[n], write_locally=self.partitions.write_txn_markers,
@@ -124,7 +136,7 @@ class Node:
             writer=PartitionWriter(router=self.router, produce_locally=self.partitions.produce,
                                    describe_locally=self.partitions.describe_producers),
             find_producer=self._find_producer, write_markers=self.markers.write,
-            message_max_bytes=self.config.message_max_bytes, node_id=node_id)
+            message_max_bytes=self.config.message_max_bytes, node_id=node_id, observer=self.metrics)
         self.txn = TransactionCoordinator(
             txn_shards=self.config.txn_shards, offsets_shards=self.config.offsets_shards,
             transaction_max_timeout_ms=self.config.transaction_max_timeout_ms,
@@ -132,20 +144,26 @@ class Node:
             allocator=self.allocator,
             markers=self.markers, partitions_for=self.partitions.partition_count, now_ms=now_ms,
             snapshot_interval_records=self.config.transaction_state_snapshot_interval_records,
-            assigned_here=lambda shard: self.membership.owner(TRANSACTION_STATE_TOPIC, shard) == node_id)
+            assigned_here=lambda shard: self.membership.owner(TRANSACTION_STATE_TOPIC, shard) == node_id,
+            observer=self.metrics)
         self.groups = GroupCoordinator(
             self.config.offsets_shards, now_ms=now_ms,
             min_session_timeout_ms=self.config.group_min_session_timeout_ms,
             max_session_timeout_ms=self.config.group_max_session_timeout_ms,
             partitions_for=self.partitions.partition_count,
             snapshot_interval_records=self.config.offsets_snapshot_interval_records,
-            initial_rebalance_delay_ms=self.config.group_initial_rebalance_delay_ms)
+            initial_rebalance_delay_ms=self.config.group_initial_rebalance_delay_ms, observer=self.metrics)
+        self.metrics.watch(NodeState(open_transactions=self.txn.open_transactions, open_logs=self.logs.open_logs,
+                                     undecided_half_messages=self.half.undecided_count))
         self._server: grpc.Server | None = None
         self._kafka: KafkaListener | None = None
 
     # ------------------------------------------------------------ life cycle
 
     def start(self) -> None:
+        # metrics first: the URL is on disk before the node answers, so whoever waited for it finds it
+        self.metrics_url = self.metrics.serve("127.0.0.1", self.metrics_port)
+        write_metrics_url(self.layout.nodes, self.node_id, self.metrics_url)
         # a streaming call holds its thread while it lasts: every check-back stream of a producer and every
         # Telemetry stream of a RocketMQ client (one per node), beside long-polling fetches and receives
         server = grpc.server(ThreadPoolExecutor(max_workers=RPC_THREADS, thread_name_prefix="rpc"),
@@ -186,7 +204,8 @@ class Node:
         threading.Thread(target=self.heartbeat.run, name="heartbeat", daemon=True).start()
         threading.Thread(target=self.membership.run, args=(self._tick,), name="membership", daemon=True).start()
         threading.Thread(target=self._run_timers, name="timers", daemon=True).start()
-        log.info("node %d serving on %s (Kafka: %s)", self.node_id, self.address, kafka_address or "no listener")
+        log.info("node %d serving on %s (Kafka: %s, metrics: %s)", self.node_id, self.address,
+                 kafka_address or "no listener", self.metrics_url)
 
     # ------------------------------------------------------------ ownership
 
@@ -250,6 +269,7 @@ class Node:
                 self.half.unload_shard(partition)
             self.logs.close(topic, partition)
             self.ownership_log.record(self.node_id, action, topic, partition, shard_log.leader_epoch, reason)
+            self.metrics.ownership_changed(action, topic)
             log.log(logging.WARNING if action == "fenced" else logging.INFO, "%s %s-%d (%s)", action, topic, partition,
                     reason)
 
@@ -259,6 +279,7 @@ class Node:
         except NotLeaderOrFollowerError:
             return None  # the previous owner is still closing it; the next tick retries
         self.ownership_log.record(self.node_id, "acquired", topic, partition, shard_log.leader_epoch, reason)
+        self.metrics.ownership_changed("acquired", topic)
         return shard_log
 
     def stop(self) -> None:
@@ -275,6 +296,7 @@ class Node:
         self.groups.close()
         self.logs.close_all()
         self.channels.close()
+        self.metrics.stop()
         os.close(self._lock_fd)
 
     def _take_node_lock(self) -> int:
@@ -390,11 +412,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exit-on-stdin-eof", action="store_true",
                         help="stop when standard input closes (used by LocalCluster: nodes die with their parent)")
     parser.add_argument("--log-level", default=os.environ.get("TXNSIM_LOG_LEVEL", "INFO"))
+    parser.add_argument("--metrics-port", type=int, default=0,
+                        help="serve Prometheus metrics on 127.0.0.1:PORT/metrics (default 0: a free port; "
+                             "DATA/nodes/ID.metrics records the URL)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(),
                         format=f"%(asctime)s node{args.node_id} %(levelname)s %(name)s: %(message)s")
     try:
-        node = Node(ClusterLayout(args.data_dir), args.node_id)
+        node = Node(ClusterLayout(args.data_dir), args.node_id, metrics_port=args.metrics_port)
         node.start()
     except KafkaError as exc:
         log.error("%s", exc)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from coordinator.membership import Membership
+from coordinator.observers import NO_OBSERVER, OwnershipObserver
 from coordinator.rpc import answers_with
 from coordinator.topics import TopicStore
 from partitions import LogManager, PartitionLog
@@ -21,18 +22,18 @@ from proto import txnsim_pb2 as pb
 from proto import txnsim_pb2_grpc as rpc
 from proto.errors import (
     ERRORS_BY_CODE,
-    InvalidRequestError,
-    NotEnoughReplicasError,
-    UnknownServerError,
-    name_of,
     InvalidProducerEpochError,
+    InvalidRequestError,
     InvalidTopicError,
     KafkaError,
+    NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     ProducerFencedError,
     TransactionAbortableError,
+    UnknownServerError,
     UnknownTopicOrPartitionError,
     code_of,
+    name_of,
 )
 from proto.structs import CONSUMER_OFFSETS_TOPIC, HALF_MESSAGE_TOPICS, INTERNAL_TOPICS, IsolationLevel, TopicPartition
 
@@ -48,7 +49,8 @@ Verifier = Callable[[str, int, int, TopicPartition], int]
 class PartitionServer:
     def __init__(self, *, node_id: int, logs: LogManager, membership: Membership, topics: TopicStore,
                  offsets_shards: int, txn_shards: int, verify: Verifier, half_shards: int = 10,
-                 on_offsets_marker: Callable[[int, int, bool, int], None]) -> None:
+                 on_offsets_marker: Callable[[int, int, bool, int], None],
+                 observer: OwnershipObserver = NO_OBSERVER) -> None:
         self.node_id = node_id
         self._logs = logs
         self._membership = membership
@@ -58,6 +60,8 @@ class PartitionServer:
         self._half_shards = half_shards
         self._verify = verify
         self._on_offsets_marker = on_offsets_marker
+        #: told when a data partition is opened here, on its first request
+        self._observer = observer
         self._open_lock = threading.Lock()
         self._data_arrived = threading.Condition()
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="append")
@@ -86,10 +90,13 @@ class PartitionServer:
         if existing is not None:
             return existing
         with self._open_lock:
+            newly = self._logs.get(topic, partition) is None
             opened = self._logs.open_as_leader(topic, partition, self._membership.may_cut_off)
         if self.partition_count(topic) is None:  # deleted while it was being opened: let it go again
             self._logs.forget(topic, partition)
             raise UnknownTopicOrPartitionError(f"[UNKNOWN_TOPIC_OR_PARTITION] {topic}-{partition} was deleted")
+        if newly and topic not in INTERNAL_TOPICS:  # the node reports the coordinator shards it takes
+            self._observer.ownership_changed("acquired", topic)
         return opened
 
     def notify_appended(self) -> None:

@@ -37,6 +37,7 @@ from coordinator.group.validation import (
     validate_group_id,
     validate_offsets,
 )
+from coordinator.observers import NO_OBSERVER, GroupObserver
 from coordinator.shard_snapshots import SnapshottedLog
 from partitions.model import AppendOrigin
 from proto import txnsim_pb2 as pb
@@ -70,13 +71,14 @@ class GroupCoordinator(GroupMembership):
                  partitions_for: PartitionCount | None = None, snapshot_interval_records: int = 1000,
                  initial_rebalance_delay_ms: int = 3000,
                  new_member_id: Callable[[str, str | None], str] = _random_member_id,
-                 run_timers: bool = True) -> None:
+                 run_timers: bool = True, observer: GroupObserver = NO_OBSERVER) -> None:
         if offsets_shards < 1:
             raise ValueError(f"offsets_shards must be at least 1, not {offsets_shards}")
         if snapshot_interval_records < 1:
             raise ValueError(f"snapshot_interval_records must be at least 1, not {snapshot_interval_records}")
         self.offsets_shards = offsets_shards
         self._now_ms = now_ms
+        self._observer = observer
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
         self._partitions_for = partitions_for

@@ -27,6 +27,7 @@ from coordinator.group.classic import (
 )
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.shard import Shard, ShardStatus
+from coordinator.observers import GroupObserver
 from coordinator.rpc import wire_message
 from proto import consumer_protocol
 from proto import txnsim_pb2 as pb
@@ -68,6 +69,7 @@ class GroupMembership:
     _group_config: GroupConfig
     _timer_wake: threading.Event
     _now_ms: Callable[[], int]
+    _observer: GroupObserver
 
     if TYPE_CHECKING:  # provided by GroupCoordinator
         def _group(self, group_id: str, *, create: bool) -> tuple[Shard, GroupMetadata | None]: ...
@@ -87,7 +89,7 @@ class GroupMembership:
         waiter: Future[JoinOutcome] = Future()
         with group.lock:
             self._check_serving(shard)
-            self._carry_out(shard, group, group.classic.join(self._now_ms(), request, waiter))
+            self._decide(shard, group, lambda: group.classic.join(self._now_ms(), request, waiter))
             wait_s = self._longest_wait_s(group)
         self._timer_wake.set()
         return self._await(waiter, wait_s, JoinOutcome, request.member_id)
@@ -101,8 +103,8 @@ class GroupMembership:
         waiter: Future[SyncOutcome] = Future()
         with group.lock:
             self._check_serving(shard)
-            self._carry_out(shard, group, group.classic.sync(self._now_ms(), member_id, instance_id, generation_id,
-                                                             protocol_type, protocol_name, assignments, waiter))
+            self._decide(shard, group, lambda: group.classic.sync(self._now_ms(), member_id, instance_id, generation_id,
+                                                                  protocol_type, protocol_name, assignments, waiter))
             wait_s = self._longest_wait_s(group)
         self._timer_wake.set()
         return self._await(waiter, wait_s, SyncOutcome, None)
@@ -124,8 +126,13 @@ class GroupMembership:
                     for _ in leaving]
         with group.lock:
             self._check_serving(shard)
-            errors, effects = group.classic.leave(self._now_ms(), leaving)
-            self._carry_out(shard, group, effects)
+            errors: list[KafkaError | None] = []
+
+            def leave() -> list[Effect]:
+                answers, effects = group.classic.leave(self._now_ms(), leaving)
+                errors.extend(answers)
+                return effects
+            self._decide(shard, group, leave)
         self._timer_wake.set()
         return errors
 
@@ -145,6 +152,14 @@ class GroupMembership:
             if outcome_type is JoinOutcome:
                 return JoinOutcome(code_of(error), str(error), member_id=member_id or "")
             return SyncOutcome(code_of(error), str(error))
+
+    def _decide(self, shard: Shard, group: GroupMetadata, decide: Callable[[], list[Effect]]) -> None:
+        """Ask the group's core for one decision and carry out its effects; a decision that starts a new
+        generation completed a rebalance (the observer counts it). Caller holds group.lock."""
+        generation = group.classic.generation
+        self._carry_out(shard, group, decide())
+        if group.classic.generation > generation:
+            self._observer.group_rebalanced()
 
     def _carry_out(self, shard: Shard, group: GroupMetadata, effects: list[Effect]) -> None:
         """Carry out the group core's effects in order. Caller holds group.lock."""
@@ -180,7 +195,7 @@ class GroupMembership:
                     continue
                 try:
                     self._check_serving(shard)
-                    self._carry_out(shard, group, group.classic.tick(now))
+                    self._decide(shard, group, lambda: group.classic.tick(now))
                 except KafkaError as exc:
                     logger.warning("group %r: timers not run: %s", group.group_id, exc)
 

@@ -15,11 +15,12 @@ import threading
 import uuid
 from collections.abc import Callable
 
+from coordinator.observers import NO_OBSERVER, HalfMessageObserver
 from coordinator.rocketmq import log_format
 from coordinator.rocketmq.effects import PartitionWriter
-from coordinator.rocketmq.shard_writer import WRITE_EPOCH, LoadedShard, PendingEnd, ShardWriter, WriteMarkers
 from coordinator.rocketmq.half_shard import CheckAction, HalfShard, PendingHalf
 from coordinator.rocketmq.log_format import HalfRecord, Resolution, Storage
+from coordinator.rocketmq.shard_writer import WRITE_EPOCH, LoadedShard, PendingEnd, ShardWriter, WriteMarkers
 from partitions import AppendOrigin, PartitionLog
 from proto import records
 from proto import txnsim_pb2 as pb
@@ -53,7 +54,8 @@ class HalfMessageCoordinator:
                  default_storage: str, now_ms: Callable[[], int], allocate_producer_id: Callable[[], int],
                  partitions_for: Callable[[str], int | None], topic_configs: Callable[[str], dict[str, str]],
                  writer: PartitionWriter, find_producer: FindProducer, write_markers: WriteMarkers,
-                 message_max_bytes: int = 4 * 1024 * 1024, node_id: int = 0) -> None:
+                 message_max_bytes: int = 4 * 1024 * 1024, node_id: int = 0,
+                 observer: HalfMessageObserver = NO_OBSERVER) -> None:
         self.half_shards = half_shards
         self.check_interval_ms = check_interval_ms
         self.check_max = check_max
@@ -67,6 +69,7 @@ class HalfMessageCoordinator:
         self._writer = writer
         self._find_producer = find_producer
         self._message_max_bytes = message_max_bytes
+        self._observer = observer
         self._lock = threading.Lock()
         self._shards: dict[int, LoadedShard] = {}
         self._stopped = threading.Event()
@@ -241,6 +244,8 @@ class HalfMessageCoordinator:
             loaded.ends.append(end)
         loaded.wake.set()
         end.decided.result(timeout=30)  # raises what the write raised
+        if source == "SERVER_CHECK":
+            self._observer.check_back_resolved(resolution is Resolution.COMMIT)
         end.finished.wait(_EFFECT_WAIT_S)
         return pb.EndHalfTransactionResponse()
 
@@ -321,6 +326,8 @@ class HalfMessageCoordinator:
             check = _check_message(core.shard, pending)
             deliver = producers.get(pending.record.producer_group)
             delivered = deliver is not None and deliver(check)
+            if delivered:
+                self._observer.check_back_sent()
             log.info("transaction %s: check-back %d/%d to group %r%s", pending.transaction_id,
                      pending.record.check_times, self.check_max, pending.record.producer_group,
                      "" if delivered else " was not delivered (the producer went away)")
@@ -340,6 +347,7 @@ class HalfMessageCoordinator:
                 if op is None:
                     continue  # decided meanwhile: the discarded copy is harmless, replay sees the decision first
                 loaded.ends.append(PendingEnd(op))
+                self._observer.half_messages_discarded(1)
                 log.warning("transaction %s: still undecided after %d checks; discarded to %s, never delivered",
                             pending.transaction_id, pending.record.check_times, CHECK_MAX_TOPIC)
         loaded.wake.set()
@@ -364,6 +372,16 @@ class HalfMessageCoordinator:
                     half_offset=p.latest_offset, storage=r.storage.value, unanswered_checks=p.unanswered,
                     node_id=self.node_id, next_check_ms=p.next_check_ms(self.check_interval_ms)))
         return pb.ListHalfMessagesResponse(messages=out)
+
+    def undecided_count(self) -> int:
+        """How many half messages of the owned shards are undecided (the metrics' gauge)."""
+        with self._lock:
+            shards = list(self._shards.values())
+        total = 0
+        for loaded in shards:
+            with loaded.lock:
+                total += len(loaded.core.pending)
+        return total
 
     def ensure_copy_producer(self, shard: int) -> None:
         """Give the shard its idempotent producer id for copies before it decides its first commit."""

@@ -20,6 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import count
 from typing import Any, Protocol, cast
 
+from coordinator.observers import NO_OBSERVER, TransactionObserver
 from coordinator.producer_ids import ProducerIdAllocator
 from coordinator.txn import state_log
 from coordinator.txn.core import (
@@ -31,12 +32,14 @@ from coordinator.txn.core import (
     StartTimer,
     TimerKey,
     TxnCoordinatorCore,
+    Value,
     WriteEntry,
 )
 from coordinator.txn.metadata import Owed
 from partitions import PartitionLog
 from proto import txnsim_pb2 as pb
 from proto.errors import KafkaError, NotCoordinatorError, UnknownServerError
+from proto.structs import TransactionState
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +57,8 @@ class TransactionCoordinator:
                  transactional_id_expiration_ms: int, allocator: ProducerIdAllocator,
                  markers: MarkerSender, partitions_for: Callable[[str], int | None],
                  now_ms: Callable[[], int], snapshot_interval_records: int = 1000,
-                 assigned_here: Callable[[int], bool] = lambda shard: False) -> None:
+                 assigned_here: Callable[[int], bool] = lambda shard: False,
+                 observer: TransactionObserver = NO_OBSERVER) -> None:
         self.core = TxnCoordinatorCore(
             txn_shards=txn_shards, offsets_shards=offsets_shards,
             transaction_max_timeout_ms=transaction_max_timeout_ms,
@@ -73,6 +77,11 @@ class TransactionCoordinator:
         self._snapshot_interval = snapshot_interval_records
         self._writes_since_snapshot: dict[int, int] = {}
         self._snapshotter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="txn-snapshot")
+        self._observer = observer
+        #: writes of timeout aborts in flight, counted once durable
+        self._timeout_writes: set[int] = set()
+        #: transactional id -> when its EndTxn(commit) arrived (monotonic s), until its CompleteCommit
+        self._commits_since: dict[str, float] = {}
 
     # ------------------------------------------------------------ shard ownership
 
@@ -100,11 +109,23 @@ class TransactionCoordinator:
         with self._lock:
             self._logs.pop(shard, None)
             effects = self.core.unload(shard)
+            for tid in [t for t in self._commits_since if self.core.shard_of(t) == shard]:
+                del self._commits_since[tid]  # its next owner completes it: no latency is measured
         self._run(effects)
 
     def owned_shards(self) -> list[ShardState]:
         with self._lock:
             return self.core.owned_shards()
+
+    def open_transactions(self) -> dict[str, int]:
+        """How many ids of the owned shards are in each state of an open transaction (the metrics' gauge)."""
+        counts = dict.fromkeys(("Ongoing", "PrepareCommit", "PrepareAbort"), 0)
+        with self._lock:
+            for shard in self.core.owned_shards():
+                for value in shard.entries.values():
+                    if value.state.value in counts:
+                        counts[value.state.value] += 1
+        return counts
 
     def close(self) -> None:
         self._timers.stop()
@@ -125,7 +146,18 @@ class TransactionCoordinator:
     def end_txn(self, req: pb.EndTxnRequest, *, transaction_version: int = 2) -> pb.EndTxnResponse:
         """Prepare the commit or abort durably and start phase two (see TxnCoordinatorCore._end_txn for
         what the client's transaction version changes)."""
-        return cast(pb.EndTxnResponse, self._call(req, transaction_version))
+        received = time.monotonic()
+        if req.committed:
+            with self._lock:
+                self._commits_since[req.transactional_id] = received
+        try:
+            response = cast(pb.EndTxnResponse, self._call(req, transaction_version))
+        except BaseException:
+            with self._lock:
+                self._commits_since.pop(req.transactional_id, None)
+            raise
+        self._observer.end_txn_answered(req.committed, time.monotonic() - received)
+        return response
 
     def join_batch(self, req: pb.JoinBatchTxnRequest) -> pb.JoinBatchTxnResponse:
         return cast(pb.JoinBatchTxnResponse, self._call(req))
@@ -148,6 +180,7 @@ class TransactionCoordinator:
         """Fence and abort every Ongoing transaction past its timeout; returns how many aborts began."""
         with self._lock:
             effects = self.core.abort_timed_out(self._now_ms())
+            self._timeout_writes.update(e.write_id for e in effects if isinstance(e, WriteEntry))
         self._run(effects)
         return sum(isinstance(e, WriteEntry) for e in effects)
 
@@ -210,10 +243,41 @@ class TransactionCoordinator:
                 log.exception("writing %r to shard %d failed", effect.transactional_id, effect.shard)
                 error = UnknownServerError(f"[UNKNOWN_SERVER_ERROR] {exc}")
         with self._lock:
+            previous = self._state_of(effect.shard, effect.transactional_id)
             effects = self.core.entry_written(effect.write_id, error, self._now_ms())
+            installed = error is None and self.core.owns(effect.shard, effect.coordinator_epoch)
+            timed_out = effect.write_id in self._timeout_writes
+            self._timeout_writes.discard(effect.write_id)
+        if installed:
+            self._observe(previous, effect.value, timed_out)
         if error is None and shard_log is not None:
             self._count_write(effect.shard, shard_log)
         return effects
+
+    def _state_of(self, shard: int, transactional_id: str) -> TransactionState | None:
+        """The installed state of an id (caller holds the lock)."""
+        for state in self.core.owned_shards():
+            if state.shard == shard:
+                value = state.entries.get(transactional_id)
+                return None if value is None else value.state
+        return None
+
+    def _observe(self, previous: TransactionState | None, value: Value | None, timed_out: bool) -> None:
+        """Report a durable, installed change of one id to the observer (the node's metrics)."""
+        if value is None:
+            return
+        state = value.state
+        if state is TransactionState.ONGOING and previous is not TransactionState.ONGOING:
+            self._observer.transaction_started()
+        elif state is TransactionState.PREPARE_ABORT and timed_out:
+            self._observer.transaction_timed_out()
+        elif state in (TransactionState.COMPLETE_COMMIT, TransactionState.COMPLETE_ABORT):
+            committed = state is TransactionState.COMPLETE_COMMIT
+            self._observer.transaction_completed(committed)
+            with self._lock:
+                since = self._commits_since.pop(value.transactional_id, None)
+            if committed and since is not None:
+                self._observer.commit_completed(time.monotonic() - since)
 
     def _send_markers(self, effect: SendMarkers) -> None:
         try:
@@ -223,6 +287,8 @@ class TransactionCoordinator:
             acked = set()
         with self._lock:
             effects = self.core.markers_written(effect.send_id, acked, self._now_ms())
+        if any(isinstance(e, StartTimer) and e.key[0] == "markers" for e in effects):
+            self._observer.markers_resent(len(set(effect.owed) - acked))
         self._run(effects)
 
     def _reserve_producer_ids(self) -> None:

@@ -1,0 +1,72 @@
+"""What the coordinators' drivers report as they carry out the protocol, for the node's metrics.
+
+The drivers call these methods after the fact (a value is durable, a check was handed over); the
+sans-I/O cores never see them. coordinator/metrics.py implements every one with Prometheus metrics;
+NO_OBSERVER ignores them, for drivers built without a node (unit tests).
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class TransactionObserver(Protocol):
+    def transaction_started(self) -> None: ...
+    def transaction_completed(self, committed: bool) -> None: ...
+    def transaction_timed_out(self) -> None: ...
+    def end_txn_answered(self, committed: bool, seconds: float) -> None: ...
+    def commit_completed(self, seconds: float) -> None: ...
+    def markers_resent(self, count: int) -> None: ...
+
+
+class GroupObserver(Protocol):
+    def group_rebalanced(self) -> None: ...
+
+
+class HalfMessageObserver(Protocol):
+    def check_back_sent(self) -> None: ...
+    def check_back_resolved(self, committed: bool) -> None: ...
+    def half_messages_discarded(self, count: int) -> None: ...
+
+
+class OwnershipObserver(Protocol):
+    def ownership_changed(self, action: str, topic: str) -> None: ...
+
+
+class NoObserver:
+    """Every observer interface, doing nothing."""
+
+    def transaction_started(self) -> None:
+        pass
+
+    def transaction_completed(self, committed: bool) -> None:
+        pass
+
+    def transaction_timed_out(self) -> None:
+        pass
+
+    def end_txn_answered(self, committed: bool, seconds: float) -> None:
+        pass
+
+    def commit_completed(self, seconds: float) -> None:
+        pass
+
+    def markers_resent(self, count: int) -> None:
+        pass
+
+    def group_rebalanced(self) -> None:
+        pass
+
+    def check_back_sent(self) -> None:
+        pass
+
+    def check_back_resolved(self, committed: bool) -> None:
+        pass
+
+    def half_messages_discarded(self, count: int) -> None:
+        pass
+
+    def ownership_changed(self, action: str, topic: str) -> None:
+        pass
+
+
+NO_OBSERVER = NoObserver()
