@@ -20,6 +20,7 @@ from typing import Any
 
 from coordinator.config import NodeConfig
 from coordinator.layout import ClusterLayout, ClusterSpec, check_shard_counts, read_cluster_spec, write_cluster_spec
+from coordinator.metrics import read_metrics_url
 from proto import txnsim_pb2 as pb
 from proto.cluster_client import TRANSACTION, ClusterClient
 from proto.errors import KafkaConfigurationError, KafkaError, KafkaTimeoutError
@@ -39,11 +40,16 @@ class LocalCluster:
 
     def __init__(self, nodes: int = 3, data_dir: str | os.PathLike | None = None, txn_shards: int = 50,
                  offsets_shards: int | None = None, host: str = "127.0.0.1", startup_timeout_s: float = 60.0,
-                 kafka_port: int | None = None, **node_settings: Any) -> None:
+                 kafka_port: int | None = None, metrics_port: int | None = None, **node_settings: Any) -> None:
         """`kafka_port`: the first node's Kafka listener port, the next nodes' the ports after it; None keeps
-        the ports a restarted cluster had (or picks free ones), 0 picks free ones."""
+        the ports a restarted cluster had (or picks free ones), 0 picks free ones. `metrics_port`: the same
+        for each node's Prometheus /metrics on 127.0.0.1 (None or 0: free ports, chosen by each node)."""
         if nodes < 1:
             raise KafkaConfigurationError("a cluster needs at least one node")
+        if metrics_port and not 0 < metrics_port <= 65536 - nodes:
+            raise KafkaConfigurationError(
+                f"metrics_port must leave room for {nodes} ports below 65536, not {metrics_port}")
+        self.metrics_port = metrics_port or 0
         self._own_tmp = data_dir is None
         self.data_dir = Path(tempfile.mkdtemp(prefix="txnsim-")) if data_dir is None else Path(data_dir)
         self.layout = ClusterLayout(self.data_dir)
@@ -139,10 +145,16 @@ class LocalCluster:
         proc = self._procs.get(node_id)
         return proc.pid if proc is not None and proc.poll() is None else None
 
+    def metrics_url(self, node_id: int) -> str | None:
+        """Where the node serves its Prometheus metrics (http://127.0.0.1:PORT/metrics, chosen when it started);
+        None while it is not running."""
+        return read_metrics_url(self.layout.nodes, node_id) if self.is_alive(node_id) else None
+
     # ------------------------------------------------------------ life cycle
 
     def start(self) -> LocalCluster:
         self._check_kafka_ports_free()
+        self._check_metrics_ports_free()
         write_cluster_spec(self.layout, self.spec)
         check_shard_counts(self.layout, self.spec.config)
         for node_id in self.node_ids:
@@ -209,13 +221,28 @@ class LocalCluster:
                         f"Kafka port {port} (node {node_id}) is taken ({exc.strerror}); choose another first "
                         "port (--kafka-port N, or kafka_port=N; 0 picks free ports)") from None
 
+    def _check_metrics_ports_free(self) -> None:
+        """As for Kafka ports: a taken metrics port is one clear line, not a node dying during start-up."""
+        if not self.metrics_port:
+            return
+        for node_id in self.node_ids:
+            port = self.metrics_port + node_id
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError as exc:
+                    raise KafkaConfigurationError(
+                        f"metrics port {port} (node {node_id}) is taken ({exc.strerror}); choose another first "
+                        "port (--metrics-port N, or metrics_port=N; 0 picks free ports)") from None
+
     def _spawn(self, node_id: int) -> None:
         self.layout.make_dirs()
         out = open(self.layout.node_log(node_id), "ab")
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self._procs[node_id] = subprocess.Popen(
             [sys.executable, "-m", "coordinator.node", "--data-dir", str(self.data_dir), "--node-id", str(node_id),
-             "--exit-on-stdin-eof"],
+             "--exit-on-stdin-eof", "--metrics-port", str(self.metrics_port + node_id if self.metrics_port else 0)],
             stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         out.close()
 

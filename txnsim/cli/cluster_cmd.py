@@ -6,6 +6,7 @@ import signal
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 
 from rich.markup import escape
@@ -13,6 +14,7 @@ from rich.table import Table
 
 from coordinator.layout import ClusterLayout, read_cluster_spec
 from coordinator.membership import node_is_alive
+from coordinator.metrics import read_metrics_url
 from proto import txnsim_pb2 as pb
 from proto.cluster_client import ClusterClient
 from proto.errors import KafkaError
@@ -32,6 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     start.add_argument("--kafka-port", type=int, default=9092,
                        help="the first node's Kafka wire-protocol port, the next nodes' the ports after it "
                             "(default 9092, as Kafka; 0 picks free ports)")
+    start.add_argument("--metrics-port", type=int, default=0,
+                       help="the first node's Prometheus /metrics port on 127.0.0.1, the next nodes' the ports "
+                            "after it (default 0: free ports; `txnsim cluster status` shows them)")
     start.set_defaults(func=start_cluster)
     status = verbs.add_parser("status", help="nodes, liveness, the logs each one owns, and ownership changes")
     status.add_argument("--changes", type=int, default=20, help="how many recent ownership changes to show")
@@ -52,7 +57,8 @@ def start_cluster(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     cluster = LocalCluster(nodes=args.nodes, data_dir=args.data_dir, txn_shards=args.txn_shards,
-                           offsets_shards=args.offsets_shards, kafka_port=args.kafka_port)
+                           offsets_shards=args.offsets_shards, kafka_port=args.kafka_port,
+                           metrics_port=args.metrics_port)
     try:
         with console.status(f"starting {args.nodes} nodes in {args.data_dir} ..."):
             cluster.start()
@@ -66,6 +72,8 @@ def start_cluster(args: argparse.Namespace) -> int:
         console.print(f"bootstrap servers: [bold]{cluster.bootstrap_servers}[/bold]")
         console.print(f"RocketMQ 5 endpoints: [bold]{cluster.rocketmq_endpoints}[/bold]")
         console.print(f"Kafka bootstrap servers: [bold]{cluster.kafka_bootstrap_servers}[/bold]")
+        console.print("Prometheus metrics: " + " ".join(str(cluster.metrics_url(n)) for n in cluster.node_ids),
+                      soft_wrap=True)
         console.print("other commands find this cluster through --data-dir; Ctrl-C stops it.")
         threading.Event().wait()
     except KeyboardInterrupt:
@@ -98,10 +106,35 @@ def cluster_status(args: argparse.Namespace) -> int:
             table.add_row(str(node.node_id), node.address, "yes" if node.alive else "[red]no[/red]",
                           str(counts["txn"]), str(counts["group"]), str(counts["data"]))
         console.print(table)
+        _print_metrics_urls(metrics_urls(args, metadata.nodes))
         _print_ownership_changes(client, metadata, args.changes)
     finally:
         client.close()
     return 0
+
+
+def metrics_urls(args: argparse.Namespace, nodes: Iterable[pb.NodeInfo]) -> dict[int, str | None]:
+    """Each node's Prometheus /metrics URL (None: not running), from the file each node writes at start-up in
+    DATA/nodes/; {} when --data-dir is not the cluster asked (its cluster.json names other addresses)."""
+    layout = ClusterLayout(args.data_dir)
+    try:
+        spec = read_cluster_spec(layout)
+    except (KafkaError, OSError, ValueError):
+        return {}
+    nodes = list(nodes)
+    if any(spec.nodes.get(node.node_id) != node.address for node in nodes):
+        return {}
+    return {node.node_id: read_metrics_url(layout.nodes, node.node_id) if node.alive else None for node in nodes}
+
+
+def _print_metrics_urls(urls: dict[int, str | None]) -> None:
+    if not urls:
+        console.print("Prometheus metrics: each node writes its URL to DATA/nodes/<id>.metrics; pass the "
+                      "cluster's --data-dir to see them", soft_wrap=True)
+        return
+    console.print("Prometheus metrics:")
+    for node_id, url in sorted(urls.items()):
+        console.print(f"  node {node_id}  {escape(url) if url else '(not running)'}", soft_wrap=True)
 
 
 def _log_name(topic: str, partition: int) -> str:
