@@ -159,6 +159,39 @@ def test_a_half_message_left_undecided_is_checked_back_and_resolved(cluster, adm
     assert total(cluster, "txnsim_rocketmq_half_messages_undecided") == 0
 
 
+def leaders(cluster: LocalCluster, topic: str) -> dict[int, int]:
+    """partition -> the node leading it now."""
+    metadata = cluster.client.refresh_metadata([topic])
+    return {p.partition: p.leader for t in metadata.topics if t.name == topic for p in t.partitions}
+
+
+@pytest.mark.slow
+def test_markers_a_paused_partition_owner_does_not_acknowledge_are_sent_again(cluster, topic, txn_id):
+    """SIGSTOP the owner of a partition in the transaction: its marker times out (5 s) and is resent to the
+    node that took the partition over meanwhile."""
+    coordinator = cluster.coordinator_for(txn_id)
+    partition, owner = next((p, n) for p, n in sorted(leaders(cluster, topic).items()) if n != coordinator)
+    url = cluster.metrics_url(coordinator)
+    before = scrape(url)
+    with Producer(bootstrap_servers=cluster.bootstrap_servers, transactional_id=txn_id) as p:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send(topic, value=b"v", partition=partition).get(timeout=10)
+        cluster.pause(owner)
+        try:
+            p.commit_transaction()  # answered once PrepareCommit is durable; the markers follow
+            wait_until(lambda: value(scrape(url), "txnsim_transactions_committed_total")
+                       - value(before, "txnsim_transactions_committed_total") == 1, 30, "the commit to complete")
+        finally:
+            cluster.resume(owner)
+    assert value(scrape(url), "txnsim_txn_marker_retries_total") - value(before, "txnsim_txn_marker_retries_total") >= 1
+    assert value(scrape(url), "txnsim_transaction_commit_latency_seconds_bucket", le="1.0") \
+        - value(before, "txnsim_transaction_commit_latency_seconds_bucket", le="1.0") == 0, "the commit took seconds"
+    # the woken node is fenced, then takes its preferred shards back: the next test finds the cluster whole
+    wait_until(lambda: value(scrape(cluster.metrics_url(owner)), "txnsim_owned_logs", log="transaction_state") > 0,
+               20, "the resumed node to own shards again")
+
+
 def test_a_killed_node_moves_its_shards_and_cluster_status_shows_where_metrics_are(cluster):
     """Last in this module: it kills a node of the shared cluster."""
     victim, survivors = 2, [0, 1]
