@@ -87,8 +87,8 @@ class NodeMetrics:
             "(every marker acknowledged and CompleteCommit durable), on the node that received the EndTxn",
             buckets=LATENCY_BUCKETS, registry=r)
         self._end_txn_latency = Histogram(
-            "txnsim_end_txn_latency_seconds", "From EndTxn received to EndTxn answered (PrepareCommit or "
-            "PrepareAbort durable: the outcome is decided); result: commit or abort",
+            "txnsim_end_txn_latency_seconds", "From EndTxn received to its answer without error (PrepareCommit "
+            "or PrepareAbort durable: the outcome is decided); result: commit or abort",
             ["result"], buckets=LATENCY_BUCKETS, registry=r)
         self._marker_retries = Counter(
             "txnsim_txn_marker_retries", "COMMIT/ABORT markers a partition owner did not acknowledge, sent "
@@ -114,7 +114,6 @@ class NodeMetrics:
         for resolution in ("commit", "rollback"):
             self._checks_resolved.labels(resolution=resolution)
         self._server: WSGIServer | None = None
-        self._thread: threading.Thread | None = None
 
     def watch(self, state: NodeState) -> None:
         """Serve the gauges of the node's current state, read at each scrape."""
@@ -160,17 +159,21 @@ class NodeMetrics:
     def serve(self, host: str, port: int) -> str:
         """Serve /metrics on host:port (0: a free port) from a daemon thread; returns its URL."""
         try:
-            self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+            self._server, _ = start_http_server(port, addr=host, registry=self.registry)
         except OSError as exc:
             raise KafkaConfigurationError(f"cannot serve metrics on {host}:{port} ({exc.strerror}); choose another "
                                           "port (--metrics-port N; 0 picks a free one)") from None
         return f"http://{host}:{self._server.server_port}/metrics"
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        """Stop serving and free the port, in the background: the server notices within its 0.5 s poll,
+        and a stopping node need not wait for that."""
+        server, self._server = self._server, None
+        if server is not None:
+            def close() -> None:
+                server.shutdown()
+                server.server_close()
+            threading.Thread(target=close, name="metrics-stop", daemon=True).start()
 
 
 class _StateCollector(Collector):
