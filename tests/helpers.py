@@ -24,22 +24,28 @@ def wait_until(condition: Callable[[], T], timeout_s: float = 10.0, what: str = 
 
 
 def read_all(bootstrap_servers: str, topic: str, *, partitions: int, isolation_level: str = "read_committed",
-             settle_s: float = 2.0, timeout_s: float = 30.0) -> list:
+             settle_s: float = 2.0, timeout_s: float = 30.0, open_allowed: bool = False) -> list:
     """Every record of `topic` from the start to its end as a consumer sees it (the LSO for
     read_committed).
 
     Markers are written after EndTxn answers, so first it gives open transactions up to
-    `settle_s` to be decided (LSO reaching the high watermark everywhere); a transaction still
-    open then holds the end where it is, as it would for any reader. Then it reads until every
-    partition's position reaches that end: a fetch held up by a failover is not mistaken for the
-    end of the topic (an empty poll proves nothing).
+    `settle_s` to be decided (LSO reaching the high watermark everywhere). One still open then
+    fails the read, unless the test left it open on purpose (`open_allowed`): then it holds the
+    end where it is, as it would for any reader. Then it reads until every partition's position
+    reaches that end: a fetch held up by a failover is not mistaken for the end of the topic (an
+    empty poll proves nothing).
     """
     from txnsim import Admin, Consumer, TopicPartition
 
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     with Admin(bootstrap_servers) as admin:
         settled_by = time.monotonic() + settle_s
-        while admin.last_stable_offsets(tps) != admin.end_offsets(tps) and time.monotonic() < settled_by:
+        while (lso := admin.last_stable_offsets(tps)) != (hw := admin.end_offsets(tps)):
+            if time.monotonic() > settled_by:
+                if open_allowed:
+                    break
+                held = {str(tp): (lso[tp], hw[tp]) for tp in tps if lso[tp] != hw[tp]}
+                raise AssertionError(f"read_all: transactions still open after {settle_s} s (LSO, HW): {held}")
             time.sleep(0.02)
     with Consumer(bootstrap_servers=bootstrap_servers, isolation_level=isolation_level,
                   auto_offset_reset="earliest", enable_auto_commit=False) as consumer:

@@ -90,9 +90,10 @@ def producer(cluster, group, listener) -> Producer:
     return p
 
 
-def values(cluster, topic, partitions=2, isolation_level="read_committed", settle_s=2.0):
+def values(cluster, topic, partitions=2, isolation_level="read_committed", settle_s=2.0, open_allowed=False):
     return sorted(r.value for r in read_all(cluster.bootstrap_servers, topic, partitions=partitions,
-                                            isolation_level=isolation_level, settle_s=settle_s))
+                                            isolation_level=isolation_level, settle_s=settle_s,
+                                            open_allowed=open_allowed))
 
 
 def pending(admin, group):
@@ -102,8 +103,8 @@ def pending(admin, group):
 def test_a_message_is_visible_exactly_when_its_local_transaction_committed(cluster, admin, topic, group, storage):
     orders = Orders()
     with producer(cluster, group, orders) as p:
-        orders.peek = lambda: (values(cluster, topic, settle_s=0),
-                               values(cluster, topic, isolation_level="read_uncommitted", settle_s=0))
+        orders.peek = lambda: (values(cluster, topic, settle_s=0, open_allowed=True),
+                               values(cluster, topic, isolation_level="read_uncommitted", settle_s=0, open_allowed=True))
         committed = p.send_message_in_transaction(topic, value=b"order-1", key=b"1", arg=COMMIT,
                                                   headers=[("orderId", b"1")])
         in_committed, in_uncommitted = orders.seen_during_local_txn
@@ -182,7 +183,7 @@ def test_check_counts_survive_a_sigkill_of_the_shard_owner(cluster, admin, topic
         [before] = pending(admin, group)
         cluster.kill(before.node_id)
         try:  # (an empty listing proves nothing while the shard moves: wait for the message itself)
-            wait_until(lambda: values(cluster, topic, settle_s=0) == [b"survivor"], 20,
+            wait_until(lambda: values(cluster, topic, settle_s=0, open_allowed=True) == [b"survivor"], 20,
                        "the new owner to finish the checks and commit")
         finally:
             cluster.restart(before.node_id)
@@ -206,7 +207,7 @@ def test_a_paused_shard_owner_is_taken_over_and_sends_no_check_when_it_wakes(clu
             wait_until(lambda: len(orders.checks[b"1"]) >= 3, 20, "another node to go on checking")
         finally:
             cluster.resume(owner)
-        wait_until(lambda: values(cluster, topic, settle_s=0) == [b"paused"], 20, "the commit")
+        wait_until(lambda: values(cluster, topic, settle_s=0, open_allowed=True) == [b"paused"], 20, "the commit")
     assert orders.checks[b"1"] == [1, 2, 3, 4], "no check repeated, none from the woken node"
 
 

@@ -1,9 +1,8 @@
 """TransactionCoordinator logic over a real shard log; phase two recorded by a marker writer we control."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +12,7 @@ from partitions import LogManager
 from proto import txnsim_pb2 as pb
 from proto.errors import ConcurrentTransactionsError, InvalidTxnStateError, ProducerFencedError
 from proto.hashing import partition_for
+from tests.fakes import ManualClock
 from tests.helpers import wait_until
 
 SHARDS = 4
@@ -36,21 +36,13 @@ class RecordingMarkers:
         return set(owed) if self.succeed else set()
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000
-
-    def __call__(self) -> int:
-        return self.now
-
-
 def make(tmp_path, markers, clock=None, logs=None, assigned_here=lambda shard: False):
     logs = logs or LogManager(tmp_path / "logs")
     tc = TransactionCoordinator(txn_shards=SHARDS, offsets_shards=2, transaction_max_timeout_ms=900_000,
                                 transactional_id_expiration_ms=10_000,
                                 allocator=ProducerIdAllocator(tmp_path / "pids"), markers=markers,
                                 partitions_for=lambda topic: 3 if topic == "t" else None,
-                                now_ms=clock or Clock(), assigned_here=assigned_here)
+                                now_ms=clock or ManualClock(), assigned_here=assigned_here)
     for shard in range(SHARDS):
         tc.load_shard(shard, logs.open_as_leader("__transaction_state", shard))
     return tc, logs
@@ -125,12 +117,12 @@ def test_a_new_instance_fences_the_open_transaction_of_the_old_one(tmp_path):
 
 
 def test_a_transaction_past_its_timeout_is_aborted_at_a_fenced_epoch(tmp_path):
-    markers, clock = RecordingMarkers(), Clock()
+    markers, clock = RecordingMarkers(), ManualClock()
     tc, _ = make(tmp_path, markers, clock)
     ids = init(tc, "tx", timeout_ms=1000)
     add(tc, "tx", ids.producer_id, ids.producer_epoch, 0)
     assert tc.abort_timed_out_transactions() == 0
-    clock.now += 1001
+    clock.advance(1001)
     assert tc.abort_timed_out_transactions() == 1
     wait_until(lambda: state(tc, "tx").state == "CompleteAbort")
     assert markers.written[0][1] == ids.producer_epoch + 1
@@ -140,10 +132,10 @@ def test_a_transaction_past_its_timeout_is_aborted_at_a_fenced_epoch(tmp_path):
 
 
 def test_idle_ids_expire_and_their_shard_forgets_them(tmp_path):
-    clock = Clock()
+    clock = ManualClock()
     tc, _ = make(tmp_path, RecordingMarkers(), clock)
     init(tc, "idle")
-    clock.now += 10_001
+    clock.advance(10_001)
     assert tc.expire_transactional_ids() == 1
     assert state(tc, "idle").error_code == 105  # TRANSACTIONAL_ID_NOT_FOUND
 

@@ -433,7 +433,7 @@ def group_requests() -> dict:
 
 def admin_requests() -> dict:
     """The admin APIs (admin_apis.py), from their own test module's stand-ins."""
-    from tests.unit.kafka.test_admin_handlers import admin_requests as build
+    from tests.unit.coordinator.kafka.test_admin_handlers import admin_requests as build
     return build()
 
 

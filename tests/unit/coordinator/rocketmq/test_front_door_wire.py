@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 
 from coordinator.rocketmq import rmq_messages
-from proto import errors as rmq_errors
 from coordinator.rocketmq.producers import ProducerRegistry
 from coordinator.rocketmq.rmq_wire import code_for, rmq, rmq_service
 from coordinator.rocketmq.telemetry import TelemetrySession
-from proto import errors
-from proto import records
+from proto import errors, records
+from proto import errors as rmq_errors
 from proto import txnsim_pb2 as pb
 
 

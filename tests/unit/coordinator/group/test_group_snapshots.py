@@ -19,9 +19,9 @@ from coordinator.group.coordinator import ShardLoad
 from partitions import LogConfig, PartitionLog
 from proto import txnsim_pb2 as pb
 from proto.structs import TopicPartition
-from tests.unit.group.test_group_coordinator import (
+from tests.fakes import ManualClock
+from tests.unit.coordinator.group.test_group_coordinator import (
     TOPICS,
-    Clock,
     commit,
     fetch,
     rebalance,
@@ -65,8 +65,8 @@ class ShardFiles:
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> ManualClock:
+    return ManualClock()
 
 
 @pytest.fixture
@@ -76,7 +76,7 @@ def shard(tmp_path: Path):
     files.log.close()
 
 
-def load(clock: Clock, shard_log: PartitionLog, interval: int = INTERVAL) -> tuple[GroupCoordinator, ShardLoad]:
+def load(clock: ManualClock, shard_log: PartitionLog, interval: int = INTERVAL) -> tuple[GroupCoordinator, ShardLoad]:
     gc = GroupCoordinator(1, now_ms=clock, min_session_timeout_ms=100, partitions_for=TOPICS.get,
                           snapshot_interval_records=interval, initial_rebalance_delay_ms=0, run_timers=False)
     return gc, gc.load_shard(SHARD, shard_log)
@@ -105,7 +105,7 @@ class Workload:
 
     PRODUCERS = range(5000, 5012)
 
-    def __init__(self, gc: GroupCoordinator, shard: ShardFiles, clock: Clock, seed: int) -> None:
+    def __init__(self, gc: GroupCoordinator, shard: ShardFiles, clock: ManualClock, seed: int) -> None:
         self.gc, self.shard, self.clock = gc, shard, clock
         self.rng = random.Random(seed)
         self.members: dict[str, list[str]] = {group: [] for group in GROUPS}
@@ -161,7 +161,7 @@ class Workload:
 
 
 def test_a_reloaded_shard_serves_exactly_what_it_served_and_replays_only_the_tail(shard: ShardFiles,
-                                                                                   clock: Clock) -> None:
+                                                                                   clock: ManualClock) -> None:
     gc, _ = load(clock, shard.log)
     workload = Workload(gc, shard, clock, seed=7)
     workload.run(3000)
@@ -185,7 +185,7 @@ def test_a_reloaded_shard_serves_exactly_what_it_served_and_replays_only_the_tai
 
 
 def test_txn_offsets_pending_at_the_snapshot_follow_the_markers_written_after_it(shard: ShardFiles,
-                                                                                 clock: Clock) -> None:
+                                                                                 clock: ManualClock) -> None:
     gc, _ = load(clock, shard.log)
     commit(gc, {T0: 1, T1: 1})
     txn_commit(gc, {T0: 50}, producer_id=7001)
@@ -209,7 +209,7 @@ def commit_many(gc: GroupCoordinator, count: int) -> None:
 
 
 @pytest.fixture
-def history(shard: ShardFiles, clock: Clock) -> tuple[GroupCoordinator, bytes, int]:
+def history(shard: ShardFiles, clock: ManualClock) -> tuple[GroupCoordinator, bytes, int]:
     """Three snapshots (about 100, 200, 300) with commits after each; returns the coordinator, the
     first snapshot's payload and offset (what a node fenced since then would write again)."""
     gc, _ = load(clock, shard.log, interval=10**6)
@@ -223,7 +223,7 @@ def history(shard: ShardFiles, clock: Clock) -> tuple[GroupCoordinator, bytes, i
 
 
 def test_a_fenced_writers_older_snapshot_neither_wins_nor_deletes_the_newer_ones(
-        shard: ShardFiles, clock: Clock, history: tuple[GroupCoordinator, bytes, int]) -> None:
+        shard: ShardFiles, clock: ManualClock, history: tuple[GroupCoordinator, bytes, int]) -> None:
     gc, stale_payload, stale_offset = history
     newer = shard.snapshot_offsets()
     assert shard.log.log_start_offset > stale_offset  # the new owner already deleted what lies below
@@ -237,7 +237,7 @@ def test_a_fenced_writers_older_snapshot_neither_wins_nor_deletes_the_newer_ones
 
 
 def test_a_damaged_newest_snapshot_falls_back_to_the_previous_one_and_loses_nothing(
-        shard: ShardFiles, clock: Clock, history: tuple[GroupCoordinator, bytes, int]) -> None:
+        shard: ShardFiles, clock: ManualClock, history: tuple[GroupCoordinator, bytes, int]) -> None:
     gc, _, _ = history
     fallback, newest = shard.snapshot_offsets()
     assert shard.log.log_start_offset <= fallback
@@ -249,7 +249,7 @@ def test_a_damaged_newest_snapshot_falls_back_to_the_previous_one_and_loses_noth
 
 
 def test_a_fallback_below_the_log_start_is_not_used_silently(
-        shard: ShardFiles, clock: Clock, history: tuple[GroupCoordinator, bytes, int],
+        shard: ShardFiles, clock: ManualClock, history: tuple[GroupCoordinator, bytes, int],
         caplog: pytest.LogCaptureFixture) -> None:
     _, stale_payload, stale_offset = history
     shard_snapshots.write(shard.directory, snapshots.KIND, stale_offset, stale_payload)

@@ -50,6 +50,7 @@ from proto.records import (
     set_base_offset,
 )
 from proto.structs import TopicPartition
+from tests.fakes import ManualClock
 
 SHARDS = 4
 GROUP = "orders-app"
@@ -120,20 +121,12 @@ class DiskLog:
         return self
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.ms = 1_000_000
-
-    def __call__(self) -> int:
-        return self.ms
-
-
 TOPICS = {"orders": 5, "payments": 2}
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> ManualClock:
+    return ManualClock()
 
 
 @pytest.fixture(params=["disk", "memory"])
@@ -146,7 +139,7 @@ def shard_log(request: pytest.FixtureRequest, tmp_path: Path):
     disk.log.close()
 
 
-def make_coordinator(clock: Clock, shard_log: MemoryLog, topics: dict[str, int] = TOPICS) -> GroupCoordinator:
+def make_coordinator(clock: ManualClock, shard_log: MemoryLog, topics: dict[str, int] = TOPICS) -> GroupCoordinator:
     ids = itertools.count()
     coordinator = GroupCoordinator(SHARDS, now_ms=clock, min_session_timeout_ms=100, partitions_for=topics.get,
                                    initial_rebalance_delay_ms=0, run_timers=False,
@@ -156,7 +149,7 @@ def make_coordinator(clock: Clock, shard_log: MemoryLog, topics: dict[str, int] 
 
 
 @pytest.fixture
-def gc(clock: Clock, shard_log: MemoryLog) -> GroupCoordinator:
+def gc(clock: ManualClock, shard_log: MemoryLog) -> GroupCoordinator:
     return make_coordinator(clock, shard_log)
 
 
@@ -342,7 +335,7 @@ def test_leave_group_rebalances_the_rest(gc: GroupCoordinator) -> None:
     assert len(sync(gc, b2)) == 5
 
 
-def test_expired_session_removes_member_and_rebalances(gc: GroupCoordinator, clock: Clock) -> None:
+def test_expired_session_removes_member_and_rebalances(gc: GroupCoordinator, clock: ManualClock) -> None:
     a = join(gc, ["orders"], session_ms=1000)
     sync(gc, a)
     clock.ms += 1001
@@ -353,7 +346,7 @@ def test_expired_session_removes_member_and_rebalances(gc: GroupCoordinator, clo
     assert b.generation_id == 3  # 2 was the empty group after a's expiry
 
 
-def test_member_that_never_rejoins_is_removed_after_rebalance_timeout(gc: GroupCoordinator, clock: Clock) -> None:
+def test_member_that_never_rejoins_is_removed_after_rebalance_timeout(gc: GroupCoordinator, clock: ManualClock) -> None:
     a = join(gc, ["orders"], session_ms=10_000, rebalance_ms=2000)
     sync(gc, a)
     pending = join_in_background(gc, ["orders"], session_ms=10_000, rebalance_ms=2000)
@@ -392,7 +385,7 @@ def test_describe_list_and_delete_groups(gc: GroupCoordinator) -> None:
 
 # ---------------------------------------------------------------- offsets
 
-def test_offsets_survive_a_reload_into_a_fresh_coordinator(gc: GroupCoordinator, clock: Clock,
+def test_offsets_survive_a_reload_into_a_fresh_coordinator(gc: GroupCoordinator, clock: ManualClock,
                                                            shard_log: MemoryLog) -> None:
     commit(gc, {T0: 10, T1: 20})
     commit(gc, {T0: 11})
@@ -400,7 +393,7 @@ def test_offsets_survive_a_reload_into_a_fresh_coordinator(gc: GroupCoordinator,
     assert fetch(fresh, [T0, T1, TopicPartition("orders", 2)]) == {T0: 11, T1: 20, TopicPartition("orders", 2): -1}
 
 
-def test_generation_survives_reload_so_a_stale_member_is_fenced(gc: GroupCoordinator, clock: Clock,
+def test_generation_survives_reload_so_a_stale_member_is_fenced(gc: GroupCoordinator, clock: ManualClock,
                                                                 shard_log: MemoryLog) -> None:
     a = join(gc, ["orders"])
     assert len(sync(gc, a)) == 5
@@ -468,7 +461,7 @@ def test_txn_offsets_vanish_on_abort_marker(gc: GroupCoordinator, shard_log: Mem
 
 
 @pytest.mark.parametrize("committed", [True, False])
-def test_reload_replays_markers_to_the_same_outcome(gc: GroupCoordinator, clock: Clock, shard_log: MemoryLog,
+def test_reload_replays_markers_to_the_same_outcome(gc: GroupCoordinator, clock: ManualClock, shard_log: MemoryLog,
                                                     committed: bool) -> None:
     commit(gc, {T0: 5})
     txn_commit(gc, {T0: 9})
@@ -483,7 +476,7 @@ def test_reload_replays_markers_to_the_same_outcome(gc: GroupCoordinator, clock:
     assert fetch(fresh, [T1]) == {T1: 3}
 
 
-def test_plain_commit_after_the_txn_write_wins_over_the_txn(gc: GroupCoordinator, clock: Clock,
+def test_plain_commit_after_the_txn_write_wins_over_the_txn(gc: GroupCoordinator, clock: ManualClock,
                                                            shard_log: MemoryLog) -> None:
     txn_commit(gc, {T0: 9})
     commit(gc, {T0: 12})  # written after the transactional record
@@ -492,7 +485,7 @@ def test_plain_commit_after_the_txn_write_wins_over_the_txn(gc: GroupCoordinator
     assert fetch(make_coordinator(clock, shard_log.reopened()), [T0]) == {T0: 12}
 
 
-def test_txn_write_after_a_marker_waits_for_the_next_marker(gc: GroupCoordinator, clock: Clock,
+def test_txn_write_after_a_marker_waits_for_the_next_marker(gc: GroupCoordinator, clock: ManualClock,
                                                             shard_log: MemoryLog) -> None:
     marker = shard_log.append_marker(PID, True)  # the node wrote a marker; the callback is late
     txn_commit(gc, {T0: 9})
@@ -528,14 +521,14 @@ def test_txn_commit_with_a_bare_group_id_is_accepted_like_kafka(gc: GroupCoordin
 
 # ---------------------------------------------------------------- shards
 
-def test_unowned_shard_is_not_coordinator(clock: Clock) -> None:
+def test_unowned_shard_is_not_coordinator(clock: ManualClock) -> None:
     gc = GroupCoordinator(SHARDS, now_ms=clock)
     assert not gc.owns_group(GROUP)
     with pytest.raises(NotCoordinatorError):
         fetch(gc, [T0])
 
 
-def test_requests_during_load_get_load_in_progress_and_markers_are_kept(clock: Clock, shard_log: MemoryLog) -> None:
+def test_requests_during_load_get_load_in_progress_and_markers_are_kept(clock: ManualClock, shard_log: MemoryLog) -> None:
     gc = make_coordinator(clock, shard_log)
     txn_commit(gc, {T0: 9})
     seen: list[Exception] = []
@@ -577,7 +570,7 @@ def test_service_answers_errors_in_the_response(gc: GroupCoordinator) -> None:
     assert ok.error_code == 0 and ok.generation_id == 1
 
 
-def test_a_membership_record_from_before_the_classic_protocol_loads_as_an_empty_group(clock: Clock,
+def test_a_membership_record_from_before_the_classic_protocol_loads_as_an_empty_group(clock: ManualClock,
                                                                                        shard_log: MemoryLog) -> None:
     old = (b'{"version":0,"generation":7,"members":[{"member_id":"consumer-1","group_instance_id":null,'
            b'"session_timeout_ms":1000,"rebalance_timeout_ms":5000,"topics":["orders"]}]}')

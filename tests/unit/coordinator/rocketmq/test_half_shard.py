@@ -7,8 +7,18 @@ import dataclasses
 import pytest
 
 from coordinator.rocketmq.half_shard import CheckAction, HalfShard
-from coordinator.rocketmq.log_format import (HalfRecord, OpKind, OpRecord, Resolution, Storage, decode_half,
-                                             decode_op, encode_half, encode_op, parse_transaction_id)
+from coordinator.rocketmq.log_format import (
+    HalfRecord,
+    OpKind,
+    OpRecord,
+    Resolution,
+    Storage,
+    decode_half,
+    decode_op,
+    encode_half,
+    encode_op,
+    parse_transaction_id,
+)
 from proto import records
 from proto.errors import InvalidTransactionIdError
 

@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 
 from coordinator.rocketmq.pop_service import committed_records
 from coordinator.rocketmq.pop_state import WINDOW, Commit, PopQueue, ReceiptHandle, decode_acked, encode_acked
-from proto.errors import InvalidReceiptHandleError
 from proto import records
+from proto.errors import InvalidReceiptHandleError
 from proto.records import ControlType
 
 INVISIBLE_MS = 1000
