@@ -14,3 +14,11 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
   .venv/bin/python -m pip install --quiet --config-settings editable_mode=lenient -e '.[test]'
   printf '%s' "$wanted" > "$stamp"
 fi
+# The web view's browser tests drive Debian's headless chromium; install it (as root) only when missing.
+if ! command -v chromedriver >/dev/null 2>&1 || ! { command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; }; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium chromium-driver; }
+  else
+    echo "note: chromium and chromium-driver are missing (apt-get install chromium chromium-driver as root); the web view's browser tests will be skipped" >&2
+  fi
+fi

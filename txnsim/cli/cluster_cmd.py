@@ -37,6 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     start.add_argument("--metrics-port", type=int, default=0,
                        help="the first node's Prometheus /metrics port on 127.0.0.1, the next nodes' the ports "
                             "after it (default 0: free ports; `txnsim cluster status` shows them)")
+    start.add_argument("--ui", nargs="?", type=int, const=8080, default=None, metavar="PORT",
+                       help="also serve the live web view on 127.0.0.1:PORT (default 8080), as `txnsim ui` does")
     start.set_defaults(func=start_cluster)
     status = verbs.add_parser("status", help="nodes, liveness, the logs each one owns, and ownership changes")
     status.add_argument("--changes", type=int, default=20, help="how many recent ownership changes to show")
@@ -74,6 +76,10 @@ def start_cluster(args: argparse.Namespace) -> int:
         console.print(f"Kafka bootstrap servers: [bold]{cluster.kafka_bootstrap_servers}[/bold]")
         console.print("Prometheus metrics: " + " ".join(str(cluster.metrics_url(n)) for n in cluster.node_ids),
                       soft_wrap=True)
+        if args.ui is not None:
+            from txnsim.ui.server import BackgroundUI  # starlette and uvicorn load only when asked for
+            ui = BackgroundUI(Path(args.data_dir), args.ui).start()
+            console.print(f"web view: [bold]{ui.url}[/bold]")
         console.print("other commands find this cluster through --data-dir; Ctrl-C stops it.")
         threading.Event().wait()
     except KeyboardInterrupt:

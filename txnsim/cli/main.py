@@ -6,7 +6,7 @@ import logging
 import sys
 
 from txnsim.cli import (bench_cmd, chaos_cmd, cluster_cmd, demo_cmd, dump_log_cmd, groups_cmd, io_cmd, pipeline_cmd,
-                        simulate_cmd, topics_cmd, transactions_cmd)
+                        simulate_cmd, topics_cmd, transactions_cmd, ui_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -14,7 +14,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="WARNING", help="client-side logging (default WARNING)")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in (cluster_cmd, topics_cmd, io_cmd, transactions_cmd, groups_cmd, dump_log_cmd, demo_cmd, pipeline_cmd,
-                   chaos_cmd, bench_cmd, simulate_cmd):
+                   chaos_cmd, bench_cmd, simulate_cmd, ui_cmd):
         module.register(sub)
     return parser
 

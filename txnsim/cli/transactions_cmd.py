@@ -8,6 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from proto.structs import TopicPartition
+from txnsim.cli import timeline_cmd
 from txnsim.cli.common import add_cluster_args, admin_client, console, exits_cleanly
 
 
@@ -39,6 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     abort.add_argument("--start-offset", type=int, required=True)
     add_cluster_args(abort)
     abort.set_defaults(func=abort_transaction)
+    timeline_cmd.register(verbs)
 
 
 def _table(title: str, *columns: str) -> Table:

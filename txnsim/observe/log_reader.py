@@ -1,0 +1,151 @@
+"""Reads a cluster's files for the timeline and the message browser, as `txnsim dump-log` does: straight
+from the segment files (the cluster need not run), tolerating a torn tail and the overlap a takeover
+leaves between two leaders' segment files."""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from coordinator.layout import ClusterLayout, read_cluster_spec
+from coordinator.placement import Placement
+from coordinator.txn.metadata import TxnMetadata
+from partitions.segment import segment_files
+from proto import txnsim_pb2 as pb
+from proto.errors import CorruptMessageError, UnknownTopicOrPartitionError
+from proto.hashing import partition_for
+from proto.records import ControlType, Record, RecordBatch, read_header
+from proto.structs import TRANSACTION_STATE_TOPIC, TopicPartition
+from txnsim.observe.timeline import DataBatch, OwnershipEvent, StateEntry, TimelineEvent, build_timeline
+
+
+def read_batches(layout: ClusterLayout, tp: TopicPartition) -> Iterator[RecordBatch]:
+    """Every readable batch of a partition's log in offset order, each offset once."""
+    directory = layout.logs / f"{tp.topic}-{tp.partition}"
+    if not directory.is_dir():
+        return
+    next_offset = -1
+    for _base, _epoch, path in segment_files(directory):
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            continue  # deleted by retention or a snapshot since listed
+        pos = 0
+        while pos < len(data):
+            try:
+                header = read_header(data, pos)
+            except CorruptMessageError:
+                break
+            if pos + header.size > len(data):
+                break
+            batch = RecordBatch(header, data[pos:pos + header.size])
+            pos += header.size
+            if header.base_offset < next_offset or not batch.crc_ok():
+                continue
+            next_offset = header.next_offset
+            yield batch
+
+
+def data_batch(tp: TopicPartition, batch: RecordBatch) -> DataBatch:
+    h = batch.header
+    marker, coordinator_epoch = "", -1
+    if h.is_control:
+        control = batch.control_record()
+        marker, coordinator_epoch = control.type.name, control.coordinator_epoch
+    return DataBatch(tp, h.base_offset, h.last_offset, h.max_timestamp, h.producer_id, h.producer_epoch,
+                     h.partition_leader_epoch, h.records_count, h.is_control, marker, coordinator_epoch)
+
+
+def read_ownership(layout: ClusterLayout) -> list[OwnershipEvent]:
+    try:
+        lines = (layout.metadata / "ownership.log").read_bytes().splitlines()
+    except FileNotFoundError:
+        return []
+    out = []
+    for raw in lines:
+        try:
+            out.append(OwnershipEvent(**json.loads(raw)))
+        except (ValueError, TypeError):
+            continue  # a line cut by a crash
+    return out
+
+
+def txn_shards(layout: ClusterLayout) -> int:
+    return read_cluster_spec(layout).config.txn_shards
+
+
+def read_state_entries(layout: ClusterLayout, transactional_id: str) -> tuple[int, list[StateEntry]]:
+    """The id's shard, and its durable `__transaction_state` records there (batch transactions are skipped)."""
+    shard = partition_for(transactional_id, txn_shards(layout))
+    key = transactional_id.encode()
+    entries = []
+    for batch in read_batches(layout, TopicPartition(TRANSACTION_STATE_TOPIC, shard)):
+        if batch.header.is_control:
+            continue
+        for record in batch.records():
+            if record.key != key:
+                continue
+            value = None
+            if record.value is not None:
+                if pb.TransactionLogValue.FromString(record.value).HasField("batch"):
+                    continue
+                value = TxnMetadata.from_log_value(transactional_id, record.value)
+            entries.append(StateEntry(record.offset, record.timestamp, batch.header.partition_leader_epoch, value))
+    return shard, entries
+
+
+def timeline_of(data_dir: Path, transactional_id: str) -> list[TimelineEvent]:
+    """The timeline of `transactional_id` from the files of the cluster in `data_dir`."""
+    layout = ClusterLayout(data_dir)
+    shard, entries = read_state_entries(layout, transactional_id)
+    partitions = sorted({tp for e in entries if e.value is not None for tp in e.value.partitions})
+    batches = [data_batch(tp, b) for tp in partitions for b in read_batches(layout, tp)]
+    placement = Placement(tuple(read_cluster_spec(layout).node_ids))
+    first_owners = {(tp.topic, tp.partition): placement.owner(tp.topic, tp.partition)
+                    for tp in [*partitions, TopicPartition(TRANSACTION_STATE_TOPIC, shard)]}
+    return build_timeline(transactional_id, shard, entries, batches, read_ownership(layout), first_owners)
+
+
+@dataclass(frozen=True, slots=True)
+class BrowsedRecord:
+    """One record of a partition, with the fate of its transaction."""
+
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    producer_id: int
+    #: "committed", "aborted", "open" for a transactional record, "" for a plain one
+    transaction: str
+
+
+def browse(data_dir: Path, tp: TopicPartition, start_offset: int = 0, limit: int = 100) -> list[BrowsedRecord]:
+    """Records of a partition from `start_offset` (control records left out), each with its transaction status."""
+    layout = ClusterLayout(data_dir)
+    if not (layout.logs / f"{tp.topic}-{tp.partition}").is_dir():
+        raise UnknownTopicOrPartitionError(f"[UNKNOWN_TOPIC_OR_PARTITION] no log for {tp.topic}-{tp.partition}")
+    pending: list[tuple[Record, RecordBatch]] = []
+    outcome: dict[int, str] = {}            # offset of a transactional record -> its outcome
+    open_of: dict[int, list[int]] = {}      # producer id -> offsets of its undecided records
+    for batch in read_batches(layout, tp):
+        h = batch.header
+        if h.is_control:
+            decided = "committed" if batch.control_record().type == ControlType.COMMIT else "aborted"
+            for offset in open_of.pop(h.producer_id, []):
+                outcome[offset] = decided
+            continue
+        if h.last_offset < start_offset:
+            if h.is_transactional:
+                open_of.setdefault(h.producer_id, [])  # its marker may come after start_offset
+            continue
+        for record in batch.records():
+            if record.offset >= start_offset and len(pending) < limit:
+                pending.append((record, batch))
+                if h.is_transactional:
+                    open_of.setdefault(h.producer_id, []).append(record.offset)
+    return [BrowsedRecord(r.offset, r.timestamp, r.key, r.value, tuple(r.headers), b.header.producer_id,
+                          outcome.get(r.offset, "open") if b.header.is_transactional else "")
+            for r, b in pending]
+

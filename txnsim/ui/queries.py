@@ -1,0 +1,79 @@
+"""What the page asks on demand, as plain JSON-ready dicts: transactions, groups, half messages, records,
+a timeline. Each is one call through the admin API or a read of the cluster's files."""
+from __future__ import annotations
+
+import base64
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from proto.errors import KafkaError
+from proto.structs import TopicPartition
+from txnsim.admin import Admin
+from txnsim.observe.log_reader import browse, timeline_of
+from txnsim.observe.timeline import KINDS, lanes
+
+#: the page lists at most this many transactional ids (describing each is one request)
+MAX_TRANSACTIONS = 200
+
+
+def transactions(admin: Admin) -> list[dict[str, Any]]:
+    now = int(time.time() * 1000)
+    listed = admin.list_transactions()[:MAX_TRANSACTIONS]
+    out = []
+    for d in admin.describe_transactions([t.transactional_id for t in listed]) if listed else []:
+        out.append({"transactional_id": d.transactional_id, "state": str(d.state), "producer_id": d.producer_id,
+                    "producer_epoch": d.producer_epoch, "coordinator_id": d.coordinator_id,
+                    "partitions": sorted(f"{tp.topic}-{tp.partition}" for tp in d.partitions),
+                    "age_ms": now - d.start_time_ms if d.start_time_ms >= 0 else None,
+                    "idle_ms": now - d.last_update_time_ms if d.last_update_time_ms >= 0 else None})
+    return out
+
+
+def groups(admin: Admin) -> list[dict[str, Any]]:
+    listed = admin.list_consumer_groups()
+    out = []
+    for g in admin.describe_consumer_groups([g.group_id for g in listed]) if listed else []:
+        committed = admin.list_consumer_group_offsets(g.group_id)
+        try:
+            ends = admin.last_stable_offsets(committed) if committed else {}
+        except KafkaError:
+            ends = {}
+        offsets = [{"partition": f"{tp.topic}-{tp.partition}", "committed": o.offset,
+                    "lag": max(0, ends[tp] - o.offset) if tp in ends else None}
+                   for tp, o in sorted(committed.items())]
+        members = [{"member_id": m.member_id, "client_id": m.client_id, "host": m.client_host,
+                    "assignment": [f"{tp.topic}-{tp.partition}" for tp in m.assignment]} for m in g.members]
+        out.append({"group_id": g.group_id, "state": g.state, "generation": g.generation_id,
+                    "protocol": g.protocol, "coordinator_id": g.coordinator_id, "members": members,
+                    "offsets": offsets})
+    return out
+
+
+def half_messages(admin: Admin) -> list[dict[str, Any]]:
+    now = int(time.time() * 1000)
+    return [{**asdict(m), "age_ms": now - m.store_time_ms} for m in admin.list_half_messages()]
+
+
+def _text(data: bytes | None) -> str | None:
+    """Bytes for the page: UTF-8 when they are, else base64 marked as such."""
+    if data is None:
+        return None
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        return "base64:" + base64.b64encode(data).decode()
+
+
+def messages(data_dir: Path, topic: str, partition: int, offset: int, limit: int) -> list[dict[str, Any]]:
+    return [{"offset": r.offset, "timestamp_ms": r.timestamp_ms, "key": _text(r.key), "value": _text(r.value),
+             "headers": [[k, _text(v)] for k, v in r.headers], "producer_id": r.producer_id,
+             "transaction": r.transaction}
+            for r in browse(data_dir, TopicPartition(topic, partition), offset, limit)]
+
+
+def timeline(data_dir: Path, transactional_id: str) -> dict[str, Any]:
+    events = timeline_of(data_dir, transactional_id)
+    return {"transactional_id": transactional_id, "lanes": lanes(events), "kinds": list(KINDS),
+            "events": [e.as_dict() for e in events]}
