@@ -1,0 +1,187 @@
+"""The web view in a real headless chromium against a real cluster: what a user watching the page sees.
+
+Screenshots go to test-artifacts/web-ui/ (CI keeps them; docs/images/ holds copies).
+"""
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from txnsim import Admin, Consumer, LocalCluster, Producer
+from txnsim.ui.server import BackgroundUI
+
+webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "web-ui"
+CHROMEDRIVER = shutil.which("chromedriver")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+PATIENCE_S = 30
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Iterator[LocalCluster]:
+    with LocalCluster(nodes=3, data_dir=tmp_path_factory.mktemp("ui-cluster"), txn_shards=6, offsets_shards=3,
+                      group_min_session_timeout_ms=500, group_initial_rebalance_delay_ms=200) as c:
+        with Admin(c.bootstrap_servers) as admin:
+            admin.create_topic("orders", partitions=3)
+        yield c
+
+
+@pytest.fixture(scope="module")
+def page_url(cluster) -> Iterator[str]:
+    ui = BackgroundUI(cluster.data_dir, port=0, interval_s=0.3).start()
+    yield ui.url
+    ui.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not (CHROMEDRIVER and CHROMIUM):
+        pytest.skip("chromium and chromium-driver are not installed (scripts/setup.sh installs them as root)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,2200"):
+        options.add_argument(arg)
+    # the Debian driver, given by path: Selenium Manager would otherwise look for one on the network
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=CHROMEDRIVER))
+    yield driver
+    driver.quit()
+
+
+def wait_for(browser, condition, what: str):
+    """The condition's first truthy value, re-tried while the page redraws; fails with `what` at the deadline."""
+    def attempt(driver):
+        try:
+            return condition(driver)
+        except (StaleElementReferenceException, WebDriverException):
+            return False
+    return WebDriverWait(browser, PATIENCE_S, poll_frequency=0.1).until(attempt, f"the page never showed {what}")
+
+
+def screenshot(browser, name: str, section: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.find_element(By.ID, section).screenshot(str(ARTIFACTS / f"{name}.png"))
+
+
+def texts(browser, css: str) -> list[str]:
+    """The text of every element `css` finds, read in one go (the page redraws its tables in between calls)."""
+    return browser.execute_script("return [...document.querySelectorAll(arguments[0])].map(e => e.innerText)", css)
+
+
+def attribute(browser, css: str, name: str) -> list[str]:
+    return browser.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map(e => e.getAttribute(arguments[1]))", css, name)
+
+
+def click(browser, css: str) -> None:
+    browser.execute_script("document.querySelector(arguments[0]).click()", css)
+
+
+def test_a_transaction_committing_and_its_timeline_with_a_marker_per_partition(cluster, page_url, browser):
+    browser.get(page_url)
+    with Producer(bootstrap_servers=cluster.bootstrap_servers, transactional_id="checkout-1") as p:
+        p.init_transactions()
+        p.begin_transaction()
+        for i in range(3):
+            p.send("orders", key=f"order-{i}".encode(), value=b"paid", partition=i, headers=[("source", b"web")])
+        p.flush()
+        row = 'tr[data-transactional-id="checkout-1"]'
+        wait_for(browser, lambda b: attribute(b, row, "data-state") == ["Ongoing"],
+                 "checkout-1 Ongoing")
+        wait_for(browser, lambda b: all("@" in t for t in texts(b, "#partition-table tbody td.txn-open")) and
+                 len(texts(b, "#partition-table tbody td.txn-open")) == 3,
+                 "the open transaction holding back the LSO of all three partitions")
+        screenshot(browser, "partitions-lso-held-back", "partitions")
+        p.commit_transaction()
+    wait_for(browser, lambda b: attribute(b, row, "data-state") == ["CompleteCommit"], "checkout-1 CompleteCommit")
+    click(browser, row)
+    wait_for(browser, lambda b: set(attribute(b, '#timeline-table tr[data-kind="Marker"]', "data-lane")) ==
+             {"orders-0", "orders-1", "orders-2"}, "a COMMIT marker in each partition's lane")
+    kinds = attribute(browser, "#timeline-table tbody tr", "data-kind")
+    assert kinds[0] == "InitProducerId" and kinds[-1] == "Complete"
+    for step in ("AddPartitions", "Produce", "EndTxn", "Prepare", "MarkerAck"):
+        assert step in kinds
+    wait_for(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#timeline-chart .scatterlayer .point"),
+             "the timeline drawn")
+    screenshot(browser, "timeline", "timeline")
+    screenshot(browser, "transactions", "transactions")
+
+    browser.find_element(By.ID, "messages-topic").clear()
+    browser.find_element(By.ID, "messages-topic").send_keys("orders")
+    browser.find_element(By.CSS_SELECTOR, "#messages-form button").click()
+    wait_for(browser, lambda b: "committed" in attribute(b, "#message-table tbody tr", "data-transaction"),
+             "orders-0's record, committed")
+    assert "source=web" in texts(browser, "#message-table tbody tr")[0]
+    screenshot(browser, "messages", "messages")
+
+
+def test_a_node_killed_and_its_shards_moving(cluster, page_url, browser):
+    browser.get(page_url)
+    victim = cluster.coordinator_for("checkout-1")
+    cell = f'#ownership td[data-owner="{victim}"]'
+    wait_for(browser, lambda b: attribute(b, cell, "data-log"), f"node {victim} owning logs")
+    cluster.kill(victim)
+    node = f'.node[data-node="{victim}"]'
+    wait_for(browser, lambda b: attribute(b, node, "data-state") == ["dead"], f"node {victim} dead")
+    wait_for(browser, lambda b: not attribute(b, cell, "data-log") and
+             not attribute(b, '#ownership td[data-owner="-1"]', "data-log"),
+             f"every log of node {victim} owned by another node")
+    acquired = texts(browser, '#changes tbody tr[data-action="acquired"]')
+    assert any(f"node {victim}" not in row for row in acquired)
+    screenshot(browser, "node-killed", "cluster")
+    cluster.restart(victim)
+    wait_for(browser, lambda b: attribute(b, node, "data-state") == ["up"], f"node {victim} up again")
+
+
+class Member(threading.Thread):
+    """A consumer in a group, polling and committing until stopped (as an application would)."""
+
+    def __init__(self, cluster: LocalCluster, group: str) -> None:
+        super().__init__(daemon=True)
+        self.consumer = Consumer(bootstrap_servers=cluster.bootstrap_servers, group_id=group,
+                                 auto_offset_reset="earliest", enable_auto_commit=False, session_timeout_ms=3000,
+                                 heartbeat_interval_ms=200)
+        self.consumer.subscribe(["orders"])
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            if self.consumer.poll(timeout_ms=100):
+                self.consumer.commit()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join(timeout=10)
+        self.consumer.close()
+
+
+def test_a_group_rebalancing(cluster, page_url, browser):
+    browser.get(page_url)
+    group = 'div.group[data-group-id="billing"]'
+    first = Member(cluster, "billing")
+    first.start()
+    second = None
+    try:
+        wait_for(browser, lambda b: attribute(b, group, "data-members") == ["1"], "billing with one member")
+        generation = int(attribute(browser, group, "data-generation")[0])
+        wait_for(browser, lambda b: "orders-0" in "".join(texts(b, f"{group} .offsets")), "billing's committed offsets")
+        second = Member(cluster, "billing")
+        second.start()
+        wait_for(browser, lambda b: attribute(b, group, "data-members") == ["2"]
+                 and int(attribute(b, group, "data-generation")[0]) > generation
+                 and "Stable" in "".join(texts(b, f"{group} h3")),
+                 "billing rebalanced to two members in a later generation")
+        screenshot(browser, "group-rebalanced", "groups")
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
