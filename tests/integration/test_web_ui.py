@@ -4,14 +4,19 @@ Screenshots go to test-artifacts/web-ui/ (CI keeps them; docs/images/ holds copi
 """
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 import threading
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from txnsim import Admin, Consumer, LocalCluster, Producer
+from tests.helpers import wait_until
+from txnsim import Admin, Consumer, LocalCluster, LocalTransactionState, Producer, TransactionListener
 from txnsim.ui.server import BackgroundUI
 
 webdriver = pytest.importorskip("selenium.webdriver")
@@ -30,7 +35,8 @@ PATIENCE_S = 30
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[LocalCluster]:
     with LocalCluster(nodes=3, data_dir=tmp_path_factory.mktemp("ui-cluster"), txn_shards=6, offsets_shards=3,
-                      group_min_session_timeout_ms=500, group_initial_rebalance_delay_ms=200) as c:
+                      half_shards=2, group_min_session_timeout_ms=500, group_initial_rebalance_delay_ms=200,
+                      transaction_check_interval_ms=300, transaction_check_max=1000, half_message_timeout_ms=300) as c:
         with Admin(c.bootstrap_servers) as admin:
             admin.create_topic("orders", partitions=3)
         yield c
@@ -185,3 +191,64 @@ def test_a_group_rebalancing(cluster, page_url, browser):
         first.stop()
         if second is not None:
             second.stop()
+
+
+def test_a_node_paused_then_resumed(cluster, page_url, browser):
+    browser.get(page_url)
+    victim = cluster.node_ids[-1]
+    node = f'.node[data-node="{victim}"]'
+    cluster.pause(victim)
+    try:
+        wait_for(browser, lambda b: attribute(b, node, "data-state") == ["paused"], f"node {victim} paused")
+        wait_for(browser, lambda b: not attribute(b, f'#ownership td[data-owner="{victim}"]', "data-log"),
+                 f"node {victim}'s logs taken over while it is paused")
+        screenshot(browser, "node-paused", "cluster")
+    finally:
+        cluster.resume(victim)
+    wait_for(browser, lambda b: attribute(b, node, "data-state") == ["up"], f"node {victim} up after resuming")
+
+
+class Undecided(TransactionListener):
+    """A local transaction that never finds out: every check-back answers UNKNOW, so the half message waits."""
+
+    def execute_local_transaction(self, msg, arg):
+        return LocalTransactionState.UNKNOW
+
+    def check_local_transaction(self, msg):
+        return LocalTransactionState.UNKNOW
+
+
+def test_half_messages_awaiting_check_back_with_their_check_counts(cluster, page_url, browser):
+    browser.get(page_url)
+    with Producer(bootstrap_servers=cluster.bootstrap_servers, producer_group="points-service",
+                  transaction_listener=Undecided()) as p:
+        assert p.wait_for_check_backs(10), "the producer never registered for check-backs"
+        sent = p.send_message_in_transaction("orders", value=b"-10", key=b"order-7")
+        row = f'#half-table tr[data-transaction-id="{sent.transaction_id}"]'
+        wait_for(browser, lambda b: [int(n) for n in attribute(b, row, "data-check-times")] >= [2],
+                 "the half message checked back twice and still waiting")
+        screenshot(browser, "half-messages", "half")
+
+
+def test_the_ui_command_serves_the_page_and_names_a_taken_port(cluster, tmp_path):
+    log = tmp_path / "ui.out"
+    with log.open("w") as out:
+        ui = subprocess.Popen([sys.executable, "-m", "txnsim.cli.main", "ui", "--data-dir", str(cluster.data_dir),
+                               "--port", "0"], stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "200"}, cwd=Path(__file__).resolve().parents[2])
+    try:
+        line = wait_until(lambda: next((w for w in log.read_text().split() if w.startswith("http://127.0.0.1:")), None),
+                          30, "txnsim ui printing its address")
+        with urllib.request.urlopen(line, timeout=10) as response:
+            assert "txnsim" in response.read().decode()
+        with urllib.request.urlopen(line + "api/cluster", timeout=10) as response:
+            assert '"state":"up"' in response.read().decode()
+        port = line.rstrip("/").rsplit(":", 1)[1]
+        taken = subprocess.run([sys.executable, "-m", "txnsim.cli.main", "ui", "--data-dir", str(cluster.data_dir),
+                                "--port", port], capture_output=True, text=True, timeout=60,
+                               cwd=Path(__file__).resolve().parents[2])
+        assert taken.returncode == 1 and taken.stderr.strip().splitlines() == [
+            f"error: KafkaConfigurationError: [INVALID_CONFIG] port {port} on 127.0.0.1 is already in use "
+            "(pass another --port, or 0 for a free one)"]
+    finally:
+        ui.terminate()
+        ui.wait(timeout=20)

@@ -202,6 +202,7 @@ function drawGroups(body) {
 function drawHalf(body) {
   rows($("half-table").tBodies[0], body.half_messages, (tr, m) => {
     tr.dataset.transactionId = m.transaction_id;
+    tr.dataset.checkTimes = m.check_times;
     cell(tr, m.transaction_id); cell(tr, m.producer_group); cell(tr, m.topic); cell(tr, m.partition);
     cell(tr, duration(m.age_ms)); cell(tr, m.check_times); cell(tr, duration(Math.max(0, m.next_check_ms - Date.now())));
     cell(tr, m.storage); cell(tr, "node " + m.node_id);
