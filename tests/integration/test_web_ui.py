@@ -173,6 +173,9 @@ class Member(threading.Thread):
 def test_a_group_rebalancing(cluster, page_url, browser):
     browser.get(page_url)
     group = 'div.group[data-group-id="billing"]'
+    with Producer(bootstrap_servers=cluster.bootstrap_servers) as p:
+        for i in range(3):
+            p.send("orders", value=b"invoice", partition=i)
     first = Member(cluster, "billing")
     first.start()
     second = None
@@ -186,6 +189,7 @@ def test_a_group_rebalancing(cluster, page_url, browser):
                  and int(attribute(b, group, "data-generation")[0]) > generation
                  and "Stable" in "".join(texts(b, f"{group} h3")),
                  "billing rebalanced to two members in a later generation")
+        assert int(attribute(browser, group, "data-rebalances")[0]) >= 2, "both generations on the group's chart"
         screenshot(browser, "group-rebalanced", "groups")
     finally:
         first.stop()

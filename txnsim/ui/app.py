@@ -32,6 +32,7 @@ def create_app(data_dir: Path, *, interval_s: float = 1.0) -> Starlette:
     """The app for the cluster whose files are in `data_dir` (its nodes found through its cluster file)."""
     sampler = ClusterSampler(ClusterLayout(data_dir), interval_s=interval_s)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
+    rebalances = queries.RebalanceHistory()
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -63,7 +64,11 @@ def create_app(data_dir: Path, *, interval_s: float = 1.0) -> Starlette:
         return answer(lambda: {"transactions": queries.transactions(sampler.admin)})
 
     def groups(_request: Request) -> JSONResponse:
-        return answer(lambda: {"groups": queries.groups(sampler.admin)})
+        def described() -> dict[str, Any]:
+            found = queries.groups(sampler.admin)
+            rebalances.observe(found)
+            return {"groups": found}
+        return answer(described)
 
     def half(_request: Request) -> JSONResponse:
         return answer(lambda: {"half_messages": queries.half_messages(sampler.admin)})

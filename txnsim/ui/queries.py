@@ -77,3 +77,22 @@ def timeline(data_dir: Path, transactional_id: str) -> dict[str, Any]:
     events = timeline_of(data_dir, transactional_id)
     return {"transactional_id": transactional_id, "lanes": lanes(events), "kinds": list(KINDS),
             "events": [e.as_dict() for e in events]}
+
+
+class RebalanceHistory:
+    """Each group's generations as the page's polls saw them: a rebalance is a new generation (the
+    coordinator keeps only the current one, so what happened before the view started is not shown)."""
+
+    def __init__(self, limit: int = 50) -> None:
+        self._limit = limit
+        self._seen: dict[str, list[dict[str, Any]]] = {}
+
+    def observe(self, described: list[dict[str, Any]]) -> None:
+        now = int(time.time() * 1000)
+        for g in described:
+            history = self._seen.setdefault(g["group_id"], [])
+            if not history or history[-1]["generation"] != g["generation"]:
+                history.append({"time_ms": now, "generation": g["generation"], "state": g["state"],
+                                "members": len(g["members"])})
+                del history[:-self._limit]
+            g["rebalances"] = list(history)

@@ -176,12 +176,20 @@ $("timeline-form").onsubmit = (ev) => { ev.preventDefault(); showTimeline($("tim
 
 // ------------------------------------------------------------------ groups
 function drawGroups(body) {
+  const now = new Date();
+  Plotly.react("group-chart", body.groups.map((g) => ({
+    x: [...g.rebalances.map((r) => new Date(r.time_ms)), now], y: [...g.rebalances.map((r) => r.generation), g.generation],
+    text: [...g.rebalances.map((r) => `${g.group_id}: generation ${r.generation}, ${r.members} member(s), ${r.state}`), ""],
+    name: g.group_id, mode: "lines+markers", line: {shape: "hv"}, hoverinfo: "text+x"})),
+    {margin: {t: 10, r: 10, b: 30, l: 50}, yaxis: {title: "generation", dtick: 1}, legend: {orientation: "h"}},
+    {displaylogo: false, responsive: true});
   $("group-list").replaceChildren(...body.groups.map((g) => {
     const div = document.createElement("div");
     div.className = "group";
     div.dataset.groupId = g.group_id;
     div.dataset.generation = g.generation;
     div.dataset.members = g.members.length;
+    div.dataset.rebalances = g.rebalances.length;
     div.innerHTML = `<h3></h3><table class="list members"><thead><tr><th>member</th><th>client</th><th>assignment</th>
       </tr></thead><tbody></tbody></table><table class="list offsets"><thead><tr><th>partition</th><th>committed offset</th>
       <th>lag</th></tr></thead><tbody></tbody></table>`;
