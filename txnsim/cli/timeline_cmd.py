@@ -17,6 +17,7 @@ from coordinator.layout import ClusterLayout
 from proto.errors import TransactionalIdNotFoundError
 from txnsim.cli.common import DEFAULT_DATA_DIR, console, exits_cleanly
 from txnsim.observe.log_reader import timeline_of
+from txnsim.observe.timeline import last_transactions
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
@@ -24,8 +25,17 @@ def register(verbs: argparse._SubParsersAction) -> None:
     timeline.add_argument("transactional_id")
     timeline.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR,
                           help="data directory of the cluster (default: ./txnsim-data); it need not be running")
+    timeline.add_argument("--last", type=_count, default=None, metavar="N",
+                          help="only the last N completed transactions and the one in progress (default: all)")
     timeline.add_argument("--json", action="store_true", help="print the events as a JSON list")
     timeline.set_defaults(func=print_timeline)
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
 
 
 def format_time(time_ms: int) -> str:
@@ -40,6 +50,8 @@ def print_timeline(args: argparse.Namespace) -> int:
     if not events:
         raise TransactionalIdNotFoundError(f"[TRANSACTIONAL_ID_NOT_FOUND] no durable record of transactional id "
                                            f"{args.transactional_id!r} in {args.data_dir}")
+    if args.last is not None:
+        events = last_transactions(events, args.last)
     if args.json:
         print(json.dumps([e.as_dict() for e in events], indent=1))
         return 0

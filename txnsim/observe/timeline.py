@@ -231,3 +231,12 @@ def lanes(events: Sequence[TimelineEvent]) -> list[str]:
     """The timeline's lanes: nodes first, then partitions, each sorted."""
     names = {e.lane for e in events}
     return sorted(n for n in names if n.startswith("node ")) + sorted(n for n in names if not n.startswith("node "))
+
+
+def last_transactions(events: Sequence[TimelineEvent], count: int) -> list[TimelineEvent]:
+    """The events of the last `count` completed transactions and of the one in progress, if any
+    (a long-lived transactional id has thousands; a picture of them all says nothing)."""
+    completes = [i for i, e in enumerate(events) if e.kind == "Complete"]
+    if count < 0 or len(completes) <= count:
+        return list(events)
+    return list(events[completes[-count - 1] + 1:]) if count else list(events[completes[-1] + 1:])

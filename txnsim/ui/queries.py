@@ -12,7 +12,7 @@ from proto.errors import KafkaError
 from proto.structs import TopicPartition
 from txnsim.admin import Admin
 from txnsim.observe.log_reader import browse, timeline_of
-from txnsim.observe.timeline import KINDS, lanes
+from txnsim.observe.timeline import KINDS, lanes, last_transactions
 
 #: the page lists at most this many transactional ids (describing each is one request)
 MAX_TRANSACTIONS = 200
@@ -26,8 +26,8 @@ def transactions(admin: Admin) -> list[dict[str, Any]]:
         out.append({"transactional_id": d.transactional_id, "state": str(d.state), "producer_id": d.producer_id,
                     "producer_epoch": d.producer_epoch, "coordinator_id": d.coordinator_id,
                     "partitions": sorted(f"{tp.topic}-{tp.partition}" for tp in d.partitions),
-                    "age_ms": now - d.start_time_ms if d.start_time_ms >= 0 else None,
-                    "idle_ms": now - d.last_update_time_ms if d.last_update_time_ms >= 0 else None})
+                    "age_ms": max(0, now - d.start_time_ms) if d.start_time_ms >= 0 else None,
+                    "idle_ms": max(0, now - d.last_update_time_ms) if d.last_update_time_ms >= 0 else None})
     return out
 
 
@@ -73,10 +73,15 @@ def messages(data_dir: Path, topic: str, partition: int, offset: int, limit: int
             for r in browse(data_dir, TopicPartition(topic, partition), offset, limit)]
 
 
+#: how many of an id's transactions the page's timeline shows (the command line's --last shows any number)
+TIMELINE_TRANSACTIONS = 10
+
+
 def timeline(data_dir: Path, transactional_id: str) -> dict[str, Any]:
-    events = timeline_of(data_dir, transactional_id)
+    every = timeline_of(data_dir, transactional_id)
+    events = last_transactions(every, TIMELINE_TRANSACTIONS)
     return {"transactional_id": transactional_id, "lanes": lanes(events), "kinds": list(KINDS),
-            "events": [e.as_dict() for e in events]}
+            "events": [e.as_dict() for e in events], "left_out": len(every) - len(events)}
 
 
 class RebalanceHistory:

@@ -19,7 +19,7 @@ from proto import records
 from proto.hashing import partition_for
 from proto.structs import TRANSACTION_STATE_TOPIC, TopicPartition, TransactionState
 from txnsim.observe.log_reader import browse, read_ownership, read_state_entries, timeline_of
-from txnsim.observe.timeline import build_timeline, lanes
+from txnsim.observe.timeline import build_timeline, lanes, last_transactions
 
 S = TransactionState
 TID = "payments-1"
@@ -215,3 +215,18 @@ def test_the_timeline_command_names_an_unknown_id_in_one_line(cluster, tmp_path)
     nowhere = txnsim("transactions", "timeline", TID, "--data-dir", str(tmp_path / "nothing"))
     assert nowhere.returncode == 1 and len(nowhere.stderr.strip().splitlines()) == 1
     assert "no cluster at" in nowhere.stderr
+
+
+def test_last_transactions_keeps_the_recent_ones_and_the_one_in_progress(cluster):
+    meta = begin(cluster)
+    for n in range(3):
+        prepare = cluster.state(meta.transit(S.PREPARE_COMMIT, T0 + 100 * n + 50, producer_epoch=n + 1),
+                                T0 + 100 * n + 50)
+        done = cluster.state(prepare.transit(S.COMPLETE_COMMIT, T0 + 100 * n + 60), T0 + 100 * n + 60)
+        meta = cluster.state(done.transit(S.ONGOING, T0 + 100 * n + 70, partitions=frozenset(ORDERS[:1]),
+                                          start_time_ms=T0 + 100 * n + 70), T0 + 100 * n + 70)
+    events = timeline_of(cluster.layout.root, TID)
+    assert [e.kind for e in last_transactions(events, 1)] == [
+        "AddPartitions", "EndTxn", "Prepare", "Complete", "AddPartitions"]
+    assert [e.kind for e in last_transactions(events, 0)] == ["AddPartitions"]
+    assert last_transactions(events, 5) == events

@@ -161,7 +161,9 @@ function drawTimeline(t) {
     type: "line", xref: "x", yref: "paper", x0: new Date(e.time_ms), x1: new Date(e.time_ms), y0: 0, y1: 1,
     line: {color: e.kind === "Failover" ? "#ea580c" : "#b91c1c", dash: "dot", width: 2}}));
   Plotly.react("timeline-chart", traces, {
-    title: {text: "timeline of " + t.transactional_id, font: {size: 14}}, margin: {t: 40, r: 10, b: 40, l: 120},
+    title: {text: "timeline of " + t.transactional_id +
+      (t.left_out ? ` (its last transactions; ${t.left_out} earlier events: txnsim transactions timeline)` : ""),
+      font: {size: 14}}, margin: {t: 40, r: 10, b: 40, l: 120},
     yaxis: {type: "category", categoryorder: "array", categoryarray: [...t.lanes].reverse(), automargin: true},
     xaxis: {type: "date", tickformat: "%H:%M:%S.%L"}, shapes, legend: {orientation: "h"}},
     {displaylogo: false, responsive: true});
