@@ -56,10 +56,10 @@ def print_timeline(args: argparse.Namespace) -> int:
         print(json.dumps([e.as_dict() for e in events], indent=1))
         return 0
     table = Table(title=f"timeline of {escape(args.transactional_id)}")
-    for column in ("time", "lane", "what", "epoch", "detail"):
+    for column in ("txn", "time", "lane", "what", "epoch", "detail"):
         table.add_column(column, overflow="fold")
     for e in events:
-        table.add_row(format_time(e.time_ms), e.lane, escape(e.label),
+        table.add_row(str(e.transaction or ""), format_time(e.time_ms), e.lane, escape(e.label),
                       str(e.producer_epoch) if e.producer_epoch >= 0 else "", escape(e.detail))
     console.print(table)
     return 0

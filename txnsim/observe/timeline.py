@@ -15,7 +15,7 @@ partition made it durable (the coordinator counts it as acknowledged on that rep
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from coordinator.txn.metadata import TxnMetadata
@@ -76,6 +76,8 @@ class TimelineEvent:
     node_id: int = -1
     producer_epoch: int = -1
     detail: str = ""
+    #: which of the id's transactions this step belongs to, counted from 1 (0: none, or not known)
+    transaction: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -131,7 +133,7 @@ def build_timeline(transactional_id: str, shard: int, entries: Sequence[StateEnt
     """
     owners = _Owners(ownership, first_owners or {})
     events: list[TimelineEvent] = []
-    producer_ids: set[int] = set()
+    transactions = _Transactions()
     previous: TxnMetadata | None = None
     for entry in entries:
         node = owners.node(TRANSACTION_STATE_TOPIC, shard, entry.leader_epoch, entry.timestamp_ms)
@@ -141,14 +143,62 @@ def build_timeline(transactional_id: str, shard: int, entries: Sequence[StateEnt
             events.append(TimelineEvent(entry.timestamp_ms, lane, "Expired", "transactional id expired", node))
             previous = None
             continue
-        producer_ids.add(value.producer_id)
-        events.extend(_state_events(entry.timestamp_ms, lane, node, previous, value))
+        number = transactions.saw(entry.timestamp_ms, previous, value)
+        events.extend(replace(e, transaction=number)
+                      for e in _state_events(entry.timestamp_ms, lane, node, previous, value))
         previous = value
-    events.extend(_data_events(batches, producer_ids, owners))
+    events.extend(_data_events(batches, transactions, owners))
     if events:
-        events.extend(_failovers(events, shard, ownership))
+        events.extend(_failovers(events, shard, ownership, transactions))
     events.sort(key=lambda e: (e.time_ms, _ORDER[e.kind]))
     return events
+
+
+class _Transactions:
+    """Numbers the id's transactions as the state log shows them begin, and tells which one a data batch
+    or a marker belongs to, by its producer id and epoch (and time, when epochs repeat, as in V1)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.producer_ids: set[int] = set()
+        self._begun: list[tuple[int, int]] = []                            # (time, number)
+        self._ongoing: dict[tuple[int, int], list[tuple[int, int]]] = {}   # (pid, epoch) -> [(begin time, number)]
+        self._prepared: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (pid, epoch) -> [(prepare time, number)]
+
+    def saw(self, t: int, before: TxnMetadata | None, now: TxnMetadata) -> int:
+        """The number of the transaction this state write belongs to (an InitProducerId: the next one)."""
+        self.producer_ids.add(now.producer_id)
+        key = (now.producer_id, now.producer_epoch)
+        if now.state == S.ONGOING and (before is None or before.state != S.ONGOING):
+            self.count += 1
+            self._begun.append((t, self.count))
+            self._ongoing.setdefault(key, []).append((t, self.count))
+        elif now.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+            self._prepared.setdefault(key, []).append((t, self.count))
+        elif now.state == S.EMPTY:
+            return self.count + 1
+        return self.count
+
+    @staticmethod
+    def _latest(candidates: list[tuple[int, int]], t: int) -> int:
+        """The number of the last candidate at or before `t`, else the first one."""
+        found = candidates[0][1]
+        for when, number in candidates:
+            if when <= t:
+                found = number
+        return found
+
+    def of_batch(self, pid: int, epoch: int, t: int) -> int:
+        # a batch's timestamp is the client's, taken just before its request added the partition
+        candidates = self._ongoing.get((pid, epoch))
+        return self._latest(candidates, t + 1_000) if candidates else 0
+
+    def of_marker(self, pid: int, epoch: int, t: int) -> int:
+        candidates = self._prepared.get((pid, epoch))
+        return self._latest(candidates, t) if candidates else 0
+
+    def at(self, t: int) -> int:
+        return self._latest(self._begun, t) if self._begun and self._begun[0][0] <= t else 0
 
 
 def _state_events(t: int, lane: str, node: int, before: TxnMetadata | None, now: TxnMetadata) -> list[TimelineEvent]:
@@ -185,10 +235,10 @@ def _state_events(t: int, lane: str, node: int, before: TxnMetadata | None, now:
     return out
 
 
-def _data_events(batches: Iterable[DataBatch], producer_ids: set[int], owners: _Owners) -> list[TimelineEvent]:
+def _data_events(batches: Iterable[DataBatch], transactions: _Transactions, owners: _Owners) -> list[TimelineEvent]:
     out: list[TimelineEvent] = []
     for b in batches:
-        if b.producer_id not in producer_ids:
+        if b.producer_id not in transactions.producer_ids:
             continue
         tp = b.topic_partition
         lane = partition_lane(tp)
@@ -196,18 +246,20 @@ def _data_events(batches: Iterable[DataBatch], producer_ids: set[int], owners: _
         offsets = f"offset {b.base_offset}" if b.base_offset == b.last_offset else \
             f"offsets {b.base_offset}..{b.last_offset}"
         if b.is_control:
+            number = transactions.of_marker(b.producer_id, b.producer_epoch, b.timestamp_ms)
             out.append(TimelineEvent(b.timestamp_ms, lane, "Marker", f"{b.marker} marker at offset {b.base_offset}",
-                                     node, b.producer_epoch, f"coordinator epoch {b.coordinator_epoch}"))
+                                     node, b.producer_epoch, f"coordinator epoch {b.coordinator_epoch}", number))
             out.append(TimelineEvent(b.timestamp_ms, lane, "MarkerAck", f"{b.marker} marker acknowledged",
-                                     node, b.producer_epoch, f"durable on node {node}"))
+                                     node, b.producer_epoch, f"durable on node {node}", number))
         else:
             out.append(TimelineEvent(b.timestamp_ms, lane, "Produce", f"batch of {b.records}, {offsets}", node,
-                                     b.producer_epoch))
+                                     b.producer_epoch, "",
+                                     transactions.of_batch(b.producer_id, b.producer_epoch, b.timestamp_ms)))
     return out
 
 
-def _failovers(events: Sequence[TimelineEvent], shard: int, ownership: Sequence[OwnershipEvent]
-               ) -> list[TimelineEvent]:
+def _failovers(events: Sequence[TimelineEvent], shard: int, ownership: Sequence[OwnershipEvent],
+               transactions: _Transactions) -> list[TimelineEvent]:
     """Ownership changes of the transaction's shard and partitions while its events happened."""
     start = min(e.time_ms for e in events)
     end = max(e.time_ms for e in events)
@@ -223,7 +275,8 @@ def _failovers(events: Sequence[TimelineEvent], shard: int, ownership: Sequence[
         else:
             continue
         out.append(TimelineEvent(c.time_ms, node_lane(c.node_id), "Failover",
-                                 f"{c.action} {what} (leader epoch {c.leader_epoch})", c.node_id, -1, c.reason))
+                                 f"{c.action} {what} (leader epoch {c.leader_epoch})", c.node_id, -1, c.reason,
+                                 transactions.at(c.time_ms)))
     return out
 
 
@@ -233,10 +286,9 @@ def lanes(events: Sequence[TimelineEvent]) -> list[str]:
     return sorted(n for n in names if n.startswith("node ")) + sorted(n for n in names if not n.startswith("node "))
 
 
+
 def last_transactions(events: Sequence[TimelineEvent], count: int) -> list[TimelineEvent]:
-    """The events of the last `count` completed transactions and of the one in progress, if any
-    (a long-lived transactional id has thousands; a picture of them all says nothing)."""
-    completes = [i for i, e in enumerate(events) if e.kind == "Complete"]
-    if count < 0 or len(completes) <= count:
-        return list(events)
-    return list(events[completes[-count - 1] + 1:]) if count else list(events[completes[-1] + 1:])
+    """The events of the id's last `count` transactions (a long-lived transactional id has thousands; a
+    picture of them all says nothing). Steps between transactions (InitProducerId) go with the next."""
+    newest = max((e.transaction for e in events), default=0)
+    return [e for e in events if e.transaction > newest - count]

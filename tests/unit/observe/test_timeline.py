@@ -201,7 +201,7 @@ def test_the_timeline_command_prints_the_steps_and_json(cluster):
     assert as_json.returncode == 0 and [e["kind"] for e in events].count("Marker") == 2
     assert events[0] == {"time_ms": T0, "lane": "node 0", "kind": "InitProducerId",
                          "label": "InitProducerId: producer 5 epoch 0", "node_id": 0, "producer_epoch": 0,
-                         "detail": "timeout 60000 ms"}
+                         "detail": "timeout 60000 ms", "transaction": 1}
     assert {e["lane"] for e in events if e["kind"] == "Marker"} == {"orders-0", "orders-1"}
 
 
@@ -217,7 +217,7 @@ def test_the_timeline_command_names_an_unknown_id_in_one_line(cluster, tmp_path)
     assert "no cluster at" in nowhere.stderr
 
 
-def test_last_transactions_keeps_the_recent_ones_and_the_one_in_progress(cluster):
+def test_last_transactions_keeps_each_transactions_own_steps(cluster):
     meta = begin(cluster)
     for n in range(3):
         prepare = cluster.state(meta.transit(S.PREPARE_COMMIT, T0 + 100 * n + 50, producer_epoch=n + 1),
@@ -225,8 +225,11 @@ def test_last_transactions_keeps_the_recent_ones_and_the_one_in_progress(cluster
         done = cluster.state(prepare.transit(S.COMPLETE_COMMIT, T0 + 100 * n + 60), T0 + 100 * n + 60)
         meta = cluster.state(done.transit(S.ONGOING, T0 + 100 * n + 70, partitions=frozenset(ORDERS[:1]),
                                           start_time_ms=T0 + 100 * n + 70), T0 + 100 * n + 70)
+        cluster.produce(ORDERS[0], 5, n + 1, 0, T0 + 100 * n + 55, b"next")  # before the last one completes
     events = timeline_of(cluster.layout.root, TID)
-    assert [e.kind for e in last_transactions(events, 1)] == [
-        "AddPartitions", "EndTxn", "Prepare", "Complete", "AddPartitions"]
-    assert [e.kind for e in last_transactions(events, 0)] == ["AddPartitions"]
+    assert [e.transaction for e in events if e.kind == "Produce"] == [1, 1, 2, 3, 4]
+    assert [(e.kind, e.transaction) for e in last_transactions(events, 2)] == [
+        ("Produce", 3), ("AddPartitions", 3), ("EndTxn", 3), ("Prepare", 3), ("Produce", 4), ("Complete", 3),
+        ("AddPartitions", 4)]
+    assert [e.kind for e in last_transactions(events, 1)] == ["Produce", "AddPartitions"]
     assert last_transactions(events, 5) == events

@@ -155,7 +155,7 @@ function drawTimeline(t) {
     const [symbol, color] = KIND_STYLE[kind] || ["circle", "#000"];
     return {x: events.map((e) => new Date(e.time_ms)), y: events.map((e) => e.lane), name: kind, mode: "markers",
       type: "scatter", marker: {symbol, color, size: 13, line: {width: 1, color: "#fff"}},
-      text: events.map((e) => `${e.label}<br>${e.detail}`), hoverinfo: "text+x"};
+      text: events.map((e) => `transaction ${e.transaction}: ${e.label}<br>${e.detail}`), hoverinfo: "text+x"};
   });
   const shapes = t.events.filter((e) => ["Failover", "Timeout", "Fence"].includes(e.kind)).map((e) => ({
     type: "line", xref: "x", yref: "paper", x0: new Date(e.time_ms), x1: new Date(e.time_ms), y0: 0, y1: 1,
@@ -170,7 +170,7 @@ function drawTimeline(t) {
   rows($("timeline-table").tBodies[0], t.events, (tr, e) => {
     tr.dataset.kind = e.kind;
     tr.dataset.lane = e.lane;
-    cell(tr, clock(e.time_ms)); cell(tr, e.lane); cell(tr, e.kind); cell(tr, e.label);
+    cell(tr, e.transaction || ""); cell(tr, clock(e.time_ms)); cell(tr, e.lane); cell(tr, e.kind); cell(tr, e.label);
     cell(tr, e.producer_epoch >= 0 ? e.producer_epoch : ""); cell(tr, e.detail);
   });
 }
