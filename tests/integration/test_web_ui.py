@@ -4,6 +4,7 @@ Screenshots go to test-artifacts/web-ui/ (CI keeps them; docs/images/ holds copi
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -44,7 +45,7 @@ def cluster(tmp_path_factory) -> Iterator[LocalCluster]:
 
 @pytest.fixture(scope="module")
 def page_url(cluster) -> Iterator[str]:
-    ui = BackgroundUI(cluster.data_dir, port=0, interval_s=0.3).start()
+    ui = BackgroundUI(cluster.data_dir, 0, interval_s=0.3).start()
     yield ui.url
     ui.stop()
 
@@ -256,3 +257,26 @@ def test_the_ui_command_serves_the_page_and_names_a_taken_port(cluster, tmp_path
     finally:
         ui.terminate()
         ui.wait(timeout=20)
+
+
+def test_cluster_start_with_ui_serves_the_view_of_the_cluster_it_started(tmp_path):
+    repo = Path(__file__).resolve().parents[2]
+    command = [sys.executable, "-m", "txnsim.cli.main", "cluster", "start", "--nodes", "1", "--kafka-port", "0",
+               "--data-dir", str(tmp_path / "data")]
+    log = tmp_path / "start.out"
+    with log.open("w") as out:
+        started = subprocess.Popen([*command, "--ui", "0"], stdout=out, stderr=subprocess.STDOUT, cwd=repo,
+                                   env={**os.environ, "COLUMNS": "200"})
+    try:
+        address = wait_until(lambda: next((w for w in log.read_text().split() if w.startswith("http://127.0.0.1:")),
+                                          None), 60, "cluster start printing the web view's address")
+        with urllib.request.urlopen(address + "api/cluster", timeout=10) as response:
+            assert [n["state"] for n in json.loads(response.read())["nodes"]] == ["up"]
+        port = address.rstrip("/").rsplit(":", 1)[1]
+        taken = subprocess.run([*command[:-1], str(tmp_path / "other"), "--ui", port], capture_output=True,
+                               text=True, timeout=60, cwd=repo)
+        assert taken.returncode == 1 and f"port {port} on 127.0.0.1 is already in use" in taken.stderr
+        assert len(taken.stderr.strip().splitlines()) == 1 and not (tmp_path / "other" / "cluster.json").exists()
+    finally:
+        started.terminate()  # SIGTERM: the nodes stop cleanly
+        assert started.wait(timeout=30) == 0, log.read_text()

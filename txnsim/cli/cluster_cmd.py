@@ -20,6 +20,7 @@ from proto.cluster_client import ClusterClient
 from proto.errors import KafkaError
 from proto.transport import call
 from txnsim.cli.common import add_cluster_args, bootstrap_servers, console, exits_cleanly
+from txnsim.cli.ui_cmd import port_number
 from txnsim.cluster import LocalCluster
 
 
@@ -37,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     start.add_argument("--metrics-port", type=int, default=0,
                        help="the first node's Prometheus /metrics port on 127.0.0.1, the next nodes' the ports "
                             "after it (default 0: free ports; `txnsim cluster status` shows them)")
-    start.add_argument("--ui", nargs="?", type=int, const=8080, default=None, metavar="PORT",
+    start.add_argument("--ui", nargs="?", type=port_number, const=8080, default=None, metavar="PORT",
                        help="also serve the live web view on 127.0.0.1:PORT (default 8080), as `txnsim ui` does")
     start.set_defaults(func=start_cluster)
     status = verbs.add_parser("status", help="nodes, liveness, the logs each one owns, and ownership changes")
@@ -58,6 +59,10 @@ def start_cluster(args: argparse.Namespace) -> int:
     # the shell hands us SIGINT ignored; SIGTERM (kill, systemd, CI) does the same.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    ui_socket = None
+    if args.ui is not None:  # bound before the nodes start, so a taken port fails fast
+        from txnsim.ui.server import BackgroundUI, bind  # starlette and uvicorn load only when asked for
+        ui_socket = bind(args.ui)
     cluster = LocalCluster(nodes=args.nodes, data_dir=args.data_dir, txn_shards=args.txn_shards,
                            offsets_shards=args.offsets_shards, kafka_port=args.kafka_port,
                            metrics_port=args.metrics_port)
@@ -76,10 +81,8 @@ def start_cluster(args: argparse.Namespace) -> int:
         console.print(f"Kafka bootstrap servers: [bold]{cluster.kafka_bootstrap_servers}[/bold]")
         console.print("Prometheus metrics: " + " ".join(str(cluster.metrics_url(n)) for n in cluster.node_ids),
                       soft_wrap=True)
-        if args.ui is not None:
-            from txnsim.ui.server import BackgroundUI  # starlette and uvicorn load only when asked for
-            ui = BackgroundUI(Path(args.data_dir), args.ui).start()
-            console.print(f"web view: [bold]{ui.url}[/bold]")
+        if ui_socket is not None:
+            console.print(f"web view: [bold]{BackgroundUI(Path(args.data_dir), ui_socket).start().url}[/bold]")
         console.print("other commands find this cluster through --data-dir; Ctrl-C stops it.")
         threading.Event().wait()
     except KeyboardInterrupt:

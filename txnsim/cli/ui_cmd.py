@@ -8,7 +8,7 @@ from coordinator.layout import ClusterLayout
 from txnsim.cli.common import DEFAULT_DATA_DIR, console, exits_cleanly
 
 
-def _port(text: str) -> int:
+def port_number(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"must be 0..65535, not {value}")
@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     ui = sub.add_parser("ui", help="serve a live web view of a running cluster on loopback (Ctrl-C stops it)")
     ui.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR,
                     help="data directory of a `txnsim cluster start` cluster (default: ./txnsim-data)")
-    ui.add_argument("--port", type=_port, default=8080, help="port on 127.0.0.1 (default 8080; 0 picks a free one)")
+    ui.add_argument("--port", type=port_number, default=8080, help="port on 127.0.0.1 (default 8080; 0 picks a free one)")
     ui.add_argument("--interval-ms", type=int, default=1000, choices=range(100, 60_001), metavar="100..60000",
                     help="how often the page and the sampler refresh (default 1000)")
     ui.set_defaults(func=serve_ui)

@@ -56,7 +56,10 @@ class ClusterSampler:
         self._thread = threading.Thread(target=self._run, name="ui-sampler", daemon=True)
 
     def start(self) -> ClusterSampler:
-        self.sample()
+        try:
+            self.sample()
+        except Exception:  # the page still serves and says what it cannot see; the thread tries again
+            log.exception("sampling the cluster failed")
         self._thread.start()
         return self
 

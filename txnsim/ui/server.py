@@ -50,8 +50,9 @@ def serve_forever(data_dir: Path, sock: socket.socket, interval_s: float = 1.0) 
 class BackgroundUI:
     """The web view in a thread of its own, stopped with the cluster."""
 
-    def __init__(self, data_dir: Path, port: int = DEFAULT_PORT, interval_s: float = 1.0) -> None:
-        self._sock = bind(port)
+    def __init__(self, data_dir: Path, where: int | socket.socket = DEFAULT_PORT, interval_s: float = 1.0) -> None:
+        """`where`: a port on loopback, or a socket `bind()` gave."""
+        self._sock = bind(where) if isinstance(where, int) else where
         self.url = url(self._sock)
         self._server = _server(data_dir, interval_s)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]},
