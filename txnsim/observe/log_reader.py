@@ -4,7 +4,7 @@ leaves between two leaders' segment files."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,14 +97,22 @@ def read_state_entries(layout: ClusterLayout, transactional_id: str) -> tuple[in
 
 def timeline_of(data_dir: Path, transactional_id: str) -> list[TimelineEvent]:
     """The timeline of `transactional_id` from the files of the cluster in `data_dir`."""
+    return read_timeline(data_dir, transactional_id)[0]
+
+
+def read_timeline(data_dir: Path, transactional_id: str) -> tuple[list[TimelineEvent], list[TopicPartition]]:
+    """The timeline, and the data partitions it was read from."""
     layout = ClusterLayout(data_dir)
     shard, entries = read_state_entries(layout, transactional_id)
     partitions = sorted({tp for e in entries if e.value is not None for tp in e.value.partitions})
-    batches = [data_batch(tp, b) for tp in partitions for b in read_batches(layout, tp)]
+    producer_ids = {e.value.producer_id for e in entries if e.value is not None}
+    batches = [data_batch(tp, b) for tp in partitions for b in read_batches(layout, tp)
+               if b.header.producer_id in producer_ids]
     placement = Placement(tuple(read_cluster_spec(layout).node_ids))
     first_owners = {(tp.topic, tp.partition): placement.owner(tp.topic, tp.partition)
                     for tp in [*partitions, TopicPartition(TRANSACTION_STATE_TOPIC, shard)]}
-    return build_timeline(transactional_id, shard, entries, batches, read_ownership(layout), first_owners)
+    events = build_timeline(transactional_id, shard, entries, batches, read_ownership(layout), first_owners)
+    return events, partitions
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,3 +157,23 @@ def browse(data_dir: Path, tp: TopicPartition, start_offset: int = 0, limit: int
                           outcome.get(r.offset, "open") if b.header.is_transactional else "")
             for r, b in pending]
 
+
+
+def files_signature(data_dir: Path, transactional_id: str, partitions: Iterable[TopicPartition]) -> tuple[object, ...]:
+    """What a timeline was read from (size and change time of each file): equal signatures, equal timelines."""
+    layout = ClusterLayout(data_dir)
+    shard = TopicPartition(TRANSACTION_STATE_TOPIC, partition_for(transactional_id, txn_shards(layout)))
+    stats: list[object] = []
+    for path in [layout.metadata / "ownership.log",
+                 *(p for tp in [shard, *partitions] for _b, _e, p in _segments(layout, tp))]:
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            continue
+        stats.append((str(path), st.st_size, st.st_mtime_ns))
+    return tuple(stats)
+
+
+def _segments(layout: ClusterLayout, tp: TopicPartition) -> list[tuple[int, int | None, Path]]:
+    directory = layout.logs / f"{tp.topic}-{tp.partition}"
+    return segment_files(directory) if directory.is_dir() else []

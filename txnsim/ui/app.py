@@ -33,6 +33,7 @@ def create_app(data_dir: Path, *, interval_s: float = 1.0) -> Starlette:
     sampler = ClusterSampler(ClusterLayout(data_dir), interval_s=interval_s)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     rebalances = queries.RebalanceHistory()
+    timelines = queries.Timelines(data_dir)
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -74,7 +75,7 @@ def create_app(data_dir: Path, *, interval_s: float = 1.0) -> Starlette:
         return answer(lambda: {"half_messages": queries.half_messages(sampler.admin)})
 
     def timeline(request: Request) -> JSONResponse:
-        return answer(lambda: queries.timeline(data_dir, request.path_params["transactional_id"]))
+        return answer(lambda: timelines(request.path_params["transactional_id"]))
 
     def messages(request: Request) -> JSONResponse:
         q = request.query_params

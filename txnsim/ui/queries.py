@@ -11,7 +11,7 @@ from typing import Any
 from proto.errors import KafkaError
 from proto.structs import TopicPartition
 from txnsim.admin import Admin
-from txnsim.observe.log_reader import browse, timeline_of
+from txnsim.observe.log_reader import browse, files_signature, read_timeline
 from txnsim.observe.timeline import KINDS, lanes, last_transactions
 
 #: the page lists at most this many transactional ids (describing each is one request)
@@ -77,11 +77,31 @@ def messages(data_dir: Path, topic: str, partition: int, offset: int, limit: int
 TIMELINE_TRANSACTIONS = 10
 
 
-def timeline(data_dir: Path, transactional_id: str) -> dict[str, Any]:
-    every = timeline_of(data_dir, transactional_id)
-    events = last_transactions(every, TIMELINE_TRANSACTIONS)
-    return {"transactional_id": transactional_id, "lanes": lanes(events), "kinds": list(KINDS),
-            "events": [e.as_dict() for e in events], "left_out": len(every) - len(events)}
+class Timelines:
+    """Timelines as the page polls them: read again only when one of the files they come from changed
+    (a busy id's partitions are megabytes, and the page asks every second)."""
+
+    def __init__(self, data_dir: Path, keep: int = 20) -> None:
+        self._data_dir = data_dir
+        self._keep = keep
+        #: transactional id -> (signature of its files, its partitions, the answer)
+        self._cache: dict[str, tuple[tuple[object, ...], list[TopicPartition], dict[str, Any]]] = {}
+
+    def __call__(self, transactional_id: str) -> dict[str, Any]:
+        cached = self._cache.get(transactional_id)
+        # taken before reading, so a write landing during the read makes the next poll read again
+        signature = files_signature(self._data_dir, transactional_id, cached[1] if cached else [])
+        if cached and cached[0] == signature:
+            return cached[2]
+        every, partitions = read_timeline(self._data_dir, transactional_id)
+        events = last_transactions(every, TIMELINE_TRANSACTIONS)
+        answer = {"transactional_id": transactional_id, "lanes": lanes(events), "kinds": list(KINDS),
+                  "events": [e.as_dict() for e in events], "left_out": len(every) - len(events)}
+        # a signature over other partitions than these never matches the next one: that poll reads again
+        self._cache[transactional_id] = (signature, partitions, answer)
+        while len(self._cache) > self._keep:
+            self._cache.pop(next(iter(self._cache)))
+        return answer
 
 
 class RebalanceHistory:

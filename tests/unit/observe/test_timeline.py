@@ -233,3 +233,20 @@ def test_last_transactions_keeps_each_transactions_own_steps(cluster):
         ("AddPartitions", 4)]
     assert [e.kind for e in last_transactions(events, 1)] == ["Produce", "AddPartitions"]
     assert last_transactions(events, 5) == events
+
+
+def test_the_pages_timelines_are_read_again_exactly_when_their_files_change(cluster):
+    from txnsim.ui.queries import Timelines
+    timelines = Timelines(cluster.layout.root)
+    ongoing = begin(cluster)
+    first = timelines(TID)
+    assert [e["kind"] for e in first["events"]][-1] == "AddPartitions"
+    assert timelines(TID)["events"] == first["events"]
+    assert timelines(TID) is timelines(TID), "unchanged files: not read again"
+    prepare = cluster.state(ongoing.transit(S.PREPARE_COMMIT, T0 + 50, producer_epoch=1), T0 + 50)
+    cluster.marker(ORDERS[0], 5, 1, True, T0 + 60)
+    assert [e["kind"] for e in timelines(TID)["events"]][-2:] == ["Marker", "MarkerAck"]
+    cluster.marker(ORDERS[1], 5, 1, True, T0 + 61)  # a data partition's file alone changed
+    assert [e["lane"] for e in timelines(TID)["events"] if e["kind"] == "Marker"] == ["orders-0", "orders-1"]
+    cluster.state(prepare.transit(S.COMPLETE_COMMIT, T0 + 70), T0 + 70)
+    assert timelines(TID)["events"][-1]["kind"] == "Complete"
