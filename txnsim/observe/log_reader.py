@@ -163,9 +163,18 @@ def files_signature(data_dir: Path, transactional_id: str, partitions: Iterable[
     """What a timeline was read from (size and change time of each file): equal signatures, equal timelines."""
     layout = ClusterLayout(data_dir)
     shard = TopicPartition(TRANSACTION_STATE_TOPIC, partition_for(transactional_id, txn_shards(layout)))
+    return _stats([layout.metadata / "ownership.log",
+                   *(p for tp in [shard, *partitions] for _b, _e, p in _segments(layout, tp))])
+
+
+def partition_signature(data_dir: Path, tp: TopicPartition) -> tuple[object, ...]:
+    """The same for one partition's log (what the message browser reads)."""
+    return _stats([p for _b, _e, p in _segments(ClusterLayout(data_dir), tp)])
+
+
+def _stats(paths: Iterable[Path]) -> tuple[object, ...]:
     stats: list[object] = []
-    for path in [layout.metadata / "ownership.log",
-                 *(p for tp in [shard, *partitions] for _b, _e, p in _segments(layout, tp))]:
+    for path in paths:
         try:
             st = path.stat()
         except FileNotFoundError:

@@ -34,6 +34,7 @@ def create_app(data_dir: Path, *, interval_s: float = 1.0) -> Starlette:
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     rebalances = queries.RebalanceHistory()
     timelines = queries.Timelines(data_dir)
+    browser = queries.Messages(data_dir)
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -85,7 +86,7 @@ def create_app(data_dir: Path, *, interval_s: float = 1.0) -> Starlette:
             return JSONResponse({"error": "INVALID_REQUEST: partition, offset and limit are whole numbers"}, 400)
         if partition < 0 or offset < 0 or not 1 <= limit <= 1000:
             return JSONResponse({"error": "INVALID_REQUEST: partition and offset must be >= 0, limit 1..1000"}, 400)
-        return answer(lambda: {"records": queries.messages(data_dir, q.get("topic", ""), partition, offset, limit)})
+        return answer(lambda: {"records": browser(q.get("topic", ""), partition, offset, limit)})
 
     def plotly_js(_request: Request) -> FileResponse:
         return FileResponse(PLOTLY_JS, media_type="application/javascript")

@@ -3,6 +3,7 @@ a timeline. Each is one call through the admin API or a read of the cluster's fi
 from __future__ import annotations
 
 import base64
+import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 from proto.errors import KafkaError
 from proto.structs import TopicPartition
 from txnsim.admin import Admin
-from txnsim.observe.log_reader import browse, files_signature, read_timeline
+from txnsim.observe.log_reader import browse, files_signature, partition_signature, read_timeline
 from txnsim.observe.timeline import KINDS, lanes, last_transactions
 
 #: the page lists at most this many transactional ids (describing each is one request)
@@ -66,6 +67,23 @@ def _text(data: bytes | None) -> str | None:
         return "base64:" + base64.b64encode(data).decode()
 
 
+class Messages:
+    """The message browser's pages, read again only when the partition's files changed."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self._data_dir = data_dir
+        self._last: tuple[tuple[object, ...], list[dict[str, Any]]] | None = None
+
+    def __call__(self, topic: str, partition: int, offset: int, limit: int) -> list[dict[str, Any]]:
+        tp = TopicPartition(topic, partition)
+        signature = (topic, partition, offset, limit, partition_signature(self._data_dir, tp))  # before reading
+        if self._last is not None and self._last[0] == signature:
+            return self._last[1]
+        found = messages(self._data_dir, topic, partition, offset, limit)
+        self._last = (signature, found)
+        return found
+
+
 def messages(data_dir: Path, topic: str, partition: int, offset: int, limit: int) -> list[dict[str, Any]]:
     return [{"offset": r.offset, "timestamp_ms": r.timestamp_ms, "key": _text(r.key), "value": _text(r.value),
              "headers": [[k, _text(v)] for k, v in r.headers], "producer_id": r.producer_id,
@@ -84,6 +102,7 @@ class Timelines:
     def __init__(self, data_dir: Path, keep: int = 20) -> None:
         self._data_dir = data_dir
         self._keep = keep
+        self._lock = threading.Lock()
         #: transactional id -> (signature of its files, its partitions, the answer)
         self._cache: dict[str, tuple[tuple[object, ...], list[TopicPartition], dict[str, Any]]] = {}
 
@@ -98,9 +117,10 @@ class Timelines:
         answer = {"transactional_id": transactional_id, "lanes": lanes(events), "kinds": list(KINDS),
                   "events": [e.as_dict() for e in events], "left_out": len(every) - len(events)}
         # a signature over other partitions than these never matches the next one: that poll reads again
-        self._cache[transactional_id] = (signature, partitions, answer)
-        while len(self._cache) > self._keep:
-            self._cache.pop(next(iter(self._cache)))
+        with self._lock:  # the endpoints run in a thread pool
+            self._cache[transactional_id] = (signature, partitions, answer)
+            while len(self._cache) > self._keep:
+                self._cache.pop(next(iter(self._cache)))
         return answer
 
 
