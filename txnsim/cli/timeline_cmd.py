@@ -26,7 +26,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
     timeline.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR,
                           help="data directory of the cluster (default: ./txnsim-data); it need not be running")
     timeline.add_argument("--last", type=_count, default=None, metavar="N",
-                          help="only the last N completed transactions and the one in progress (default: all)")
+                          help="only the id's last N transactions, the one in progress included (default: all)")
     timeline.add_argument("--json", action="store_true", help="print the events as a JSON list")
     timeline.set_defaults(func=print_timeline)
 

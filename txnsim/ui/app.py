@@ -76,7 +76,10 @@ def create_app(data_dir: Path, *, interval_s: float = 1.0) -> Starlette:
         return answer(lambda: {"half_messages": queries.half_messages(sampler.admin)})
 
     def timeline(request: Request) -> JSONResponse:
-        return answer(lambda: timelines(request.path_params["transactional_id"]))
+        last = request.query_params.get("last", str(queries.TIMELINE_TRANSACTIONS))
+        if not last.lstrip("-").isdigit():
+            return JSONResponse({"error": "INVALID_REQUEST: last is a whole number (negative: all)"}, 400)
+        return answer(lambda: timelines(request.path_params["transactional_id"], int(last)))
 
     def messages(request: Request) -> JSONResponse:
         q = request.query_params

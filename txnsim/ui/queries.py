@@ -13,7 +13,7 @@ from proto.errors import KafkaError
 from proto.structs import TopicPartition
 from txnsim.admin import Admin
 from txnsim.observe.log_reader import browse, files_signature, partition_signature, read_timeline
-from txnsim.observe.timeline import KINDS, lanes, last_transactions
+from txnsim.observe.timeline import KINDS, TimelineEvent, lanes, last_transactions
 
 #: the page lists at most this many transactional ids (describing each is one request)
 MAX_TRANSACTIONS = 200
@@ -103,25 +103,29 @@ class Timelines:
         self._data_dir = data_dir
         self._keep = keep
         self._lock = threading.Lock()
-        #: transactional id -> (signature of its files, its partitions, the answer)
-        self._cache: dict[str, tuple[tuple[object, ...], list[TopicPartition], dict[str, Any]]] = {}
+        #: transactional id -> (signature of its files, its partitions, its events)
+        self._cache: dict[str, tuple[tuple[object, ...], list[TopicPartition], list[TimelineEvent]]] = {}
 
-    def __call__(self, transactional_id: str) -> dict[str, Any]:
+    def __call__(self, transactional_id: str, last: int = TIMELINE_TRANSACTIONS) -> dict[str, Any]:
+        """The id's last `last` transactions (all when negative)."""
+        every = self._events(transactional_id)
+        events = last_transactions(every, last) if last >= 0 else every
+        return {"transactional_id": transactional_id, "lanes": lanes(events), "kinds": list(KINDS),
+                "events": [e.as_dict() for e in events], "left_out": len(every) - len(events)}
+
+    def _events(self, transactional_id: str) -> list[TimelineEvent]:
         cached = self._cache.get(transactional_id)
         # taken before reading, so a write landing during the read makes the next poll read again
         signature = files_signature(self._data_dir, transactional_id, cached[1] if cached else [])
         if cached and cached[0] == signature:
             return cached[2]
         every, partitions = read_timeline(self._data_dir, transactional_id)
-        events = last_transactions(every, TIMELINE_TRANSACTIONS)
-        answer = {"transactional_id": transactional_id, "lanes": lanes(events), "kinds": list(KINDS),
-                  "events": [e.as_dict() for e in events], "left_out": len(every) - len(events)}
         # a signature over other partitions than these never matches the next one: that poll reads again
         with self._lock:  # the endpoints run in a thread pool
-            self._cache[transactional_id] = (signature, partitions, answer)
+            self._cache[transactional_id] = (signature, partitions, every)
             while len(self._cache) > self._keep:
                 self._cache.pop(next(iter(self._cache)))
-        return answer
+        return every
 
 
 class RebalanceHistory:

@@ -146,7 +146,8 @@ function showTimeline(id) {
   $("timeline").scrollIntoView();
 }
 function pollTimeline() {
-  if (timelineId) poll("/api/transactions/" + encodeURIComponent(timelineId) + "/timeline", "timeline-error", drawTimeline);
+  if (timelineId) poll("/api/transactions/" + encodeURIComponent(timelineId) + "/timeline?last=" +
+    $("timeline-last").value, "timeline-error", drawTimeline);
 }
 function drawTimeline(t) {
   if (!t.events.length) $("timeline-error").textContent = "no durable record of " + t.transactional_id + " yet";
@@ -162,7 +163,7 @@ function drawTimeline(t) {
     line: {color: e.kind === "Failover" ? "#ea580c" : "#b91c1c", dash: "dot", width: 2}}));
   Plotly.react("timeline-chart", traces, {
     title: {text: "timeline of " + t.transactional_id +
-      (t.left_out ? ` (its last transactions; ${t.left_out} earlier events: txnsim transactions timeline)` : ""),
+      (t.left_out ? ` (${t.left_out} earlier events left out)` : ""),
       font: {size: 14}}, margin: {t: 40, r: 10, b: 40, l: 120},
     yaxis: {type: "category", categoryorder: "array", categoryarray: [...t.lanes].reverse(), automargin: true},
     xaxis: {type: "date", tickformat: "%H:%M:%S.%L"}, shapes, legend: {orientation: "h"}},
@@ -174,6 +175,7 @@ function drawTimeline(t) {
     cell(tr, e.producer_epoch >= 0 ? e.producer_epoch : ""); cell(tr, e.detail);
   });
 }
+$("timeline-last").onchange = pollTimeline;
 $("timeline-form").onsubmit = (ev) => { ev.preventDefault(); showTimeline($("timeline-id").value.trim()); };
 
 // ------------------------------------------------------------------ groups
