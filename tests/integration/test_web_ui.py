@@ -268,8 +268,9 @@ def test_cluster_start_with_ui_serves_the_view_of_the_cluster_it_started(tmp_pat
         started = subprocess.Popen([*command, "--ui", "0"], stdout=out, stderr=subprocess.STDOUT, cwd=repo,
                                    env={**os.environ, "COLUMNS": "200"})
     try:
-        address = wait_until(lambda: next((w for w in log.read_text().split() if w.startswith("http://127.0.0.1:")),
-                                          None), 60, "cluster start printing the web view's address")
+        address = wait_until(lambda: next((line.split()[-1] for line in log.read_text().splitlines()
+                                           if line.startswith("web view: http://127.0.0.1:")), None),
+                             60, "cluster start printing the web view's address")
         with urllib.request.urlopen(address + "api/cluster", timeout=10) as response:
             assert [n["state"] for n in json.loads(response.read())["nodes"]] == ["up"]
         port = address.rstrip("/").rsplit(":", 1)[1]
