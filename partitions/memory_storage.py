@@ -111,6 +111,8 @@ class MemoryStorage(Storage):
         self.generation = 0
         self._directory_ids = itertools.count(1)
         self._directories: dict[str, int] = {"/": 0, ".": 0, "": 0}
+        #: directory -> the names of its subdirectories (list_dir without a scan of every directory)
+        self._subdirectories: dict[str, set[str]] = {}
         #: directory -> name -> inode, now and as of that directory's last fsync
         self._entries: dict[str, dict[str, Inode]] = {}
         self._durable: dict[str, dict[str, Inode]] = {}
@@ -157,6 +159,8 @@ class MemoryStorage(Storage):
                     if path.name in self._entries.get(str(path.parent), {}):
                         raise FileExistsError(errno.EEXIST, "a file has that name", key)
                     self._directories[key] = next(self._directory_ids)
+                    if key != str(path.parent):
+                        self._subdirectories.setdefault(str(path.parent), set()).add(path.name)
 
     def list_dir(self, directory: PurePath) -> list[str]:
         with self.lock:
@@ -164,8 +168,7 @@ class MemoryStorage(Storage):
             if key not in self._directories:
                 raise FileNotFoundError(errno.ENOENT, "no such directory", key)
             names = set(self._entries.get(key, {}))
-            names.update(PurePath(sub).name for sub in self._directories
-                         if sub != key and str(PurePath(sub).parent) == key)
+            names.update(self._subdirectories.get(key, ()))
             return sorted(names)
 
     def exists(self, path: PurePath) -> bool:
