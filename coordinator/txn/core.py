@@ -497,6 +497,9 @@ class TxnCoordinatorCore:
         self._validate_id(tid)
         shard = self._owned(tid)
         current = self._batch_when_settled(call, shard, tid)
+        if self._planted_bug == "commit-every-attempt" and req.committed and current is not None:
+            req = pb.EndBatchTxnRequest(batch_txn_id=req.batch_txn_id, batch_id=req.batch_id, committed=True,
+                                        winners=[p.producer_id for p in current.participants], wait_ms=req.wait_ms)
         plan = batches.plan_end(current, req, now)
 
         def answer(completed: bool) -> pb.EndBatchTxnResponse:

@@ -69,6 +69,7 @@ def test_a_crashed_coordinator_s_shards_move_and_transactions_go_on():
     ("ack-group-before-fsync", ("crash",)),
     ("no-generation-fence", None),
     ("unstable-offset-fetch", None),
+    ("commit-every-attempt", None),
 ])
 def test_every_planted_bug_is_found(bug: str, faults: tuple[str, ...] | None):
     found = first_failure(bug, faults=faults)
@@ -107,3 +108,12 @@ def test_the_copiers_copy_exactly_once_and_commit_their_offsets_in_the_same_tran
     committed = {tp: value.offset for g in groups for group_id, group in g.groups.items() if group_id == "sim-copy"
                  for tp, value in group.offsets.items()}
     assert committed and all(offset > 0 for offset in committed.values())
+
+
+def test_spark_style_batches_commit_whole_once_through_lost_tasks_and_driver_restarts():
+    result = simulate(SimConfig(seed=2, model="cluster", faults=("crash", "drop"), keep_trace=True))
+    assert result.failure is None, result.failure
+    assert result.counters["batch records"] > 20
+    joins = [line for line in result.trace_lines if "JoinBatchTxnRequest" in line and " send " in line]
+    ends = [line for line in result.trace_lines if "EndBatchTxnResponse" in line]
+    assert len(joins) > len(ends) > 3, "no batch had a lost task attempt or a replay"

@@ -5,7 +5,8 @@ partitions it is assigned read_committed, and copies each batch it reads to the 
 `sim-out` in one transaction that also commits the group's offsets (AddOffsetsToTxn, TxnOffsetCommit
 with its member id and generation, EndTxn). On every new assignment and after every failed
 transaction it starts again from the group's committed offsets, fetched with require_stable (a
-commit awaiting its marker answers UNSTABLE_OFFSET_COMMIT: wait). A zombie - a copier whose
+commit awaiting its marker answers UNSTABLE_OFFSET_COMMIT: wait) and only once its own transaction in
+flight has ended, as a real consumer rebalances inside poll(), between transactions. A zombie - a copier whose
 generation is over - is fenced by its generation at TxnOffsetCommit.
 
 What it copied goes into the chaos History, so the run's checker finds a copy made twice (duplicate)
@@ -106,6 +107,8 @@ class Copier(GroupMember):
         """Where the group left each assigned partition (require_stable: after any pending commit)."""
         if assignment != self._assignment or not self.owned:
             return
+        if self.busy:  # a consumer rebalances inside poll(), between transactions: finish this one first
+            return self._after(20, self.fetch_offsets, assignment)
         owned = list(self.owned)
         request = pb.OffsetFetchRequest(group_id=self.group_id, require_stable=True, partitions=[
             pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition) for tp in owned])

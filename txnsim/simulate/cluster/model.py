@@ -31,6 +31,7 @@ from proto.structs import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, Isola
 from txnsim.chaos.checker import check
 from txnsim.chaos.history import FinalRead, History, Observed
 from txnsim.simulate.actors import ActorState
+from txnsim.simulate.cluster.batch_client import BATCH_TOPIC, TASKS, SparkQuery
 from txnsim.simulate.cluster.clients import TOPIC, CommittedReader, GroupMember, TxnProducer
 from txnsim.simulate.cluster.copier import COPY_GROUP, OUT_TOPIC, Copier
 from txnsim.simulate.cluster.groups import OFFSETS_SHARDS
@@ -64,6 +65,8 @@ class ClusterModel(Model):
                                "generation is over still commits what the partition's next owner copies again",
         "unstable-offset-fetch": "OffsetFetch ignores require_stable: a copier starts from an offset a pending "
                                  "transactional commit is about to move",
+        "commit-every-attempt": "EndBatchTxn commits every attempt that joined the batch, not only the winners "
+                                "the driver named",
         "accept-late-markers": "a V2 marker at the epoch of an open transaction's data ends it, though it is a late "
                                "copy from the previous transaction (KAFKA-19446)",
     }
@@ -87,6 +90,8 @@ class ClusterModel(Model):
         "committed-offsets-monotonic": "a group's committed offset of a partition never moves backwards, "
                                        "failovers included",
         "no-corrupt-read": "a fetch never returns bytes that do not decode",
+        "batch-exactly-once": "each task of a Spark-style batch is visible once: one attempt's output, never two",
+        "batch-atomic": "a batch is visible whole (every task) or not at all",
     }
     session_timeout_ms = 1_000
 
@@ -110,6 +115,7 @@ class ClusterModel(Model):
         #: (group, partition) -> the highest offset the group has committed so far
         self._committed: dict[tuple[str, TopicPartition], int] = {}
         self.out_partitions = [TopicPartition(OUT_TOPIC, p) for p in range(PARTITIONS)]
+        self.batch_partitions = [TopicPartition(BATCH_TOPIC, p) for p in range(PARTITIONS)]
         self._member_ids = 0
         #: (group, generation) -> partition -> the member it was assigned to
         self._assignments: dict[tuple[str, int], dict[TopicPartition, str]] = {}
@@ -122,7 +128,7 @@ class ClusterModel(Model):
 
     def clients(self) -> Sequence[str]:
         return ([f"p{i}" for i in range(PRODUCERS)] + ["reader"] + [f"m{i}" for i in range(GROUP_MEMBERS)]
-                + [f"c{i}" for i in range(COPIERS)])
+                + [f"c{i}" for i in range(COPIERS)] + ["spark"])
 
     def setup(self, world: World, network: Network) -> None:
         self.world = world
@@ -147,6 +153,9 @@ class ClusterModel(Model):
         for member in [*self.members, *self.copiers]:
             network.register(member.name, lambda env: None)
             member.start()
+        self.query = SparkQuery("spark", self, world.rng("spark"))
+        network.register(self.query.name, lambda env: None)
+        self.query.start()
         world.after(MEMBERSHIP_TICK_MS, self._membership_tick)
 
     def _deliver(self, node: str, env: Envelope) -> None:
@@ -182,7 +191,7 @@ class ClusterModel(Model):
         final = FinalRead()
         extra: list[Violation] = []
         reader = LogManager(DATA_ROOT, node_id=NODES + 1, storage=self.disk, now_ms=lambda: world.now_ms)
-        for tp in [*self.data_partitions, *self.out_partitions]:
+        for tp in [*self.data_partitions, *self.out_partitions, *self.batch_partitions]:
             log = reader.get(tp.topic, tp.partition) or _open_read_only(reader, tp)
             if log is None:
                 continue
@@ -202,6 +211,7 @@ class ClusterModel(Model):
             group = contents.groups.get(COPY_GROUP)
             if group is not None:
                 final.committed.update({tp: value.offset for tp, value in group.offsets.items()})
+        extra.extend(_batch_violations(final.records.get(BATCH_TOPIC, [])))
         result = check(self.history.events(), final, input_topic=TOPIC, output_topic=OUT_TOPIC)
         return Report.of_check(result, extra)
 
@@ -214,7 +224,8 @@ class ClusterModel(Model):
                 "records polled": tally.get("records polled", 0),
                 "records copied": tally.get(f"acked {OUT_TOPIC}", 0),
                 "group generations": self._generations.get(GROUP, 0),
-                "copier generations": self._generations.get(COPY_GROUP, 0)}
+                "copier generations": self._generations.get(COPY_GROUP, 0),
+                "batch records": tally.get(f"acked {BATCH_TOPIC}", 0)}
 
     # ------------------------------------------------------------ faults
 
@@ -245,11 +256,12 @@ class ClusterModel(Model):
             producer.stopped = True
         for member in [*self.members, *self.copiers]:
             member.stopped = True
+        self.query.stopped = True
 
     # ------------------------------------------------------------ what nodes and clients ask of the cluster
 
     def partitions_for(self, topic: str) -> int | None:
-        if topic in (TOPIC, OUT_TOPIC):
+        if topic in (TOPIC, OUT_TOPIC, BATCH_TOPIC):
             return PARTITIONS
         return OFFSETS_SHARDS if topic == CONSUMER_OFFSETS_TOPIC else None
 
@@ -347,6 +359,23 @@ class ClusterModel(Model):
                 if i in view:
                     self.network.set_timer(name, 0, self.sim_nodes[name].reconcile, label="reconcile")
         self.world.after(MEMBERSHIP_TICK_MS, self._membership_tick)
+
+
+def _batch_violations(records: list[Observed]) -> list[Violation]:
+    """From the final read of the batch topic: which attempts of each (batch, task) are visible."""
+    attempts: dict[tuple[str, str], set[str]] = {}
+    for r in records:
+        if r.writer and r.writer.startswith("spark/"):
+            _, batch, task, attempt = r.writer.split("/")
+            attempts.setdefault((batch, task), set()).add(attempt)
+    found = [Violation("batch-exactly-once", f"batch {batch} task {task}: attempts {sorted(seen)} are all visible")
+             for (batch, task), seen in sorted(attempts.items()) if len(seen) > 1]
+    tasks: dict[str, set[str]] = {}
+    for batch, task in attempts:
+        tasks.setdefault(batch, set()).add(task)
+    found.extend(Violation("batch-atomic", f"batch {batch}: only tasks {sorted(seen)} of {TASKS} are visible")
+                 for batch, seen in sorted(tasks.items()) if len(seen) != TASKS)
+    return found
 
 
 def _open_read_only(reader: LogManager, tp: TopicPartition) -> PartitionLog | None:
