@@ -1,9 +1,18 @@
 """Records waiting to be sent: one queue of batches per partition, bounded by buffer_memory.
 
-send() appends to the open batch at the tail of its partition's queue; the sender thread
-drains only the head of each queue, so a partition has at most one batch in flight and
-its sequences reach the node in order. A batch is closed to appends when it is drained;
-its bytes (pid, epoch, sequence included) never change after that, retries included.
+send() appends to the open batch at the tail of its partition's queue, under that batch's own
+lock: the accumulator's lock (shared with the sender thread) is taken once per batch, when a
+batch is opened or sealed, never per record. A batch's memory is reserved when it opens
+(batch_size, as Kafka's BufferPool does) and trimmed to its real size when it is sealed.
+
+The sender drains each queue from the head, in order: up to `max_in_flight` batches of one
+partition may be in flight (Kafka's idempotent producer allows 5); the node accepts them only in
+sequence order, so a batch that overtakes its predecessor is refused (OUT_OF_ORDER_SEQUENCE) and
+resent. A resent batch (a retry, or half of a split batch) goes only from the head of its queue
+and alone: nothing after it is sent until it is answered, so retries reach the node in order.
+The first batch of a producer epoch on a partition (base sequence 0) also goes alone: until the
+node holds state for that epoch it would accept any sequence. A batch is sealed when it is
+drained; its bytes (pid, epoch, sequence included) never change after that, retries included.
 The accumulator's condition is also the sender's alarm clock: it is notified when a batch
 fills, a new batch would outlive the sender's sleep, a flush starts or an answer arrives.
 """
@@ -40,7 +49,7 @@ class ProducerBatch:
 
     __slots__ = ("topic_partition", "builder", "created", "result", "futures", "buffered_bytes", "closed",
                  "payload", "producer_id", "producer_epoch", "base_sequence", "attempts", "retry_at",
-                 "in_flight", "transactional")
+                 "in_flight", "transactional", "lock", "exclusive")
 
     def __init__(self, tp: TopicPartition, base_timestamp: int, max_bytes: int, created: float) -> None:
         self.topic_partition = tp
@@ -48,8 +57,13 @@ class ProducerBatch:
         self.created = created
         self.result = ProduceRequestResult(tp)
         self.futures: list[FutureRecordMetadata] = []
+        #: the buffer memory this batch holds: batch_size while it is open, its real size once sealed
         self.buffered_bytes = 0
-        self.closed = False               # no more appends
+        #: guards appends against sealing: send() takes it per record, the sender once per batch
+        self.lock = threading.Lock()
+        self.closed = False               # no more appends (set under `lock`)
+        #: in flight as a resend or an epoch's first batch: nothing after it is sent until it is answered
+        self.exclusive = False
         self.payload: bytes | None = None  # the v2 batch, once built
         self.producer_id = -1
         self.producer_epoch = -1
@@ -72,14 +86,27 @@ class ProducerBatch:
         return self.result.is_done
 
     def try_append(self, timestamp: int, key: bytes | None, value: bytes | None, headers: Sequence[Header],
-                   size: int) -> FutureRecordMetadata | None:
-        if self.closed or not self.builder.has_room_for(key, value):
-            return None
-        delta = self.builder.append(timestamp, key, value, headers)
-        self.buffered_bytes += size
-        future = FutureRecordMetadata(self.result, delta, timestamp)
-        self.futures.append(future)
+                   size: int = 0) -> FutureRecordMetadata | None:
+        """Append a record unless the batch is sealed or has no room (None). Takes the batch's own lock."""
+        with self.lock:
+            if self.closed:
+                return None
+            delta = self.builder.try_append(timestamp, key, value, headers)
+            if delta < 0:
+                return None
+            future = FutureRecordMetadata(self.result, delta, timestamp)
+            self.futures.append(future)  # in the lock: a split hands every future of the batch on
         return future
+
+    def seal(self) -> int:
+        """Close to appends; returns the change of buffered_bytes (the reservation trimmed to the real size)."""
+        with self.lock:
+            if self.closed:
+                return 0
+            self.closed = True
+            held = self.buffered_bytes
+            self.buffered_bytes = self.builder.size
+            return self.buffered_bytes - held
 
     def build(self, producer_id: int, producer_epoch: int, base_sequence: int, transactional: bool) -> bytes:
         self.producer_id, self.producer_epoch, self.base_sequence = producer_id, producer_epoch, base_sequence
@@ -125,15 +152,19 @@ class ProducerBatch:
 
 class RecordAccumulator:
     def __init__(self, *, batch_size: int, linger_ms: int, buffer_memory: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, max_in_flight: int = 1) -> None:
         self.batch_size = batch_size
         self.linger_s = linger_ms / 1000
         self.buffer_memory = buffer_memory
         self.clock = clock
+        #: batches of one partition in flight at once (1 keeps the order without sequence numbers)
+        self.max_in_flight = max_in_flight
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)  # the sender sleeps here
         self._space = threading.Condition(self._lock)   # send() waits here for buffer memory
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
+        #: the batch send() appends to, per partition (read without the lock: a dict read is atomic)
+        self._open: dict[TopicPartition, ProducerBatch] = {}
         self._incomplete: set[ProducerBatch] = set()
         self._buffered = 0
         self._flushes = 0
@@ -153,47 +184,65 @@ class RecordAccumulator:
         need a new batch: the sticky partitioner then picks another partition (KIP-480).
         `size` is record_size() of the record, when the caller has it already.
         """
-        if size is None:
-            size = record_size(key, value, headers)
+        batch = self._open.get(tp)
+        if batch is not None:  # the per-record path: the batch's lock only
+            future = batch.try_append(timestamp, key, value, headers)
+            if future is not None:
+                return future
+        if abort_on_new_batch:
+            return None
+        return self._append_to_new_batch(tp, timestamp, key, value, headers, max_block_s,
+                                         record_size(key, value, headers) if size is None else size)
+
+    def _append_to_new_batch(self, tp: TopicPartition, timestamp: int, key: bytes | None, value: bytes | None,
+                             headers: Sequence[Header], max_block_s: float, size: int) -> FutureRecordMetadata:
+        """Seal the full open batch and open another (the accumulator's lock: once per batch)."""
+        reservation = max(size, min(self.batch_size, self.buffer_memory))
         with self._lock:
             if self._closed:
                 raise IllegalStateError("cannot send: the producer is closed")
-            queue = self._queues.get(tp)
-            last = queue[-1] if queue else None
+            last = self._open.get(tp)
             if last is not None:
-                future = last.try_append(timestamp, key, value, headers, size)
-                if future is not None:
-                    self._buffered += size
-                    if last.builder.size >= self.batch_size:
-                        self._wake_sender_locked()  # full: no reason to linger
+                future = last.try_append(timestamp, key, value, headers)
+                if future is not None:  # another thread opened it meanwhile
                     return future
-            if abort_on_new_batch:
-                return None
-            self._reserve_locked(size, max_block_s)
+            self._reserve_locked(reservation, max_block_s)
             if self._closed:
-                self._buffered -= size
+                self._buffered -= reservation
                 raise IllegalStateError("cannot send: the producer is closed")
-            # the wait for memory released the lock: the queue may have changed meanwhile
-            queue = self._queues.get(tp)
-            last = queue[-1] if queue else None
+            # the wait for memory released the lock: another thread may have opened a batch meanwhile
+            last = self._open.get(tp)
             if last is not None:
-                future = last.try_append(timestamp, key, value, headers, size)
+                future = last.try_append(timestamp, key, value, headers)
                 if future is not None:
+                    self._buffered -= reservation
                     return future
-            now = self.clock()
-            batch = ProducerBatch(tp, timestamp, self.batch_size, now)
-            future = batch.try_append(timestamp, key, value, headers, size)
-            assert future is not None  # an empty batch takes any record
-            if queue is None:
-                queue = self._queues[tp] = deque()
-            if last is not None and not last.closed:
-                last.closed = True  # it was full
+                self._seal_locked(last)  # it was full
                 self._wake_sender_locked()
+            now = self.clock()
+            batch = ProducerBatch(TopicPartition(*tp), timestamp, self.batch_size, now)
+            batch.buffered_bytes = reservation
+            future = batch.try_append(timestamp, key, value, headers)
+            assert future is not None  # an empty batch takes any record
+            queue = self._queues.get(batch.topic_partition)
+            if queue is None:
+                queue = self._queues[batch.topic_partition] = deque()
             queue.append(batch)
+            self._open[batch.topic_partition] = batch
             self._incomplete.add(batch)
             if now + self.linger_s < self._sender_wake_at or batch.builder.size >= self.batch_size:
                 self._wake_sender_locked()
             return future
+
+    def _seal_locked(self, batch: ProducerBatch) -> None:
+        """No more appends to `batch`; its reservation shrinks to its real size (with the lock held)."""
+        freed = -batch.seal()
+        if self._open.get(batch.topic_partition) is batch:
+            del self._open[batch.topic_partition]
+        if freed:
+            self._buffered -= freed
+            if freed > 0:
+                self._space.notify_all()
 
     def _reserve_locked(self, size: int, max_block_s: float) -> None:
         if self._buffered + size <= self.buffer_memory or self._buffered == 0:
@@ -228,6 +277,8 @@ class RecordAccumulator:
         """No more appends; everything queued is ready."""
         with self._lock:
             self._closed = True
+            for batch in list(self._open.values()):
+                self._seal_locked(batch)
             self._space.notify_all()
             self._wake_sender_locked()
 
@@ -272,35 +323,56 @@ class RecordAccumulator:
 
     # ------------------------------------------------------------ the sender's side
 
-    def ready(self, now: float) -> tuple[list[ProducerBatch], float]:
-        """Heads of queues that may be sent now (not in flight, backoff over, full or lingered), and
-        the earliest time another head becomes ready by itself (inf if none)."""
+    def ready(self, now: float, next_sequence: Callable[[TopicPartition], int] | None = None,
+              ) -> tuple[list[ProducerBatch], float]:
+        """Batches that may be sent now, in queue order, and the earliest time another becomes ready by
+        itself (inf if none). Per partition: up to max_in_flight in flight; a resend (retry or split half)
+        only from the head and alone; a fresh batch once full or lingered (at once while flushing).
+        `next_sequence(tp)`, for an idempotent producer, is the sequence the next fresh batch of `tp` gets:
+        0 opens an epoch on that partition, so that batch goes alone."""
         ready: list[ProducerBatch] = []
         next_ready = math.inf
+        limit = self.max_in_flight
         with self._lock:
             flushing = self._flushes > 0 or self._closed
             for queue in self._queues.values():
-                if not queue:
-                    continue
-                head = queue[0]
-                if head.in_flight:
-                    continue
-                if head.payload is not None:  # a retry
-                    at = head.retry_at
-                elif flushing or head.closed or len(queue) > 1 or head.builder.size >= self.batch_size:
-                    at = now
-                else:
-                    at = head.created + self.linger_s
-                if at <= now:
-                    ready.append(head)
-                else:
-                    next_ready = min(next_ready, at)
+                in_flight = 0
+                last = len(queue) - 1
+                for index, batch in enumerate(queue):
+                    if batch.in_flight:
+                        if batch.exclusive:
+                            break  # nothing goes after a resend or an epoch's first batch until it is answered
+                        in_flight += 1
+                        continue
+                    if in_flight >= limit:
+                        break
+                    if batch.payload is not None:  # a retry or a split half: in order, from the head, alone
+                        if index == 0:
+                            if batch.retry_at <= now:
+                                batch.exclusive = True
+                                ready.append(batch)
+                            else:
+                                next_ready = min(next_ready, batch.retry_at)
+                        break
+                    if not (flushing or batch.closed or index < last or batch.builder.size >= self.batch_size):
+                        at = batch.created + self.linger_s
+                        if at > now:
+                            next_ready = min(next_ready, at)
+                            break
+                    first_of_epoch = next_sequence is not None and next_sequence(batch.topic_partition) == 0
+                    if first_of_epoch and in_flight:
+                        break
+                    batch.exclusive = first_of_epoch
+                    ready.append(batch)
+                    in_flight += 1
+                    if first_of_epoch:
+                        break
         return ready, next_ready
 
     def close_for_send(self, batch: ProducerBatch) -> None:
         """The sender takes this batch: later records go to a new one."""
         with self._lock:
-            batch.closed = True
+            self._seal_locked(batch)
 
     def expired(self, now: float, delivery_timeout_s: float) -> tuple[list[ProducerBatch], float]:
         """Batches not in flight whose delivery timeout has passed (removed from their queues),
@@ -309,16 +381,13 @@ class RecordAccumulator:
         next_expiry = math.inf
         with self._lock:
             for queue in self._queues.values():
-                # batches of a queue are in creation order: stop at the first one still in time
-                while queue:
-                    batch = queue[0] if not queue[0].in_flight else (queue[1] if len(queue) > 1 else None)
-                    if batch is None:
-                        break
+                # batches of a queue are in creation order: stop at the first one (not in flight) still in time
+                for batch in [b for b in queue if not b.in_flight]:
                     at = batch.created + delivery_timeout_s
                     if at > now:
                         next_expiry = min(next_expiry, at)
                         break
-                    batch.closed = True
+                    self._seal_locked(batch)
                     queue.remove(batch)
                     expired.append(batch)
         return expired, next_expiry
@@ -331,11 +400,18 @@ class RecordAccumulator:
                 keep = [b for b in queue if b.in_flight]
                 for batch in queue:
                     if not batch.in_flight:
-                        batch.closed = True
+                        self._seal_locked(batch)
                         taken.append(batch)
                 queue.clear()
                 queue.extend(keep)
         return taken
+
+    def has_earlier_incomplete(self, batch: ProducerBatch) -> bool:
+        """Whether a batch queued before `batch` for its partition is still unanswered (in flight, or
+        waiting for a retry): then an OUT_OF_ORDER_SEQUENCE for `batch` only means it overtook it."""
+        with self._lock:
+            queue = self._queues.get(batch.topic_partition)
+            return bool(queue) and queue[0] is not batch and batch in queue
 
     def complete(self, batch: ProducerBatch, base_offset: int = -1, error: KafkaError | None = None) -> None:
         """Resolve a batch's futures and give its memory back. Safe to call once per batch."""
@@ -351,7 +427,7 @@ class RecordAccumulator:
                     pass  # already taken out (expired or aborted)
                 if not queue:
                     del self._queues[batch.topic_partition]
-            batch.closed = True
+            self._seal_locked(batch)
             batch.in_flight = False
             self._buffered -= batch.buffered_bytes
             self._space.notify_all()

@@ -30,7 +30,7 @@ from proto.records import HEADER_SIZE, Header
 from proto.structs import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from proto.transport import Deadline
 
-from producer.accumulator import RecordAccumulator, record_size
+from producer.accumulator import RECORD_OVERHEAD, RecordAccumulator, record_size
 from producer.config import ProducerConfig
 from producer.future import FutureRecordMetadata
 from producer.half_transactions import HalfTransactions
@@ -78,13 +78,19 @@ class Producer:
         except ValueError as exc:
             raise KafkaConfigurationError(str(exc)) from None
         self._tm = TransactionManager(config.transactional_id, idempotent=config.enable_idempotence)
-        self._accumulator = RecordAccumulator(batch_size=config.batch_size, linger_ms=config.linger_ms,
-                                              buffer_memory=config.buffer_memory)
+        # several batches of a partition in flight only with sequence numbers, which keep them in order
+        self._accumulator = RecordAccumulator(
+            batch_size=config.batch_size, linger_ms=config.linger_ms, buffer_memory=config.buffer_memory,
+            max_in_flight=config.max_in_flight_requests_per_connection if self._tm.idempotent else 1)
         self._partitioner = DefaultPartitioner()
         self._requests = CoordinatorRequests(config, self._cluster, self._tm)
         self._sender = Sender(config, self._cluster, self._accumulator, self._tm, self._requests)
         self._max_block_s = config.max_block_ms / 1000
         self._partition_counts: dict[str, int] = {}
+        #: one TopicPartition per (topic, partition) sent to, so send() builds none per record
+        self._topic_partitions: dict[tuple[str, int], TopicPartition] = {}
+        #: send() may skip serializers and header conversion (the common case)
+        self._plain = config.key_serializer is None and config.value_serializer is None
         self._closed = False
         self._close_lock = threading.Lock()
         self._half: HalfTransactions | None = None
@@ -130,46 +136,64 @@ class Producer:
         """
         if self._closed:
             raise IllegalStateError("cannot send: the producer is closed")
-        self._tm.check_can_send()
-        _check_partition(partition)
-        _check_timestamp(timestamp_ms)
+        tm = self._tm
+        tm.check_can_send()
+        if partition is not None and (partition.__class__ is not int or not 0 <= partition <= MAX_PARTITION):
+            _check_partition(partition)
+        if timestamp_ms is None:
+            timestamp_ms = time.time_ns() // 1_000_000
+        else:
+            _check_timestamp(timestamp_ms)
         config = self.config
-        header_list: list[Header] = [] if headers is None else [(str(k), _to_bytes(v, "header value"))
-                                                                for k, v in headers]
-        key_bytes = _to_bytes(_serialize(config.key_serializer, topic, header_list, key), "key")
-        value_bytes = _to_bytes(_serialize(config.value_serializer, topic, header_list, value), "value")
-        size = record_size(key_bytes, value_bytes, header_list)
+        header_list: list[Header]
+        if headers is None and self._plain and (value is None or value.__class__ is bytes) and (
+                key is None or key.__class__ is bytes):
+            header_list, key_bytes, value_bytes = _NO_HEADERS, key, value  # nothing to convert
+            size = RECORD_OVERHEAD + (0 if key is None else len(key)) + (0 if value is None else len(value))
+        else:
+            header_list = [] if headers is None else [(str(k), _to_bytes(v, "header value")) for k, v in headers]
+            key_bytes = _to_bytes(_serialize(config.key_serializer, topic, header_list, key), "key")
+            value_bytes = _to_bytes(_serialize(config.value_serializer, topic, header_list, value), "value")
+            size = record_size(key_bytes, value_bytes, header_list)
         if size + HEADER_SIZE > config.max_request_size or size > config.buffer_memory:
             limit, name = min((config.max_request_size, "max_request_size"), (config.buffer_memory, "buffer_memory"))
             raise RecordTooLargeError(f"[MESSAGE_TOO_LARGE] the record is {size + HEADER_SIZE} bytes when serialized "
                                       f"(in a batch of its own), more than {name}={limit}")
-        deadline = Deadline(self._max_block_s)
-        num_partitions = self._num_partitions(topic, deadline)
-        if timestamp_ms is None:
-            timestamp_ms = int(time.time() * 1000)
+        max_block_s = self._max_block_s
+        num_partitions = self._partition_counts.get(topic)
+        if num_partitions is None:
+            deadline = Deadline(max_block_s)
+            num_partitions = self._num_partitions(topic, deadline)
+            max_block_s = deadline.remaining()
         accumulator = self._accumulator
         if partition is None:
             if key_bytes is None:
                 sticky = self._partitioner.sticky_partition(topic, num_partitions)
-                future = accumulator.append(TopicPartition(topic, sticky), timestamp_ms, key_bytes, value_bytes,
-                                            header_list, max_block_s=self._max_block_s, abort_on_new_batch=True,
-                                            size=size)
+                tp = self._topic_partitions.get((topic, sticky)) or self._topic_partition(topic, sticky)
+                future = accumulator.append(tp, timestamp_ms, key_bytes, value_bytes, header_list,
+                                            max_block_s=max_block_s, abort_on_new_batch=True, size=size)
                 if future is not None:
                     return future
                 partition = self._partitioner.on_new_batch(topic, num_partitions, sticky)
             else:
                 partition = self._partitioner.partition(topic, key_bytes, num_partitions)
-        elif not 0 <= partition < num_partitions:
+        elif partition >= num_partitions:
             raise UnknownTopicOrPartitionError(
                 f"[UNKNOWN_TOPIC_OR_PARTITION] partition {partition} of topic {topic!r} does not exist "
                 f"(it has {num_partitions})")
-        tp = TopicPartition(topic, partition)
-        if self._tm.is_transactional and self._tm.maybe_add_partition(tp):
+        tp = self._topic_partitions.get((topic, partition)) or self._topic_partition(topic, partition)
+        if tm.transactional_id is not None and tm.maybe_add_partition(tp):
             accumulator.wakeup()  # register it now, while its first batch lingers
-        future = accumulator.append(tp, timestamp_ms, key_bytes, value_bytes, header_list,
-                                    max_block_s=deadline.remaining(), size=size)
+        future = accumulator.append(tp, timestamp_ms, key_bytes, value_bytes, header_list, max_block_s=max_block_s,
+                                    size=size)
         assert future is not None
         return future
+
+    def _topic_partition(self, topic: str, partition: int) -> TopicPartition:
+        tp = self._topic_partitions.get((topic, partition))
+        if tp is None:
+            tp = self._topic_partitions[(topic, partition)] = TopicPartition(topic, partition)
+        return tp
 
     # ------------------------------------------------------------ RocketMQ-style transactions
 
@@ -342,6 +366,8 @@ class Producer:
         self.close()
 
 
+#: the headers of a record sent without any (shared: nothing appends to it)
+_NO_HEADERS: list[Header] = []
 #: Kafka's timestamps are int64 milliseconds
 MAX_TIMESTAMP_MS = 2**63 - 1
 #: Kafka's partition numbers are int32

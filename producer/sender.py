@@ -5,9 +5,13 @@ the accumulator's condition), get a producer id if an idempotent producer needs 
 send AddPartitionsToTxn for the transaction's new partitions, expire old batches, then
 drain the ready queue heads, group them by leader and send one ProduceRequest per node
 (split at max_request_size, at most max_in_flight_requests_per_connection per node).
-Invariants: a partition has at most one batch in flight, so its sequences arrive in order;
-a retry resends the same bytes (same sequence), so a node can recognise a duplicate; no
-transactional batch goes to a partition before the coordinator has registered it.
+Invariants: an idempotent producer has up to max_in_flight_requests_per_connection batches of a
+partition in flight, each in a request of its own; the node appends them only in sequence order,
+and a batch that overtook an unanswered predecessor (OUT_OF_ORDER_SEQUENCE) is resent once it
+heads its queue (the accumulator sends resends from the head, alone, so they arrive in order).
+Without idempotence a partition has one batch in flight. A retry resends the same bytes (same
+sequence), so a node can recognise a duplicate; no transactional batch goes to a partition
+before the coordinator has registered it.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from proto.errors import (
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
+    OutOfOrderSequenceError,
     RecordTooLargeError,
     TransactionAbortedError,
     UnknownServerError,
@@ -153,7 +158,7 @@ class Sender(threading.Thread):
             else:
                 wake_at = min(wake_at, self._add_retry_at)
         wake_at = min(wake_at, self._expire(now))
-        ready, next_ready = self._acc.ready(now)
+        ready, next_ready = self._acc.ready(now, tm.sequence if tm.idempotent else None)
         wake_at = min(wake_at, next_ready)
         if ready and self._may_produce():
             wake_at = min(wake_at, self._drain(ready, now))
@@ -266,6 +271,7 @@ class Sender(threading.Thread):
         limit = self._config.max_in_flight_requests_per_connection
         chunk: list[ProducerBatch] = []
         chunk_bytes = 0
+        in_chunk: set[TopicPartition] = set()
         for batch in batches:
             if self._in_flight[address] >= limit:
                 break  # an answer from this node wakes us for the rest
@@ -277,12 +283,16 @@ class Sender(threading.Thread):
                 self._fail_batch(batch, InvalidRecordError(
                     f"[INVALID_RECORD] the batch for {batch.topic_partition} cannot be encoded: {exc}"))
                 continue
-            if chunk and chunk_bytes + len(payload) > self._config.max_request_size:
+            # one batch per partition per request: the node appends a request's partitions in parallel
+            if chunk and (chunk_bytes + len(payload) > self._config.max_request_size
+                          or batch.topic_partition in in_chunk):
                 self._send_produce(address, chunk)
                 chunk, chunk_bytes = [], 0
+                in_chunk.clear()
                 if self._in_flight[address] >= limit:
                     break
             chunk.append(batch)
+            in_chunk.add(batch.topic_partition)
             chunk_bytes += len(payload)
         if chunk:
             self._send_produce(address, chunk)
@@ -356,6 +366,15 @@ class Sender(threading.Thread):
                             "(%d + %d records): %s", batch.record_count, tp, halves[0].record_count,
                             halves[1].record_count, error)
                 return
+        if isinstance(error, OutOfOrderSequenceError) and self._acc.has_earlier_incomplete(batch):
+            # it overtook a batch of its partition that is still unanswered (in flight, or failed and
+            # waiting to be resent): the node wrote nothing; resend it, at once, when it heads the queue
+            final = self._reason_not_to_retry(batch, error, count_attempts=False)
+            if final is None:
+                batch.retry_at = self._clock()
+                log.debug("%r overtook an unanswered batch of its partition; resending it after that one", batch)
+                return
+            error = final
         action = classify_produce_error(error)
         if action is Action.SUCCESS:
             self._acc.complete(batch, base_offset=-1)
@@ -378,7 +397,8 @@ class Sender(threading.Thread):
             error = fatal
         self._fail_batch(batch, error)
 
-    def _reason_not_to_retry(self, batch: ProducerBatch, error: KafkaError) -> KafkaError | None:
+    def _reason_not_to_retry(self, batch: ProducerBatch, error: KafkaError, *,
+                             count_attempts: bool = True) -> KafkaError | None:
         tm = self._tm
         if tm.is_aborting:
             return TransactionAbortedError(
@@ -392,7 +412,7 @@ class Sender(threading.Thread):
             return KafkaTimeoutError(
                 f"expiring {batch.record_count} record(s) for {batch.topic_partition}: delivery_timeout_ms="
                 f"{self._config.delivery_timeout_ms} has passed since the batch was created; last error: {error}")
-        if batch.attempts > self._config.retries:
+        if count_attempts and batch.attempts > self._config.retries:
             return error
         return None
 

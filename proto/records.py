@@ -189,20 +189,65 @@ def _read_bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
 
 # ---------------------------------------------------------------- encoding
 
+#: varints of zigzag values below this are precomputed: every length, delta and count of a typical record
+_VARINT_TABLE_SIZE = 1 << 14
+_VARINTS: tuple[bytes, ...] = ()  # filled below, once _write_varint exists
+
+
+def _varint_bytes(n: int) -> bytes:
+    """The zigzag varint of `n`: from the table when it is small (the per-record path), else written out."""
+    z = (n << 1) ^ (n >> 63)
+    if 0 <= z < _VARINT_TABLE_SIZE:
+        return _VARINTS[z]
+    out = bytearray()
+    _write_varint(out, n)
+    return bytes(out)
+
+
+def _zigzag_table() -> tuple[bytes, ...]:
+    table = []
+    for z in range(_VARINT_TABLE_SIZE):
+        out = bytearray()
+        _write_varint(out, (z >> 1) ^ -(z & 1))  # the n whose zigzag is z
+        table.append(bytes(out))
+    return tuple(table)
+
+
+_VARINTS = _zigzag_table()
+_NULL = _VARINTS[1]  # varint -1: a null key or value
+_ZERO = b"\x00"
+
+
 def encode_record(out: bytearray, offset_delta: int, timestamp_delta: int, key: bytes | None,
                   value: bytes | None, headers: Sequence[Header] = ()) -> None:
-    """Append one varint-framed record to `out`."""
-    body = bytearray(b"\x00")  # record attributes: unused, always 0
-    _write_varint(body, timestamp_delta)
-    _write_varint(body, offset_delta)
-    _write_bytes(body, key)
-    _write_bytes(body, value)
-    _write_varint(body, len(headers))
-    for hkey, hvalue in headers:
-        _write_bytes(body, hkey.encode("utf-8"))
-        _write_bytes(body, hvalue)
-    _write_varint(out, len(body))
-    out += body
+    """Append one varint-framed record to `out`, in place: no per-record buffer or object (the producer
+    calls this once per send(), so the common case is table lookups and one bytes join)."""
+    table, size = _VARINTS, _VARINT_TABLE_SIZE
+    z = (timestamp_delta << 1) ^ (timestamp_delta >> 63)
+    ts = table[z] if 0 <= z < size else _varint_bytes(timestamp_delta)
+    od = table[offset_delta << 1] if offset_delta < size >> 1 else _varint_bytes(offset_delta)
+    if key is None:
+        key_length, key = _NULL, b""
+    else:
+        n = len(key)
+        key_length = table[n << 1] if n < size >> 1 else _varint_bytes(n)
+    if value is None:
+        value_length, value = _NULL, b""
+    else:
+        n = len(value)
+        value_length = table[n << 1] if n < size >> 1 else _varint_bytes(n)
+    if headers:
+        extra = bytearray(_varint_bytes(len(headers)))
+        for hkey, hvalue in headers:
+            _write_bytes(extra, hkey.encode("utf-8"))
+            _write_bytes(extra, hvalue)
+        trailer = bytes(extra)
+    else:
+        trailer = _ZERO
+    body_length = (1 + len(ts) + len(od) + len(key_length) + len(key) + len(value_length) + len(value)
+                   + len(trailer))
+    out += b"".join((table[body_length << 1] if body_length < size >> 1 else _varint_bytes(body_length), _ZERO,
+                     ts, od, key_length, key, value_length, value, trailer))
 
 
 class BatchBuilder:
@@ -229,6 +274,34 @@ class BatchBuilder:
             return True
         estimate = len(key or b"") + len(value or b"") + 24
         return self.size + estimate <= self.max_bytes
+
+    def try_append(self, timestamp: int, key: bytes | None, value: bytes | None,
+                   headers: Sequence[Header] = ()) -> int:
+        """append() unless the record would take the batch past max_bytes (the check of has_room_for()):
+        returns its offset delta, or -1 when it does not fit. The producer's per-record path, so the
+        common record (no headers, fields under 8 KB, within 64 ms of the batch's first) is written
+        with table lookups and one concatenation, straight into the batch's buffer."""
+        body = self._body
+        count = self.count
+        key_size = 0 if key is None else len(key)
+        value_size = 0 if value is None else len(value)
+        if count and HEADER_SIZE + len(body) + key_size + value_size + 24 > self.max_bytes:
+            return -1
+        delta_t = timestamp - self.base_timestamp
+        if not headers and 0 <= delta_t < 64 and count < 8192 and key_size < 8000 and value_size < 8000:
+            table = _VARINTS
+            offset_delta = table[count << 1]
+            key_length = _NULL if key is None else table[key_size << 1]
+            value_length = _NULL if value is None else table[value_size << 1]
+            length = 3 + len(offset_delta) + len(key_length) + key_size + len(value_length) + value_size
+            body += ((table[length << 1] if length < 8192 else _varint_bytes(length)) + _ZERO + table[delta_t << 1] + offset_delta + key_length + (key or b"")
+                     + value_length + (value or b"") + _ZERO)
+        else:
+            encode_record(body, count, delta_t, key, value, headers)
+        if timestamp > self.max_timestamp:
+            self.max_timestamp = timestamp
+        self.count = count + 1
+        return count
 
     def append(self, timestamp: int, key: bytes | None, value: bytes | None,
                headers: Sequence[Header] = ()) -> int:
