@@ -10,8 +10,9 @@ partition may be in flight (Kafka's idempotent producer allows 5); the node acce
 sequence order, so a batch that overtakes its predecessor is refused (OUT_OF_ORDER_SEQUENCE) and
 resent. A resent batch (a retry, or half of a split batch) goes only from the head of its queue
 and alone: nothing after it is sent until it is answered, so retries reach the node in order.
-The first batch of a producer epoch on a partition (base sequence 0) also goes alone: until the
-node holds state for that epoch it would accept any sequence. A batch is sealed when it is
+The first batch of a producer epoch on a partition (base sequence 0) also goes alone, with only
+the batches drained with it in one record set: until the node holds state for that epoch it
+would accept any sequence. A batch is sealed when it is
 drained; its bytes (pid, epoch, sequence included) never change after that, retries included.
 The accumulator's condition is also the sender's alarm clock: it is notified when a batch
 fills, a new batch would outlive the sender's sleep, a flush starts or an answer arrives.
@@ -329,7 +330,9 @@ class RecordAccumulator:
         itself (inf if none). Per partition: up to max_in_flight in flight; a resend (retry or split half)
         only from the head and alone; a fresh batch once full or lingered (at once while flushing).
         `next_sequence(tp)`, for an idempotent producer, is the sequence the next fresh batch of `tp` gets:
-        0 opens an epoch on that partition, so that batch goes alone."""
+        0 opens an epoch on that partition, and until the node holds that epoch's state it would accept
+        any sequence, so the batches drained with it are marked exclusive: the sender puts them in its
+        record set (appended whole, in order) and sends nothing else of `tp` until they are answered."""
         ready: list[ProducerBatch] = []
         next_ready = math.inf
         limit = self.max_in_flight
@@ -337,6 +340,7 @@ class RecordAccumulator:
             flushing = self._flushes > 0 or self._closed
             for queue in self._queues.values():
                 in_flight = 0
+                opening_epoch = False
                 last = len(queue) - 1
                 for index, batch in enumerate(queue):
                     if batch.in_flight:
@@ -359,14 +363,15 @@ class RecordAccumulator:
                         if at > now:
                             next_ready = min(next_ready, at)
                             break
-                    first_of_epoch = next_sequence is not None and next_sequence(batch.topic_partition) == 0
-                    if first_of_epoch and in_flight:
-                        break
-                    batch.exclusive = first_of_epoch
+                    if opening_epoch:
+                        batch.exclusive = True  # rides in the record set of the epoch's first batch
+                    else:
+                        opening_epoch = next_sequence is not None and next_sequence(batch.topic_partition) == 0
+                        if opening_epoch and in_flight:
+                            break
+                        batch.exclusive = opening_epoch
                     ready.append(batch)
                     in_flight += 1
-                    if first_of_epoch:
-                        break
         return ready, next_ready
 
     def close_for_send(self, batch: ProducerBatch) -> None:

@@ -272,7 +272,15 @@ class Sender(threading.Thread):
         chunk: list[ProducerBatch] = []
         chunk_bytes = 0
         in_chunk: set[TopicPartition] = set()
+        sent: set[TopicPartition] = set()  # partitions of the requests already sent this round
+        held_back: set[TopicPartition] = set()
         for batch in batches:
+            tp = batch.topic_partition
+            if tp in held_back or tp in sent:
+                # batches of one partition drained together share one record set (an epoch's first ones
+                # must): what cannot join its predecessor's waits for a later round
+                held_back.add(tp)
+                continue
             if self._in_flight[address] >= limit:
                 break  # an answer from this node wakes us for the rest
             try:
@@ -281,18 +289,20 @@ class Sender(threading.Thread):
                 # send() checks its arguments; this is the backstop that keeps one bad record from
                 # stalling every batch bound for this node round after round
                 self._fail_batch(batch, InvalidRecordError(
-                    f"[INVALID_RECORD] the batch for {batch.topic_partition} cannot be encoded: {exc}"))
+                    f"[INVALID_RECORD] the batch for {tp} cannot be encoded: {exc}"))
                 continue
-            # one batch per partition per request: the node appends a request's partitions in parallel
-            if chunk and (chunk_bytes + len(payload) > self._config.max_request_size
-                          or batch.topic_partition in in_chunk):
+            if chunk and chunk_bytes + len(payload) > self._config.max_request_size:
+                if tp in in_chunk:
+                    held_back.add(tp)  # built: it is resent from the head of its queue, after its predecessor
+                    continue
                 self._send_produce(address, chunk)
                 chunk, chunk_bytes = [], 0
+                sent |= in_chunk
                 in_chunk.clear()
                 if self._in_flight[address] >= limit:
                     break
             chunk.append(batch)
-            in_chunk.add(batch.topic_partition)
+            in_chunk.add(tp)
             chunk_bytes += len(payload)
         if chunk:
             self._send_produce(address, chunk)
@@ -308,10 +318,17 @@ class Sender(threading.Thread):
         return batch.build(-1, -1, -1, False)
 
     def _send_produce(self, address: str, batches: list[ProducerBatch]) -> None:
+        """One request; batches of one partition travel as one record set, in queue order: the node appends a
+        record set whole and in order, but the partitions of a request, and separate requests, in parallel."""
+        by_partition: dict[TopicPartition, list[ProducerBatch]] = {}
+        for batch in batches:
+            by_partition.setdefault(batch.topic_partition, []).append(batch)
         request = pb.ProduceRequest(acks=self._wire_acks, timeout_ms=self._config.request_timeout_ms,
-                                    partitions=[pb.PartitionRecords(topic=b.topic_partition.topic,
-                                                                    partition=b.topic_partition.partition,
-                                                                    records=b.payload) for b in batches])
+                                    partitions=[pb.PartitionRecords(
+                                        topic=tp.topic, partition=tp.partition,
+                                        records=group[0].payload if len(group) == 1 else
+                                        b"".join(b.payload for b in group))  # type: ignore[misc]
+                                        for tp, group in by_partition.items()])
         if self._tm.transactional_id is not None:
             request.transactional_id = self._tm.transactional_id
         for batch in batches:
@@ -343,13 +360,17 @@ class Sender(threading.Thread):
                 self._on_batch_error(batch, error)
             return
         results = {(r.topic, r.partition): r for r in response.partitions}
-        for batch in batches:
+        next_offset: dict[TopicPartition, int] = {}
+        for batch in batches:  # in request order: a partition's batches follow each other in its record set
             tp = batch.topic_partition
             result = results.get((tp.topic, tp.partition))
             if result is None:
                 self._on_batch_error(batch, UnknownServerError(f"[UNKNOWN_SERVER_ERROR] no answer for {tp}"))
             elif result.error_code == 0 or result.error_code == DuplicateSequenceError.errno:
-                self._acc.complete(batch, base_offset=result.base_offset if result.error_code == 0 else -1)
+                base = next_offset.get(tp, result.base_offset if result.error_code == 0 else -1)
+                if base >= 0:
+                    next_offset[tp] = base + batch.record_count
+                self._acc.complete(batch, base_offset=base)
             else:
                 self._on_batch_error(batch, for_code(result.error_code, f"{tp}: {result.error_message}"))
 

@@ -204,3 +204,84 @@ def test_closed_accumulator_rejects_appends() -> None:
     acc.close()
     with pytest.raises(IllegalStateError, match="closed"):
         append(acc)
+
+
+# ---------------------------------------------------------------- several batches of a partition in flight
+
+
+def fill(acc: RecordAccumulator, clock: Clock, batches: int) -> list:
+    """`batches` batches of one 100-byte record each (a 200-byte batch has room for one), in queue order."""
+    for _ in range(batches):
+        append(acc)
+        clock.now += 0.001
+    clock.now += 0.010  # the last one has lingered too
+    return sorted(acc.incomplete_batches(), key=lambda b: b.created)
+
+
+def send(batch, sequence: int) -> None:
+    """What the sender does with a drained batch: seal, build with its sequence, mark in flight."""
+    batch.closed = True
+    batch.build(1, 0, sequence, False)
+    batch.in_flight = True
+
+
+def test_up_to_max_in_flight_batches_of_a_partition_are_drained_in_queue_order() -> None:
+    clock = Clock()
+    acc = make(clock, batch_size=200, max_in_flight=5)
+    queued = fill(acc, clock, 7)
+    ready, _ = acc.ready(clock.now, next_sequence=lambda tp: 10)
+    assert ready == queued[:5]
+    for i, batch in enumerate(ready):
+        send(batch, 10 + i)
+    assert acc.ready(clock.now, next_sequence=lambda tp: 15)[0] == []  # five in flight: the limit
+    acc.complete(ready[0], base_offset=0)
+    assert acc.ready(clock.now, next_sequence=lambda tp: 15)[0] == [queued[5]]
+
+
+def test_an_epochs_first_batch_goes_alone_with_those_drained_beside_it() -> None:
+    """Sequence 0 opens an epoch on the partition: until the node holds that epoch's state it would take any
+    sequence, so only the batches drained with the first one (the sender puts them in its record set, which
+    the node appends whole and in order) go before the first is answered."""
+    clock = Clock()
+    acc = make(clock, batch_size=200, max_in_flight=5)
+    queued = fill(acc, clock, 3)
+    ready, _ = acc.ready(clock.now, next_sequence=lambda tp: 0)
+    assert ready == queued[:3] and all(b.exclusive for b in ready)
+    for i, batch in enumerate(ready):
+        send(batch, i)
+    append(acc)
+    clock.now += 1
+    assert acc.ready(clock.now, next_sequence=lambda tp: 3)[0] == []
+    for batch in ready:
+        acc.complete(batch, base_offset=0)
+    (fourth,), _ = acc.ready(clock.now, next_sequence=lambda tp: 3)
+    assert not fourth.exclusive
+
+
+def test_a_new_epoch_waits_for_batches_of_the_old_one_in_flight() -> None:
+    clock = Clock()
+    acc = make(clock, batch_size=200, max_in_flight=5)
+    old, new = fill(acc, clock, 2)
+    send(old, 7)
+    assert acc.ready(clock.now, next_sequence=lambda tp: 0)[0] == []
+    acc.complete(old, base_offset=0)
+    assert acc.ready(clock.now, next_sequence=lambda tp: 0)[0] == [new]
+
+
+def test_a_resend_goes_only_from_the_head_and_alone() -> None:
+    clock = Clock()
+    acc = make(clock, batch_size=200, max_in_flight=5)
+    b0, b1, b2, b3 = fill(acc, clock, 4)
+    for i, batch in enumerate((b0, b1, b2)):
+        send(batch, 2 * i + 2)
+    b1.in_flight = False  # b1 is answered first (it overtook b0: OUT_OF_ORDER_SEQUENCE) and waits to be resent
+    assert acc.ready(clock.now, next_sequence=lambda tp: 8)[0] == []  # not the head: it waits for b0
+    assert acc.has_earlier_incomplete(b1) and not acc.has_earlier_incomplete(b0)
+    acc.complete(b0, base_offset=0)
+    assert not acc.has_earlier_incomplete(b1)
+    (resend,), _ = acc.ready(clock.now, next_sequence=lambda tp: 8)
+    assert resend is b1 and resend.exclusive  # b3, though ready, stays behind the resend
+    b1.in_flight = True
+    assert acc.ready(clock.now, next_sequence=lambda tp: 8)[0] == []  # nothing else while the resend is out
+    acc.complete(b1, base_offset=2)
+    assert acc.ready(clock.now, next_sequence=lambda tp: 8)[0] == [b3]  # b2 is still in flight, b3 may join it
