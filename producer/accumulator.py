@@ -416,7 +416,7 @@ class RecordAccumulator:
         waiting for a retry): then an OUT_OF_ORDER_SEQUENCE for `batch` only means it overtook it."""
         with self._lock:
             queue = self._queues.get(batch.topic_partition)
-            return bool(queue) and queue[0] is not batch and batch in queue
+            return queue is not None and bool(queue) and queue[0] is not batch and batch in queue
 
     def complete(self, batch: ProducerBatch, base_offset: int = -1, error: KafkaError | None = None) -> None:
         """Resolve a batch's futures and give its memory back. Safe to call once per batch."""

@@ -1,4 +1,4 @@
-"""`txnsim bench [producer|consumer|failover|spark|rocketmq|peer|all]`: the benchmark suite, each benchmark on a
+"""`txnsim bench [producer|consumer|failover|spark|rocketmq|peer|code|all]`: the benchmark suite, each benchmark on a
 3-node cluster of its own, with progress, result tables, the issues' targets checked, and
 (with --output) the tables written into a markdown file's generated sections."""
 from __future__ import annotations
@@ -12,24 +12,25 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from txnsim.bench import consumer_bench, failover_bench, peer_bench, producer_bench, rocketmq_bench
+from txnsim.bench import code_bench, consumer_bench, failover_bench, peer_bench, producer_bench, rocketmq_bench
 from txnsim.bench.machine import CpuShare, this_machine
 from txnsim.bench.report import BenchResult, replace_section, section_body, to_rich
 from txnsim.cli.common import console, exits_cleanly
 
-BENCHMARKS = ("producer", "consumer", "failover", "spark", "rocketmq", "peer")
+BENCHMARKS = ("producer", "consumer", "failover", "spark", "rocketmq", "peer", "code")
 #: what `all` runs: spark is left out, as it would nearly double the time of `all` (a JVM, about 2.5 minutes),
 #: and rocketmq, which would take `all` past 4 minutes (it runs about 2 on its own)
 IN_ALL = ("producer", "consumer", "failover")
 HEADINGS = {"producer": "Producer throughput and commit cost", "consumer": "Consumer throughput",
             "failover": "Failover", "spark": "Spark sink", "rocketmq": "RocketMQ-style transactions",
-            "peer": "confluent-kafka against txnsim and against librdkafka's mock cluster"}
+            "peer": "confluent-kafka against txnsim and against librdkafka's mock cluster",
+            "code": "Producer before and after"}
 DEFAULT_SECONDS = 2.0
 #: rocketmq's runs are shorter: it makes 9 of them per round, so 6 rounds stay within about 2 minutes
 DEFAULT_ROCKETMQ_SECONDS = 1.25
 #: rounds each benchmark runs unless --repeat says otherwise: enough for a median worth reading
 #: while `txnsim bench all` stays under about 3 minutes on 2 CPUs
-DEFAULT_REPEAT = {"producer": 6, "consumer": 7, "failover": 20, "spark": 7, "rocketmq": 6, "peer": 6}
+DEFAULT_REPEAT = {"producer": 6, "consumer": 7, "failover": 20, "spark": 7, "rocketmq": 6, "peer": 6, "code": 3}
 DEFAULT_RECORDS = 300_000
 #: rows the spark benchmark copies per run, and its maxOffsetsPerTrigger: 10 micro-batches of about 0.35 s
 DEFAULT_SPARK_ROWS = 200_000
@@ -53,6 +54,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                             f"or rows the spark benchmark copies per run (default {DEFAULT_SPARK_ROWS:,})")
     bench.add_argument("--batch-rows", type=int, default=None,
                        help=f"maxOffsetsPerTrigger of the spark benchmark's copies (default {DEFAULT_BATCH_ROWS:,})")
+    bench.add_argument("--before", default=None,
+                       help="code: the git revision to compare this tree's producer with (e.g. a commit before "
+                            "an optimisation)")
     bench.add_argument("--output", type=Path, default=None,
                        help="markdown file whose generated sections get the tables (e.g. docs/benchmarks.md)")
     bench.set_defaults(func=run_bench)
@@ -61,7 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def command_line(args: argparse.Namespace) -> str:
     """The command as given (options the user left out are left out), for the published tables."""
     words = ["txnsim", "bench", args.benchmark]
-    for option in ("seconds", "repeat", "failover_rounds", "records", "batch_rows", "output"):
+    for option in ("seconds", "repeat", "failover_rounds", "records", "batch_rows", "before", "output"):
         value = getattr(args, option, None)
         if value is not None:
             words += [f"--{option.replace('_', '-')}", f"{value:g}" if isinstance(value, float) else str(value)]
@@ -93,6 +97,9 @@ def _runner(name: str, args: argparse.Namespace) -> Callable[[RichProgress], Ben
         return lambda p: consumer_bench.run(records=args.records or DEFAULT_RECORDS, repeat=repeat, progress=p)
     if name == "peer":
         return lambda p: peer_bench.run(seconds=args.seconds or DEFAULT_SECONDS, repeat=repeat, progress=p)
+    if name == "code":
+        return lambda p: code_bench.run(before=args.before, seconds=args.seconds or DEFAULT_SECONDS, repeat=repeat,
+                                        progress=p)
     if name == "rocketmq":
         return lambda p: rocketmq_bench.run(seconds=args.seconds or DEFAULT_ROCKETMQ_SECONDS, repeat=repeat, progress=p)
     if name == "spark":
@@ -109,6 +116,8 @@ def _validate(args: argparse.Namespace) -> None:
         value = getattr(args, option)
         if value is not None and value <= 0:
             raise SystemExit(f"error: --{option.replace('_', '-')} must be positive, not {value}")
+    if args.benchmark == "code" and not args.before:
+        raise SystemExit("error: txnsim bench code needs --before REVISION (the code to compare with)")
 
 
 @exits_cleanly
