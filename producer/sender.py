@@ -319,7 +319,9 @@ class Sender(threading.Thread):
 
     def _send_produce(self, address: str, batches: list[ProducerBatch]) -> None:
         """One request; batches of one partition travel as one record set, in queue order: the node appends a
-        record set whole and in order, but the partitions of a request, and separate requests, in parallel."""
+        record set whole and in order, but the partitions of a request, and separate requests, in parallel.
+        A record set of several batches only ever holds first attempts (the accumulator sends a resend alone):
+        the node answers a record set that holds an already written batch as a duplicate as a whole."""
         by_partition: dict[TopicPartition, list[ProducerBatch]] = {}
         for batch in batches:
             by_partition.setdefault(batch.topic_partition, []).append(batch)
