@@ -363,6 +363,9 @@ class Sender(threading.Thread):
             return
         results = {(r.topic, r.partition): r for r in response.partitions}
         next_offset: dict[TopicPartition, int] = {}
+        shared: dict[TopicPartition, int] = {}  # batches per record set
+        for batch in batches:
+            shared[batch.topic_partition] = shared.get(batch.topic_partition, 0) + 1
         for batch in batches:  # in request order: a partition's batches follow each other in its record set
             tp = batch.topic_partition
             result = results.get((tp.topic, tp.partition))
@@ -374,7 +377,17 @@ class Sender(threading.Thread):
                     next_offset[tp] = base + batch.record_count
                 self._acc.complete(batch, base_offset=base)
             else:
-                self._on_batch_error(batch, for_code(result.error_code, f"{tp}: {result.error_message}"))
+                error = for_code(result.error_code, f"{tp}: {result.error_message}")
+                if isinstance(error, RecordTooLargeError) and shared.get(tp, 0) > 1 and self._resend(batch, error):
+                    continue  # which batch of the record set was too large, it alone can tell: each goes alone
+                self._on_batch_error(batch, error)
+
+    def _resend(self, batch: ProducerBatch, error: KafkaError) -> bool:
+        """Resend `batch` as is, at once, once it heads its queue; False when it must fail instead."""
+        if batch.is_done or self._reason_not_to_retry(batch, error, count_attempts=False) is not None:
+            return False
+        batch.retry_at = self._clock()
+        return True
 
     def _on_batch_error(self, batch: ProducerBatch, error: KafkaError) -> None:
         if batch.is_done:
@@ -392,12 +405,10 @@ class Sender(threading.Thread):
         if isinstance(error, OutOfOrderSequenceError) and self._acc.has_earlier_incomplete(batch):
             # it overtook a batch of its partition that is still unanswered (in flight, or failed and
             # waiting to be resent): the node wrote nothing; resend it, at once, when it heads the queue
-            final = self._reason_not_to_retry(batch, error, count_attempts=False)
-            if final is None:
-                batch.retry_at = self._clock()
+            if self._resend(batch, error):
                 log.debug("%r overtook an unanswered batch of its partition; resending it after that one", batch)
                 return
-            error = final
+            error = self._reason_not_to_retry(batch, error, count_attempts=False) or error
         action = classify_produce_error(error)
         if action is Action.SUCCESS:
             self._acc.complete(batch, base_offset=-1)
