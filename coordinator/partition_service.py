@@ -17,7 +17,7 @@ from coordinator.membership import Membership
 from coordinator.observers import NO_OBSERVER, OwnershipObserver
 from coordinator.rpc import answers_with
 from coordinator.topics import TopicStore
-from partitions import LogManager, PartitionLog
+from partitions import LogManager, PartitionLog, ProducerSnapshot
 from proto import txnsim_pb2 as pb
 from proto import txnsim_pb2_grpc as rpc
 from proto.errors import (
@@ -25,6 +25,7 @@ from proto.errors import (
     InvalidProducerEpochError,
     InvalidRequestError,
     InvalidTopicError,
+    InvalidTxnStateError,
     KafkaError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
@@ -242,6 +243,8 @@ class PartitionServer:
             return result
         try:
             partition_log = self.owned_log(part.topic, part.partition)
+            if marker.HasField("admin_abort_start_offset"):
+                check_admin_abort(partition_log.producer_snapshots(), marker, part)
             appended = partition_log.append_marker(
                 producer_id=marker.producer_id, producer_epoch=marker.producer_epoch, committed=marker.committed,
                 coordinator_epoch=marker.coordinator_epoch, transaction_version=marker.transaction_version)
@@ -319,3 +322,19 @@ def verification_error(code: int, tid: str, tp: TopicPartition, producer_id: int
     return TransactionAbortableError(
         f"[TRANSACTION_ABORTABLE] {tp} is not part of the open transaction of {tid!r} "
         f"(producer {producer_id}, epoch {producer_epoch}); call AddPartitionsToTxn first")
+
+
+def check_admin_abort(producers: list[ProducerSnapshot], marker: pb.TxnMarker, part: pb.TopicPartitionRef) -> None:
+    """An admin abort names the open transaction it means by its first offset; a marker for anything else
+    would be a stray ABORT (a producer with nothing open, or another transaction of it)."""
+    start = marker.admin_abort_start_offset
+    where = f"{part.topic}-{part.partition}"
+    if start < 0:
+        raise InvalidRequestError(f"[INVALID_REQUEST] start offset {start} on {where} is negative")
+    producer = next((p for p in producers if p.producer_id == marker.producer_id), None)
+    if producer is None or producer.current_txn_start_offset < 0:
+        raise InvalidTxnStateError(f"[INVALID_TXN_STATE] producer {marker.producer_id} has no open transaction "
+                                   f"on {where}; no marker written")
+    if producer.current_txn_start_offset != start:
+        raise InvalidRequestError(f"[INVALID_REQUEST] the open transaction of producer {marker.producer_id} on "
+                                  f"{where} starts at offset {producer.current_txn_start_offset}, not {start}")

@@ -400,20 +400,22 @@ class ListOffsetsResponse(_message.Message):
     def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionOffsets, _Mapping]]] = ...) -> None: ...
 
 class TxnMarker(_message.Message):
-    __slots__ = ("producer_id", "producer_epoch", "committed", "coordinator_epoch", "partitions", "transaction_version")
+    __slots__ = ("producer_id", "producer_epoch", "committed", "coordinator_epoch", "partitions", "transaction_version", "admin_abort_start_offset")
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_FIELD_NUMBER: _ClassVar[int]
     COORDINATOR_EPOCH_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     TRANSACTION_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_ABORT_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
     producer_id: int
     producer_epoch: int
     committed: bool
     coordinator_epoch: int
     partitions: _containers.RepeatedCompositeFieldContainer[TopicPartitionRef]
     transaction_version: int
-    def __init__(self, producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., committed: _Optional[bool] = ..., coordinator_epoch: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[TopicPartitionRef, _Mapping]]] = ..., transaction_version: _Optional[int] = ...) -> None: ...
+    admin_abort_start_offset: int
+    def __init__(self, producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., committed: _Optional[bool] = ..., coordinator_epoch: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[TopicPartitionRef, _Mapping]]] = ..., transaction_version: _Optional[int] = ..., admin_abort_start_offset: _Optional[int] = ...) -> None: ...
 
 class WriteTxnMarkersRequest(_message.Message):
     __slots__ = ("markers",)

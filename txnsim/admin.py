@@ -352,7 +352,10 @@ class Admin:
         """Write an ABORT marker straight to the partition for the producer whose open transaction
         starts at `start_offset` (kafka-transactions.sh abort)."""
         tp = TopicPartition(topic, partition)
-        matches = [p for p in self.describe_producers(tp) if p.current_txn_start_offset == start_offset]
+        if start_offset < 0:  # -1 is what describe-producers says of a producer with nothing open
+            raise InvalidRequestError(f"[INVALID_REQUEST] start offset {start_offset} on {tp} is negative")
+        matches = [p for p in self.describe_producers(tp)
+                   if p.current_txn_start_offset >= 0 and p.current_txn_start_offset == start_offset]
         if not matches:
             raise InvalidRequestError(
                 f"[INVALID_REQUEST] no open transaction on {tp} starts at offset {start_offset}; "
@@ -360,7 +363,8 @@ class Admin:
         producer = matches[0]
         marker = pb.TxnMarker(producer_id=producer.producer_id, producer_epoch=producer.producer_epoch,
                               committed=False, coordinator_epoch=max(producer.coordinator_epoch, 0),
-                              partitions=[pb.TopicPartitionRef(topic=topic, partition=partition)])
+                              partitions=[pb.TopicPartitionRef(topic=topic, partition=partition)],
+                              admin_abort_start_offset=start_offset)  # the leader checks it again, atomically
         address = self._client.leader_address(tp)
         response = call(self._client.stubs(address).partitions.WriteTxnMarkers,
                         pb.WriteTxnMarkersRequest(markers=[marker]), self._timeout_s)

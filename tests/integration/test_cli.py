@@ -385,6 +385,54 @@ def test_unknown_topic_is_one_clean_error_line(cli_cluster, command):
     assert result.seconds < 10, result  # the cluster says so at once; no metadata wait
 
 
+@pytest.mark.parametrize("command, usage, name", [
+    (("transactions", "abort", "--topic", "t", "--partition", "0", "--start-offset", "-1"),
+     "txnsim transactions abort", "INVALID_REQUEST"),
+    (("transactions", "abort", "--topic", "t", "--partition", "-2", "--start-offset", "0"),
+     "txnsim transactions abort", "UNKNOWN_TOPIC_OR_PARTITION"),
+    (("topics", "create", "t", "--partitions", "0"), "txnsim topics create", "INVALID_PARTITIONS"),
+    (("consume", "t", "--max-messages", "x"), "txnsim consume", "INVALID_REQUEST"),
+    (("consume", "t", "--timeout-ms", "-5"), "txnsim consume", "INVALID_REQUEST"),
+    (("consumer-groups", "reset-offsets", "g", "--topic", "t", "--to-offset", "-3"), "txnsim consumer-groups",
+     "INVALID_REQUEST"),
+    (("dump-log", "t", "-1"), "txnsim dump-log", "UNKNOWN_TOPIC_OR_PARTITION"),
+    (("cluster", "start", "--nodes", "0"), "txnsim cluster start", "INVALID_REQUEST"),
+    (("cluster", "start", "--kafka-port", "70000"), "txnsim cluster start", "INVALID_REQUEST"),
+    (("--log-level", "loud", "topics", "list"), "txnsim [-h]", "INVALID_CONFIG"),
+    (("topics", "list", "--no-such-flag"), "txnsim topics list", "unrecognized arguments: --no-such-flag"),
+], ids=lambda v: "-".join(v) if isinstance(v, tuple) else None)
+def test_bad_arguments_show_the_commands_own_usage_and_one_error_line(command, usage, name):
+    result = txnsim(*command, "--bootstrap-servers", "127.0.0.1:1") if command[0] != "--log-level" \
+        else txnsim(*command)
+    assert result.returncode == 2, result
+    assert result.stderr.startswith(f"usage: {usage}"), result
+    assert len(result.error_lines) == 1 and name in result.error_lines[0], result
+
+
+def test_a_data_dir_that_is_a_file_or_cannot_be_created_is_a_storage_error(tmp_path):
+    a_file = tmp_path / "file"
+    a_file.write_text("not a directory")
+    for data_dir, why in ((a_file, "is a file"), (a_file / "below", "cannot create")):
+        line = fails_cleanly(txnsim("cluster", "start", "--data-dir", str(data_dir), "--kafka-port", "0"),
+                             "KAFKA_STORAGE_ERROR")
+        assert why in line and str(data_dir) in line, line
+
+
+def test_a_taken_kafka_port_is_named_at_start_up(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        line = fails_cleanly(txnsim("cluster", "start", "--data-dir", str(tmp_path / "d"), "--kafka-port", str(port),
+                                    timeout_s=30), "KafkaConfigurationError")
+    assert f"port {port}" in line and "taken" in line, line
+
+
+def test_version():
+    result = txnsim("--version")
+    assert result.returncode == 0 and re.fullmatch(r"txnsim \S+\n", result.stdout), result
+
+
 def test_unknown_partition_is_one_clean_error_line(cli_cluster, orders):
     fails_cleanly(txnsim("transactions", "describe-producers", "orders", "9", *cli_cluster.cluster_args()),
                   "UNKNOWN_TOPIC_OR_PARTITION")

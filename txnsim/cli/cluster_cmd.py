@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import threading
 import time
@@ -19,7 +20,17 @@ from proto import txnsim_pb2 as pb
 from proto.cluster_client import ClusterClient
 from proto.errors import KafkaError
 from proto.transport import call
-from txnsim.cli.common import add_cluster_args, bootstrap_servers, console, exits_cleanly
+from txnsim.cli.common import (
+    add_cluster_args,
+    add_data_dir_arg,
+    bootstrap_servers,
+    console,
+    error,
+    exits_cleanly,
+    non_negative_int,
+    port_arg,
+    positive_int,
+)
 from txnsim.cli.ui_cmd import port_number
 from txnsim.cluster import LocalCluster
 
@@ -28,11 +39,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     cluster = sub.add_parser("cluster", help="start a cluster or show its status")
     verbs = cluster.add_subparsers(dest="verb", required=True)
     start = verbs.add_parser("start", help="start N node processes and run until Ctrl-C")
-    start.add_argument("--nodes", type=int, default=3)
-    start.add_argument("--txn-shards", type=int, default=50)
-    start.add_argument("--offsets-shards", type=int, default=None)
-    start.add_argument("--data-dir", default="./txnsim-data")
-    start.add_argument("--kafka-port", type=int, default=9092,
+    start.add_argument("--nodes", type=positive_int, default=3)
+    start.add_argument("--txn-shards", type=positive_int, default=50)
+    start.add_argument("--offsets-shards", type=positive_int, default=None)
+    add_data_dir_arg(start)
+    start.add_argument("--kafka-port", type=port_arg, default=9092,
                        help="the first node's Kafka wire-protocol port, the next nodes' the ports after it "
                             "(default 9092, as Kafka; 0 picks free ports)")
     start.add_argument("--metrics-port", type=int, default=0,
@@ -42,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="also serve the live web view on 127.0.0.1:PORT (default 8080), as `txnsim ui` does")
     start.set_defaults(func=start_cluster)
     status = verbs.add_parser("status", help="nodes, liveness, the logs each one owns, and ownership changes")
-    status.add_argument("--changes", type=int, default=20, help="how many recent ownership changes to show")
+    status.add_argument("--changes", type=non_negative_int, default=20, help="how many recent ownership changes to show")
     add_cluster_args(status)
     status.set_defaults(func=cluster_status)
 
@@ -50,6 +61,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 @exits_cleanly
 def start_cluster(args: argparse.Namespace) -> int:
     layout = ClusterLayout(Path(args.data_dir))
+    problem = unusable_data_dir(Path(args.data_dir))
+    if problem:
+        error(problem)
+        return 1
     if layout.cluster_file.exists():
         running = [n for n in read_cluster_spec(layout).node_ids if node_is_alive(layout, n)]
         if running:  # its nodes would refuse to start, and the old ones would answer for them
@@ -91,6 +106,19 @@ def start_cluster(args: argparse.Namespace) -> int:
         cluster.stop()
     console.print("stopped")
     return 0
+
+
+def unusable_data_dir(path: Path) -> str | None:
+    """Why the nodes could not keep their logs in `path` (one line, Kafka's KAFKA_STORAGE_ERROR), or None."""
+    if path.exists() and not path.is_dir():
+        return f"KafkaStorageError: [KAFKA_STORAGE_ERROR] data dir {path} is a file, not a directory"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"KafkaStorageError: [KAFKA_STORAGE_ERROR] cannot create data dir {path}: {exc.strerror}"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return f"KafkaStorageError: [KAFKA_STORAGE_ERROR] data dir {path} is not writable"
+    return None
 
 
 @exits_cleanly

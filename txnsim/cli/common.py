@@ -29,19 +29,61 @@ DEFAULT_DATA_DIR = Path("./txnsim-data")
 DEFAULT_REQUEST_TIMEOUT_MS = 10_000
 
 
+#: environment variables that stand in for --data-dir and --bootstrap-servers (as KAFKA_* do in many images)
+DATA_DIR_ENV = "TXNSIM_DATA_DIR"
+BOOTSTRAP_SERVERS_ENV = "TXNSIM_BOOTSTRAP_SERVERS"
+
+
+def default_data_dir() -> Path:
+    return Path(os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR)
+
+
+def add_data_dir_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", type=Path, default=default_data_dir(),
+                        help=f"data directory of a `txnsim cluster start` cluster (default: ${DATA_DIR_ENV}, "
+                             f"else {DEFAULT_DATA_DIR})")
+
+
 def add_cluster_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bootstrap-servers", help="host:port[,host:port...] (default: the cluster in --data-dir)")
-    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR,
-                        help="data directory of a `txnsim cluster start` cluster (default: ./txnsim-data)")
-    parser.add_argument("--request-timeout-ms", type=_positive_int, default=DEFAULT_REQUEST_TIMEOUT_MS,
+    parser.add_argument("--bootstrap-servers", default=os.environ.get(BOOTSTRAP_SERVERS_ENV) or None,
+                        help=f"host:port[,host:port...] (default: ${BOOTSTRAP_SERVERS_ENV}, else the cluster in "
+                             "--data-dir)")
+    add_data_dir_arg(parser)
+    parser.add_argument("--request-timeout-ms", type=positive_int, default=DEFAULT_REQUEST_TIMEOUT_MS,
                         help=f"give up when the cluster does not answer within this long "
                              f"(default {DEFAULT_REQUEST_TIMEOUT_MS})")
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+def add_json_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON (one document on stdout) instead of a table")
+
+
+def _int_at_least(minimum: int, error_name: str) -> Callable[[str], int]:
+    """An argparse type: an integer >= minimum, or one line naming Kafka's error for it."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"[{error_name}] {text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"[{error_name}] must be at least {minimum}, not {value}")
+        return value
+    parse.__name__ = "integer"  # argparse names the type in its messages
+    return parse
+
+
+#: numeric arguments: each refuses what the cluster would refuse, before asking it
+positive_int = _int_at_least(1, "INVALID_REQUEST")
+non_negative_int = _int_at_least(0, "INVALID_REQUEST")
+offset_arg = _int_at_least(0, "INVALID_REQUEST")
+partition_arg = _int_at_least(0, "UNKNOWN_TOPIC_OR_PARTITION")
+partition_count_arg = _int_at_least(1, "INVALID_PARTITIONS")
+
+
+def port_arg(text: str) -> int:
+    value = non_negative_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"[INVALID_REQUEST] a port is 0..65535, not {value}")
     return value
 
 
@@ -49,7 +91,7 @@ def bootstrap_servers(args: argparse.Namespace) -> str:
     if args.bootstrap_servers:
         return args.bootstrap_servers
     layout = ClusterLayout(args.data_dir)
-    if not layout.cluster_file.exists():
+    if not layout.cluster_file.is_file():
         raise SystemExit(f"error: no cluster at {args.data_dir} (start one with `txnsim cluster start "
                          f"--data-dir {args.data_dir}`, or pass --bootstrap-servers)")
     spec = read_cluster_spec(layout)

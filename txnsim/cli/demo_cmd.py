@@ -15,16 +15,16 @@ from rich.rule import Rule
 from rich.table import Table
 
 from consumer import Consumer
+from partitions.segment import segment_files
 from producer import Producer
 from proto.errors import KafkaError, ProducerFencedError
 from proto.hashing import partition_for
 from proto.structs import OffsetAndMetadata, TopicPartition
 from txnsim.admin import Admin
 from txnsim.cli.common import console, exits_cleanly
-from partitions.segment import segment_files
-from txnsim.cli.dump_log_cmd import describe_segment
 from txnsim.cli.demo_confluent import run_confluent_demo
 from txnsim.cli.demo_views import scene, show_side_by_side
+from txnsim.cli.dump_log_cmd import describe_segment
 from txnsim.cluster import LocalCluster
 from txnsim.demo_orders.runner import run_orders_demo
 

@@ -6,22 +6,21 @@ RocketMQ's system topics (half messages, OP records, discarded messages) are alw
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from coordinator.layout import ClusterLayout
-from partitions.segment import segment_files
 from coordinator.rocketmq import log_format
+from partitions.segment import segment_files
 from proto.errors import CorruptMessageError, InvalidRecordError, UnknownTopicOrPartitionError
 from proto.records import Record, RecordBatch, read_header
 from proto.structs import CHECK_MAX_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
-from txnsim.cli.common import exits_cleanly, print_data
+from txnsim.cli.common import add_data_dir_arg, exits_cleanly, partition_arg, print_data
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     dump = sub.add_parser("dump-log", help="print the batches of one partition's log, like kafka-dump-log")
     dump.add_argument("topic")
-    dump.add_argument("partition", type=int)
-    dump.add_argument("--data-dir", type=Path, default=Path("./txnsim-data"))
+    dump.add_argument("partition", type=partition_arg)
+    add_data_dir_arg(dump)
     dump.add_argument("--print-records", action="store_true", help="also print every record's key and value")
     dump.set_defaults(func=dump_log)
 

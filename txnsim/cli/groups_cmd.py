@@ -16,7 +16,7 @@ from rich.table import Table
 from proto.errors import IllegalArgumentError, UnknownTopicOrPartitionError
 from proto.structs import TopicPartition
 from txnsim.admin import Admin, GroupDescription
-from txnsim.cli.common import add_cluster_args, admin_client, console, exits_cleanly
+from txnsim.cli.common import add_cluster_args, admin_client, console, exits_cleanly, offset_arg
 
 INACTIVE_STATES = ("Empty", "Dead")
 
@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     target = reset.add_mutually_exclusive_group(required=True)
     target.add_argument("--to-earliest", action="store_true")
     target.add_argument("--to-latest", action="store_true")
-    target.add_argument("--to-offset", type=int)
+    target.add_argument("--to-offset", type=offset_arg)
     target.add_argument("--shift-by", type=int, help="from the committed offset (clamped to the log's range)")
     target.add_argument("--to-datetime", help="ISO 8601, e.g. 2026-11-24T08:00:00 (local time unless it has a zone)")
     reset.add_argument("--execute", action="store_true", help="commit the new offsets (default: only show them)")

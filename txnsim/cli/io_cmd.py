@@ -13,6 +13,8 @@ from txnsim.cli.common import (
     bootstrap_servers,
     console,
     exits_cleanly,
+    non_negative_int,
+    positive_int,
     print_data,
     read_stdin_lines,
 )
@@ -32,8 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                          default="read_committed")
     consume.add_argument("--from-beginning", action="store_true")
     consume.add_argument("--group", help="consumer group (commits its offsets)")
-    consume.add_argument("--max-messages", type=int, default=None)
-    consume.add_argument("--timeout-ms", type=int, default=2000, help="stop after this long without records")
+    consume.add_argument("--max-messages", type=positive_int, default=None)
+    consume.add_argument("--timeout-ms", type=non_negative_int, default=2000, help="stop after this long without records")
     add_cluster_args(consume)
     consume.set_defaults(func=consume_records)
 

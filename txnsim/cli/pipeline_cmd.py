@@ -15,7 +15,8 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 
 from txnsim.cli.common import console, error, exits_cleanly
-from txnsim.pipeline.runner import PipelineConfig, PipelineResult, Progress as RunProgress, run_pipeline
+from txnsim.pipeline.runner import PipelineConfig, PipelineResult, run_pipeline
+from txnsim.pipeline.runner import Progress as RunProgress
 from txnsim.report import pipeline_report, report_path, write_report
 
 

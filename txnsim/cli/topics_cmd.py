@@ -12,6 +12,7 @@ from txnsim.cli.common import (
     admin_client,
     console,
     exits_cleanly,
+    partition_count_arg,
     print_data,
 )
 
@@ -21,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     verbs = topics.add_subparsers(dest="verb", required=True)
     create = verbs.add_parser("create")
     create.add_argument("name")
-    create.add_argument("--partitions", type=int, default=1)
+    create.add_argument("--partitions", type=partition_count_arg, default=1)
     create.add_argument("--config", action="append", default=[], metavar="NAME=VALUE",
                         help="a topic setting, as kafka-topics.sh --config: message.type=NORMAL|FIFO|DELAY|"
                              "TRANSACTION|MIXED, half.message.storage=rocketmq|kafka (repeatable)")

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from proto.structs import TopicPartition
 from txnsim.cli import timeline_cmd
-from txnsim.cli.common import add_cluster_args, admin_client, console, exits_cleanly
+from txnsim.cli.common import add_cluster_args, admin_client, console, exits_cleanly, offset_arg, partition_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     describe.set_defaults(func=describe_transaction)
     producers = verbs.add_parser("describe-producers")
     producers.add_argument("topic")
-    producers.add_argument("partition", type=int)
+    producers.add_argument("partition", type=partition_arg)
     add_cluster_args(producers)
     producers.set_defaults(func=describe_producers)
     hanging = verbs.add_parser("find-hanging")
@@ -36,8 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     hanging.set_defaults(func=find_hanging)
     abort = verbs.add_parser("abort")
     abort.add_argument("--topic", required=True)
-    abort.add_argument("--partition", type=int, required=True)
-    abort.add_argument("--start-offset", type=int, required=True)
+    abort.add_argument("--partition", type=partition_arg, required=True)
+    abort.add_argument("--start-offset", type=offset_arg, required=True,
+                       help="where the open transaction starts (CurrentTransactionStartOffset of describe-producers)")
     add_cluster_args(abort)
     abort.set_defaults(func=abort_transaction)
     timeline_cmd.register(verbs)
