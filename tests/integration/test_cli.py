@@ -5,6 +5,7 @@ Python traceback, and never hangs: a wrong address fails within the command's re
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from proto.hashing import partition_for
 from tests.helpers import wait_until
 
 _SCRIPT = Path(sys.executable).with_name("txnsim")
@@ -289,10 +291,18 @@ def test_transactions_list_and_describe(cli_cluster, orders):
     producer_id = listed["tx-orders"][1]
     described = ok("transactions", "describe", "tx-orders", *cli_cluster.cluster_args())
     assert "TransactionState" in described and "ProducerEpoch" in described
-    row = next(cells for cells in table_rows(described) if len(cells) == 9)
-    assert row[1] == "tx-orders" and row[2] == producer_id, described
-    assert row[4] in ("Empty", "CompleteCommit", "CompleteAbort"), described  # decided, not Ongoing
-    assert row[5] == "60000"
+    fields = {cells[0]: cells[1] for cells in table_rows(described) if len(cells) == 2}
+    assert fields["TransactionalId"] == "tx-orders" and fields["ProducerId"] == producer_id, described
+    assert fields["TransactionState"] in ("Empty", "CompleteCommit", "CompleteAbort"), described  # not Ongoing
+    assert fields["TransactionTimeoutMs"] == "60000"
+    as_json = json.loads(ok("transactions", "describe", "tx-orders", "--json", *cli_cluster.cluster_args()))
+    assert as_json["ProducerId"] == int(producer_id) and as_json["TransactionTimeoutMs"] == 60000
+    # which node coordinates it, and through which __transaction_state shard
+    assert as_json["CoordinatorShard"] == partition_for("tx-orders", 50), as_json
+    status = json.loads(ok("cluster", "status", "--json", *cli_cluster.cluster_args()))
+    owner = next(n for n in status["nodes"] if n["node"] == as_json["CoordinatorId"])
+    assert owner["address"] == as_json["CoordinatorAddress"], (owner, as_json)
+    assert f"shard {as_json['CoordinatorShard']}" in described
     fails_cleanly(txnsim("transactions", "describe", "no-such-id", *cli_cluster.cluster_args()),
                   "TRANSACTIONAL_ID_NOT_FOUND")
 
@@ -314,6 +324,45 @@ def test_find_hanging_finds_none_and_abort_rejects_a_bad_start_offset(cli_cluste
                     *cli_cluster.cluster_args())
     line = fails_cleanly(result, "INVALID_REQUEST")
     assert "offset 17" in line and "ledger-0" in line
+
+
+# ------------------------------------------------------------ --json, and tables that are never cut
+
+
+def test_every_table_command_prints_json_that_parses(cli_cluster, orders, ledger):
+    args = cli_cluster.cluster_args()
+    assert {"topic": "orders", "partitions": 3} in json.loads(ok("topics", "list", "--json", *args))
+    described = json.loads(ok("topics", "describe", "orders", "--json", *args))
+    assert [p["partition"] for p in described["partitions"]] == [0, 1, 2]
+    assert sum(p["high_watermark"] for p in described["partitions"]) == 7  # 5 records, 2 markers
+    every = json.loads(ok("topics", "describe", "--json", *args))
+    assert {"orders", "ledger"} <= {t["topic"] for t in every} and "__transaction_state" not in str(every)
+    listed = json.loads(ok("transactions", "list", "--json", *args))
+    ledger_pid = next(t["ProducerId"] for t in listed if t["TransactionalId"] == "tx-ledger")
+    producers = json.loads(ok("transactions", "describe-producers", "ledger", "0", "--json", *args))
+    assert ledger_pid in [p["ProducerId"] for p in producers]
+    assert json.loads(ok("transactions", "find-hanging", "--json", *args)) == []
+    assert json.loads(ok("transactions", "list", "--half", "--json", *args)) is not None
+    assert isinstance(json.loads(ok("consumer-groups", "list", "--json", *args)), list)
+    status = json.loads(ok("cluster", "status", "--json", *args))
+    assert [(n["node"], n["alive"], n["not_yet_opened"]) for n in status["nodes"]] == \
+        [(0, True, []), (1, True, []), (2, True, []), ]
+    assert sum(n["txn_shards"] for n in status["nodes"]) == 50
+
+
+def test_a_narrow_terminal_wraps_table_cells_instead_of_cutting_them(cli_cluster, orders):
+    long_id = "tx-" + "a-rather-long-transactional-id-" * 2
+    ok("produce", "orders", "--transactional-id", long_id, *cli_cluster.cluster_args(), stdin="n\n")
+    narrow = dict(ENV, COLUMNS="40")
+    for command in (("transactions", "list"), ("transactions", "describe", long_id), ("cluster", "status")):
+        proc = subprocess.run([*TXNSIM, *command, *cli_cluster.cluster_args()], capture_output=True, env=narrow,
+                              timeout=COMMAND_TIMEOUT_S)
+        out = proc.stdout.decode()
+        assert proc.returncode == 0 and "…" not in out, out
+        assert all(len(line) <= 40 for line in out.splitlines()), out
+        if command[0] == "transactions":  # the id is all there, folded over several lines of its cell
+            cells = "".join(cells[0] if command[1] == "list" else cells[-1] for cells in table_rows(out) if cells)
+            assert long_id in cells, out
 
 
 # ------------------------------------------------------------ dump-log

@@ -6,7 +6,6 @@ import os
 import signal
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -19,10 +18,12 @@ from coordinator.metrics import read_metrics_url
 from proto import txnsim_pb2 as pb
 from proto.cluster_client import ClusterClient
 from proto.errors import KafkaError
+from proto.structs import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from proto.transport import call
 from txnsim.cli.common import (
     add_cluster_args,
     add_data_dir_arg,
+    add_json_arg,
     bootstrap_servers,
     console,
     error,
@@ -31,6 +32,7 @@ from txnsim.cli.common import (
     port_arg,
     positive_int,
 )
+from txnsim.cli.output import new_table, print_json
 from txnsim.cli.ui_cmd import port_number
 from txnsim.cluster import LocalCluster
 
@@ -53,8 +55,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="also serve the live web view on 127.0.0.1:PORT (default 8080), as `txnsim ui` does")
     start.set_defaults(func=start_cluster)
     status = verbs.add_parser("status", help="nodes, liveness, the logs each one owns, and ownership changes")
-    status.add_argument("--changes", type=non_negative_int, default=20, help="how many recent ownership changes to show")
+    status.add_argument("--changes", type=non_negative_int, default=20,
+                        help="how many recent ownership changes to show")
     add_cluster_args(status)
+    add_json_arg(status)
     status.set_defaults(func=cluster_status)
 
 
@@ -126,25 +130,50 @@ def cluster_status(args: argparse.Namespace) -> int:
     client = ClusterClient(bootstrap_servers(args), request_timeout_ms=args.request_timeout_ms)
     try:
         metadata = client.refresh_metadata()
-        table = Table(title="nodes")
-        for column in ("node", "address", "alive", "txn shards", "group shards", "data partitions"):
-            table.add_column(column)
+        led: dict[int, set[tuple[str, int]]] = {}  # what the metadata says each node leads
+        for topic in metadata.topics:
+            for p in topic.partitions:
+                led.setdefault(p.leader, set()).add((topic.name, p.partition))
+        nodes, any_status = [], None
         for node in metadata.nodes:
-            counts: Counter[str] = Counter()
+            row = {"node": node.node_id, "address": node.address, "alive": node.alive, "txn_shards": 0,
+                   "group_shards": 0, "data_partitions": 0, "not_yet_opened": [], "error": None}
             if node.alive:
                 try:
                     status = call(client.stubs(node.address).cluster.Status, pb.ClusterStatusRequest(), 5.0)
-                    for owned in status.logs:
-                        kind = {"__transaction_state": "txn", "__consumer_offsets": "group"}.get(owned.topic, "data")
-                        counts[kind] += 1
+                    any_status = any_status or status
+                    opened = {(owned.topic, owned.partition) for owned in status.logs}
+                    for topic, _partition in opened:
+                        row[_KINDS.get(topic, "data_partitions")] += 1  # type: ignore[operator]
+                    # just after a (re)start a node opens its logs one by one: say which are not open yet,
+                    # rather than counting them as nothing
+                    row["not_yet_opened"] = [_log_name(t, p) for t, p in sorted(led.get(node.node_id, set()) - opened)]
                 except KafkaError as exc:
-                    counts["error"] += 1
-                    console.print(f"node {node.node_id}: {exc}")
-            table.add_row(str(node.node_id), node.address, "yes" if node.alive else "[red]no[/red]",
-                          str(counts["txn"]), str(counts["group"]), str(counts["data"]))
+                    row["error"] = str(exc)
+            nodes.append(row)
+        changes = _ownership_changes(any_status, args.changes)
+        urls = metrics_urls(args, metadata.nodes)
+        if args.json:
+            print_json({"nodes": nodes, "ownership_changes": changes,
+                        "metrics_urls": {str(node): url for node, url in urls.items()}})
+            return 0
+        table = new_table("nodes", "node", "address", "alive", "txn shards", "group shards", "data partitions",
+                          "not yet opened")
+        for row in nodes:
+            pending = row["not_yet_opened"]
+            table.add_row(str(row["node"]), str(row["address"]), "yes" if row["alive"] else "[red]no[/red]",
+                          str(row["txn_shards"]), str(row["group_shards"]), str(row["data_partitions"]),
+                          escape(str(row["error"])) if row["error"] else str(len(pending)) if pending else "-")
         console.print(table)
-        _print_metrics_urls(metrics_urls(args, metadata.nodes))
-        _print_ownership_changes(client, metadata, args.changes)
+        for row in nodes:
+            if row["not_yet_opened"]:
+                console.print(f"node {row['node']} has not yet opened: {escape(', '.join(row['not_yet_opened']))}")
+        table = new_table(f"last {len(changes)} ownership changes (transaction shards and data partitions)",
+                          "time", "node", "action", "log", "leader epoch", "why")
+        for c in changes:
+            table.add_row(*(escape(str(c[k])) for k in ("time", "node", "action", "log", "leader_epoch", "why")))
+        console.print(table)
+        _print_metrics_urls(urls)
     finally:
         client.close()
     return 0
@@ -174,26 +203,18 @@ def _print_metrics_urls(urls: dict[int, str | None]) -> None:
         console.print(f"  node {node_id}  {escape(url) if url else '(not running)'}", soft_wrap=True)
 
 
+_KINDS = {TRANSACTION_STATE_TOPIC: "txn_shards", CONSUMER_OFFSETS_TOPIC: "group_shards"}
+
+
+def _ownership_changes(status: pb.ClusterStatusResponse | None, limit: int) -> list[dict[str, object]]:
+    """Who took or gave up which log, and why (DATA/metadata/ownership.log, read through any live node)."""
+    if status is None:
+        return []
+    changes = [c for c in status.recent_changes if not c.topic.startswith(CONSUMER_OFFSETS_TOPIC)]
+    return [{"time": time.strftime("%H:%M:%S", time.localtime(c.time_ms / 1000)) + f".{c.time_ms % 1000:03d}",
+             "time_ms": c.time_ms, "node": c.node_id, "action": c.action, "log": _log_name(c.topic, c.partition),
+             "leader_epoch": c.leader_epoch, "why": c.reason} for c in changes[-limit:] if limit]
+
+
 def _log_name(topic: str, partition: int) -> str:
     return f"txn shard {partition}" if topic == "__transaction_state" else f"{topic}-{partition}"
-
-
-def _print_ownership_changes(client: ClusterClient, metadata: pb.MetadataResponse, limit: int) -> None:
-    """Who took or gave up which log, and why (DATA/metadata/ownership.log, read through any live node)."""
-    for node in metadata.nodes:
-        if not node.alive:
-            continue
-        try:
-            status = call(client.stubs(node.address).cluster.Status, pb.ClusterStatusRequest(), 5.0)
-        except KafkaError:
-            continue
-        changes = [c for c in status.recent_changes if not c.topic.startswith("__consumer_offsets")][-limit:]
-        table = Table(title=f"last {len(changes)} ownership changes (transaction shards and data partitions)")
-        for column in ("time", "node", "action", "log", "leader epoch", "why"):
-            table.add_column(column)
-        for c in changes:
-            table.add_row(time.strftime("%H:%M:%S", time.localtime(c.time_ms / 1000)) + f".{c.time_ms % 1000:03d}",
-                          str(c.node_id), c.action, _log_name(c.topic, c.partition), str(c.leader_epoch),
-                          escape(c.reason))
-        console.print(table)
-        return

@@ -16,7 +16,8 @@ from rich.table import Table
 from proto.errors import IllegalArgumentError, UnknownTopicOrPartitionError
 from proto.structs import TopicPartition
 from txnsim.admin import Admin, GroupDescription
-from txnsim.cli.common import add_cluster_args, admin_client, console, exits_cleanly, offset_arg
+from txnsim.cli.common import add_cluster_args, add_json_arg, admin_client, console, exits_cleanly, offset_arg
+from txnsim.cli.output import print_json
 
 INACTIVE_STATES = ("Empty", "Dead")
 
@@ -26,11 +27,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     verbs = groups.add_subparsers(dest="verb", required=True)
     listing = verbs.add_parser("list", help="every group, its state and protocol type")
     add_cluster_args(listing)
+    add_json_arg(listing)
     listing.set_defaults(func=list_groups)
     describe = verbs.add_parser("describe", help="a group's partitions (committed offset, log end, lag, owner) "
                                                  "and members")
     describe.add_argument("group")
     add_cluster_args(describe)
+    add_json_arg(describe)
     describe.set_defaults(func=describe_group)
     reset = verbs.add_parser("reset-offsets", help="move an inactive group's committed offsets (a plan unless "
                                                    "--execute)")
@@ -45,6 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     target.add_argument("--to-datetime", help="ISO 8601, e.g. 2026-11-24T08:00:00 (local time unless it has a zone)")
     reset.add_argument("--execute", action="store_true", help="commit the new offsets (default: only show them)")
     add_cluster_args(reset)
+    add_json_arg(reset)
     reset.set_defaults(func=reset_offsets)
     delete = verbs.add_parser("delete", help="delete an inactive group and its committed offsets")
     delete.add_argument("group")
@@ -62,8 +66,12 @@ def _table(title: str, *columns: str) -> Table:
 @exits_cleanly
 def list_groups(args: argparse.Namespace) -> int:
     with admin_client(args) as admin:
+        groups = admin.list_consumer_groups()
+        if args.json:
+            print_json([{"group": g.group_id, "state": g.state, "protocol_type": g.protocol_type} for g in groups])
+            return 0
         table = _table("consumer groups", "GROUP", "STATE", "PROTOCOL TYPE")
-        for g in admin.list_consumer_groups():
+        for g in groups:
             table.add_row(escape(g.group_id), g.state, escape(g.protocol_type or "-"))
         console.print(table)
     return 0
@@ -77,6 +85,9 @@ def describe_group(args: argparse.Namespace) -> int:
         owners = {tp: m for m in group.members for tp in m.assignment}
         partitions = sorted(set(committed) | set(owners))
         ends = admin.end_offsets(partitions) if partitions else {}
+        if args.json:
+            print_json(_group_json(group, partitions, committed, owners, ends))
+            return 0
         console.print(f"group {escape(group.group_id)}: {group.state}, generation {group.generation_id}, "
                       f"protocol {escape(group.protocol or '-')} ({escape(group.protocol_type or '-')}), "
                       f"{len(group.members)} member(s), coordinator node {group.coordinator_id}")
@@ -99,6 +110,23 @@ def describe_group(args: argparse.Namespace) -> int:
                                 escape(", ".join(f"{tp.topic}-{tp.partition}" for tp in sorted(m.assignment)) or "-"))
             console.print(members)
     return 0
+
+
+def _group_json(group: GroupDescription, partitions: list[TopicPartition], committed: dict,
+                owners: dict, ends: dict[TopicPartition, int]) -> dict[str, object]:
+    def offsets(tp: TopicPartition) -> dict[str, object]:
+        offset = committed[tp].offset if tp in committed else None
+        member = owners.get(tp)
+        return {"topic": tp.topic, "partition": tp.partition, "current_offset": offset, "log_end_offset": ends[tp],
+                "lag": None if offset is None else ends[tp] - offset,
+                "consumer_id": member.member_id if member else None}
+    return {"group": group.group_id, "state": group.state, "generation": group.generation_id,
+            "protocol": group.protocol, "protocol_type": group.protocol_type, "coordinator": group.coordinator_id,
+            "partitions": [offsets(tp) for tp in partitions],
+            "members": [{"consumer_id": m.member_id, "group_instance_id": m.group_instance_id, "host": m.client_host,
+                         "client_id": m.client_id,
+                         "assignment": [{"topic": tp.topic, "partition": tp.partition} for tp in sorted(m.assignment)]}
+                        for m in group.members]}
 
 
 def _partitions(admin: Admin, specs: list[str]) -> list[TopicPartition]:
@@ -157,6 +185,14 @@ def reset_offsets(args: argparse.Namespace) -> int:
         tps = _partitions(admin, args.topic)
         committed = admin.list_consumer_group_offsets(args.group, tps)
         targets = _targets(admin, args, tps, committed)
+        if args.json:
+            print_json({"group": args.group, "executed": args.execute, "offsets": [
+                {"topic": tp.topic, "partition": tp.partition,
+                 "current_offset": committed[tp].offset if tp in committed else None, "new_offset": targets[tp]}
+                for tp in tps]})
+            if args.execute:
+                admin.alter_consumer_group_offsets(args.group, targets)
+            return 0
         table = _table(f"{args.group}: new offsets" + ("" if args.execute else " (plan: add --execute to commit)"),
                        "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET")
         for tp in tps:

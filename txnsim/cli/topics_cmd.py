@@ -3,18 +3,20 @@ from __future__ import annotations
 
 import argparse
 
-from rich.table import Table
-
+from proto import txnsim_pb2 as pb
 from proto.errors import InvalidConfigError, UnknownTopicOrPartitionError, raise_for
-from proto.structs import TopicPartition
+from proto.structs import INTERNAL_TOPICS, TopicPartition
+from txnsim.admin import Admin
 from txnsim.cli.common import (
     add_cluster_args,
+    add_json_arg,
     admin_client,
     console,
     exits_cleanly,
     partition_count_arg,
     print_data,
 )
+from txnsim.cli.output import new_table, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,10 +37,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     listing = verbs.add_parser("list")
     listing.add_argument("--internal", action="store_true", help="include __transaction_state and __consumer_offsets")
     add_cluster_args(listing)
+    add_json_arg(listing)
     listing.set_defaults(func=list_topics)
-    describe = verbs.add_parser("describe")
-    describe.add_argument("name")
+    describe = verbs.add_parser("describe", help="partitions, leaders and offsets of one topic, or of every topic")
+    describe.add_argument("name", nargs="?", help="default: every topic (with --internal, the internal ones too)")
+    describe.add_argument("--internal", action="store_true", help="with no name: include the internal topics")
     add_cluster_args(describe)
+    add_json_arg(describe)
     describe.set_defaults(func=describe_topic)
 
 
@@ -67,8 +72,12 @@ def delete_topic(args: argparse.Namespace) -> int:
 @exits_cleanly
 def list_topics(args: argparse.Namespace) -> int:
     with admin_client(args) as admin:
-        for name, partitions in sorted(admin.list_topics(include_internal=args.internal).items()):
-            print_data(f"{name}\t{partitions}")
+        topics = sorted(admin.list_topics(include_internal=args.internal).items())
+    if args.json:
+        print_json([{"topic": name, "partitions": partitions} for name, partitions in topics])
+        return 0
+    for name, partitions in topics:
+        print_data(f"{name}\t{partitions}")
     return 0
 
 
@@ -76,16 +85,35 @@ def list_topics(args: argparse.Namespace) -> int:
 def describe_topic(args: argparse.Namespace) -> int:
     with admin_client(args) as admin:
         metadata = admin.describe_cluster()
-        topic = next((t for t in metadata.topics if t.name == args.name), None)
-        if topic is None:
-            raise UnknownTopicOrPartitionError(f"[UNKNOWN_TOPIC_OR_PARTITION] topic {args.name!r} does not exist")
-        raise_for(topic.error_code, topic.error_message)
-        tps = [TopicPartition(args.name, p.partition) for p in topic.partitions]
-        start, end, stable = admin.beginning_offsets(tps), admin.end_offsets(tps), admin.last_stable_offsets(tps)
-        table = Table(title=f"topic {args.name}")
-        for column in ("partition", "leader", "log start", "high watermark", "last stable offset"):
-            table.add_column(column, justify="right")
-        for p, tp in zip(topic.partitions, tps):
-            table.add_row(str(p.partition), str(p.leader), str(start[tp]), str(end[tp]), str(stable[tp]))
+        if args.name is None:
+            topics = sorted((t for t in metadata.topics if t.error_code == 0
+                             and (args.internal or t.name not in INTERNAL_TOPICS)), key=lambda t: t.name)
+        else:
+            topic = next((t for t in metadata.topics if t.name == args.name), None)
+            if topic is None:
+                raise UnknownTopicOrPartitionError(f"[UNKNOWN_TOPIC_OR_PARTITION] topic {args.name!r} does not exist")
+            raise_for(topic.error_code, topic.error_message)
+            topics = [topic]
+        described = [_describe(admin, topic) for topic in topics]
+    if args.json:
+        print_json(described if args.name is None else described[0])
+        return 0
+    for d in described:
+        configs = ", ".join(f"{k}={v}" for k, v in sorted(d["configs"].items()))  # type: ignore[attr-defined]
+        table = new_table(f"topic {d['topic']}" + (f" ({configs})" if configs else ""), "partition", "leader",
+                          "log start", "high watermark", "last stable offset", justify="right")
+        for p in d["partitions"]:  # type: ignore[attr-defined]
+            table.add_row(*(str(p[k]) for k in ("partition", "leader", "log_start_offset", "high_watermark",
+                                                "last_stable_offset")))
         console.print(table)
+    if not described:
+        console.print("no topics")
     return 0
+
+
+def _describe(admin: Admin, topic: pb.TopicMetadata) -> dict[str, object]:
+    tps = [TopicPartition(topic.name, p.partition) for p in topic.partitions]
+    start, end, stable = admin.beginning_offsets(tps), admin.end_offsets(tps), admin.last_stable_offsets(tps)
+    return {"topic": topic.name, "configs": dict(topic.configs), "partitions": [
+        {"partition": p.partition, "leader": p.leader, "log_start_offset": start[tp], "high_watermark": end[tp],
+         "last_stable_offset": stable[tp]} for p, tp in zip(topic.partitions, tps)]}
