@@ -259,13 +259,86 @@ def test_produce_without_transactional_id_sends_idempotently(cli_cluster):
     assert "sent 2 record(s)" in ok("produce", "plain", *cli_cluster.cluster_args(), stdin="p1\np2\n")
     dump = ok("dump-log", "plain", "0", *cli_cluster.cluster_args())
     batches = [line for line in dump.splitlines() if line.startswith("baseOffset:")]
-    assert len(batches) == 1, dump
-    assert re.search(r"producerId: \d+ producerEpoch: \d+ baseSequence: 0 ", batches[0]), dump  # a real pid
+    assert len(batches) == 2, dump  # each line sent as it was read, one batch each
+    for sequence, batch in enumerate(batches):  # a real producer id, sequences in order
+        assert re.search(rf"producerId: \d+ producerEpoch: \d+ baseSequence: {sequence} ", batch), dump
     assert "isTransactional: false" in batches[0] and "endTxnMarker" not in dump
     out = ok("consume", "plain", "--from-beginning", "--timeout-ms", "1500", *cli_cluster.cluster_args())
     assert consumed_values(out) == ["p1", "p2"]
     fails_cleanly(txnsim("produce", "plain", "--abort", *cli_cluster.cluster_args(), stdin="p3\n"),
                   "--transactional-id")
+
+
+def test_produce_sends_each_line_as_it_is_typed(cli_cluster):
+    """Like kafka-console-producer: a line is on the log (read_uncommitted sees it) before the next is typed."""
+    ok("topics", "create", "typed", *cli_cluster.cluster_args())
+    producer = subprocess.Popen([*TXNSIM, "produce", "typed", "--transactional-id", "tx-typed",
+                                 *cli_cluster.cluster_args()], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=ENV)
+    try:
+        assert producer.stdin is not None
+        producer.stdin.write(b"first\n")
+        producer.stdin.flush()
+
+        def uncommitted() -> list[str]:
+            return consumed_values(ok("consume", "typed", "--from-beginning", "--isolation-level",
+                                      "read_uncommitted", "--timeout-ms", "300", *cli_cluster.cluster_args()))
+        assert wait_until(uncommitted, timeout_s=30, what="the first line on the log") == ["first"]
+        committed = ok("consume", "typed", "--from-beginning", "--timeout-ms", "300", *cli_cluster.cluster_args())
+        assert consumed_values(committed) == []  # still in the open transaction
+        out, err = producer.communicate(b"second\n", timeout=COMMAND_TIMEOUT_S)
+    finally:
+        if producer.poll() is None:
+            producer.kill()
+    assert producer.returncode == 0 and b"committed 2 record(s)" in out, (out, err)
+
+
+def test_produce_keys_headers_and_a_transaction_left_open_then_consume_shows_them(cli_cluster):
+    args = cli_cluster.cluster_args()
+    ok("topics", "create", "shown", *args)
+    ok("produce", "shown", "--transactional-id", "tx-shown", "--property", "parse.key=true", "--property",
+       "key.separator=:", "--property", "parse.headers=true", *args, stdin="h1:a,h2:b\tk1:v1\n")
+    ok("produce", "shown", "--transactional-id", "tx-shown", "--abort", "--header", "src=cli", *args,
+       stdin="gone\n")
+    left = ok("produce", "shown", "--transactional-id", "tx-left", "--leave-open", "--transaction-timeout-ms",
+              "600000", *args, stdin="pending\n")
+    assert "left the transaction of tx-left open" in left, left
+    out = ok("consume", "shown", "--from-beginning", "--isolation-level", "read_uncommitted", "--print-key",
+             "--print-headers", "--print-timestamp", "--print-txn-status", "--timeout-ms", "1500", *args)
+    lines = [line.split("\t") for line in out.splitlines()]
+    assert [(f[2], f[3], f[4], f[5]) for f in lines] == [
+        ("committed", "h1:a,h2:b", "k1", "v1"), ("aborted", "src:cli", "null", "gone"),
+        ("open", "NO_HEADERS", "null", "pending")], out
+    assert all(re.fullmatch(r"CreateTime:\d{13}", f[1]) for f in lines), out
+    records = [json.loads(line) for line in ok("consume", "shown", "--partition", "0", "--offset", "2",
+                                                 "--isolation-level", "read_uncommitted", "--json",
+                                                 "--timeout-ms", "1500", *args).splitlines()]
+    assert [(r["offset"], r["value"], r["headers"]) for r in records] == [(2, "gone", {"src": "cli"}),
+                                                                         (4, "pending", {})], records
+    # the open transaction holds read_committed back, and it is not hanging: its coordinator knows it
+    assert consumed_values(ok("consume", "shown", "--from-beginning", "--timeout-ms", "1000", *args)) == ["v1"]
+    assert json.loads(ok("transactions", "find-hanging", "--topic", "shown", "--json", *args)) == []
+    described = json.loads(ok("transactions", "describe", "tx-left", "--json", *args))
+    assert described["TransactionState"] == "Ongoing" and described["TransactionTimeoutMs"] == 600000
+    fails_cleanly(txnsim("consume", "shown", "--offset", "1", *args), "INVALID_REQUEST")
+    fails_cleanly(txnsim("consume", "shown", "--partition", "3", *args), "UNKNOWN_TOPIC_OR_PARTITION")
+    fails_cleanly(txnsim("produce", "shown", "--property", "no.such=1", *args, stdin="x\n"), "INVALID_CONFIG")
+
+
+def test_consume_follow_prints_records_produced_later(cli_cluster):
+    ok("topics", "create", "followed", *cli_cluster.cluster_args())
+    follower = subprocess.Popen([*TXNSIM, "consume", "followed", "--follow", *cli_cluster.cluster_args()],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+    try:
+        time.sleep(0)  # nothing to wait for: --follow outlives any idle time, which is what is checked
+        ok("produce", "followed", *cli_cluster.cluster_args(), stdin="late\n")
+        assert follower.stdout is not None
+        line = follower.stdout.readline().decode()  # blocks until the record is printed (or the test times out)
+        assert line.rstrip("\n").split("\t")[-1] == "late", line
+    finally:
+        follower.send_signal(signal.SIGINT)
+        follower.wait(timeout=20)
+    assert follower.returncode == 0, follower.stderr.read() if follower.stderr else None
 
 
 def test_record_text_is_printed_literally_not_as_markup(cli_cluster):
