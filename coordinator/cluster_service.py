@@ -117,6 +117,12 @@ class ClusterServer:
             log.info("deleted topic %s (%d partitions, %d log directories)", req.name, partitions, len(removed))
         return pb.DeleteTopicResponse(partitions=partitions)
 
+    def alter_topic(self, req: pb.AlterTopicRequest) -> pb.AlterTopicResponse:
+        """Every node sees the new partitions at its next lookup of topics.json, and opens them when asked."""
+        partitions, configs = self._topics.alter(req.name, req.partitions, dict(req.set_configs),
+                                                 list(req.delete_configs))
+        return pb.AlterTopicResponse(partitions=partitions, configs=configs)
+
     def drop_topic_logs(self, req: pb.DropTopicLogsRequest) -> pb.DropTopicLogsResponse:
         """Close this node's open logs of a deleted topic (none if the name was created again meanwhile)."""
         if self._logs is not None and self._topics.partitions(req.name) is None:
@@ -157,6 +163,10 @@ class ClusterServicer(rpc.ClusterServicer):
     @answers_with(pb.DeleteTopicResponse)
     def DeleteTopic(self, request, context):
         return self._server.delete_topic(request)
+
+    @answers_with(pb.AlterTopicResponse)
+    def AlterTopic(self, request, context):
+        return self._server.alter_topic(request)
 
     @answers_with(pb.DropTopicLogsResponse)
     def DropTopicLogs(self, request, context):

@@ -158,6 +158,42 @@ class TopicStore:
             write_atomically(self._path, json.dumps(current, indent=1, sort_keys=True).encode())
         return int(entry["partitions"]) if isinstance(entry, dict) else int(entry)
 
+    def alter(self, name: str, partitions: int, set_configs: dict[str, str], delete_configs: list[str]
+              ) -> tuple[int, dict[str, str]]:
+        """More partitions (0: as many as now) and changed settings, durably; returns (partitions, settings).
+
+        Existing partitions keep their place and their logs (placement is per partition), so adding some
+        moves nothing. half.message.storage stays as created: undecided messages wait where they were sent.
+        """
+        if name in INTERNAL_TOPICS or name.startswith("__"):
+            raise InvalidTopicError(f"[INVALID_TOPIC_EXCEPTION] internal topic {name!r} cannot be altered")
+        fixed = {"half.message.storage"} & (set(set_configs) | set(delete_configs))
+        if fixed:
+            raise InvalidConfigError(f"[INVALID_CONFIG] {', '.join(sorted(fixed))} is chosen when a topic is created "
+                                     "and cannot change (undecided messages wait where they were sent)")
+        for key in delete_configs:
+            if key not in TOPIC_CONFIGS:
+                raise InvalidConfigError(f"[INVALID_CONFIG] unknown topic setting {key!r}; known: "
+                                         f"{', '.join(TOPIC_CONFIGS)}")
+        validate_configs(set_configs)
+        with self._locked() as current:
+            entry = current.get(name)
+            if entry is None:
+                raise UnknownTopicOrPartitionError(f"[UNKNOWN_TOPIC_OR_PARTITION] topic {name!r} does not exist")
+            count = int(entry["partitions"]) if isinstance(entry, dict) else int(entry)
+            configs = dict(entry.get("configs", {})) if isinstance(entry, dict) else {}
+            if partitions and not count < partitions <= MAX_PARTITIONS_PER_TOPIC:
+                raise InvalidPartitionsError(
+                    f"[INVALID_PARTITIONS] topic {name!r} has {count} partitions; it can only grow, to at most "
+                    f"{MAX_PARTITIONS_PER_TOPIC}, not to {partitions}")
+            count = partitions or count
+            configs.update(set_configs)
+            for key in delete_configs:
+                configs.pop(key, None)
+            current[name] = {"partitions": count, "configs": configs} if configs else count
+            write_atomically(self._path, json.dumps(current, indent=1, sort_keys=True).encode())
+        return count, configs
+
     def remove_logs_if_deleted(self, name: str) -> list[str]:
         """Remove the log directories of a deleted topic, under the writers' flock and only while the name is
         still unused: a topic created again meanwhile keeps its new logs. Returns the directories removed."""

@@ -177,6 +177,44 @@ class DeleteTopicResponse(_message.Message):
     partitions: int
     def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., partitions: _Optional[int] = ...) -> None: ...
 
+class AlterTopicRequest(_message.Message):
+    __slots__ = ("name", "partitions", "set_configs", "delete_configs")
+    class SetConfigsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    SET_CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    DELETE_CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    partitions: int
+    set_configs: _containers.ScalarMap[str, str]
+    delete_configs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., set_configs: _Optional[_Mapping[str, str]] = ..., delete_configs: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AlterTopicResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "partitions", "configs")
+    class ConfigsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    partitions: int
+    configs: _containers.ScalarMap[str, str]
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., partitions: _Optional[int] = ..., configs: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
 class DropTopicLogsRequest(_message.Message):
     __slots__ = ("name", "partitions")
     NAME_FIELD_NUMBER: _ClassVar[int]

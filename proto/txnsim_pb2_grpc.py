@@ -67,6 +67,11 @@ class ClusterStub:
                 request_serializer=proto_dot_txnsim__pb2.DropTopicLogsRequest.SerializeToString,
                 response_deserializer=proto_dot_txnsim__pb2.DropTopicLogsResponse.FromString,
                 _registered_method=True)
+        self.AlterTopic = channel.unary_unary(
+                '/txnsim.Cluster/AlterTopic',
+                request_serializer=proto_dot_txnsim__pb2.AlterTopicRequest.SerializeToString,
+                response_deserializer=proto_dot_txnsim__pb2.AlterTopicResponse.FromString,
+                _registered_method=True)
 
 
 class ClusterServicer:
@@ -111,6 +116,12 @@ class ClusterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AlterTopic(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClusterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -143,6 +154,11 @@ def add_ClusterServicer_to_server(servicer, server):
                     servicer.DropTopicLogs,
                     request_deserializer=proto_dot_txnsim__pb2.DropTopicLogsRequest.FromString,
                     response_serializer=proto_dot_txnsim__pb2.DropTopicLogsResponse.SerializeToString,
+            ),
+            'AlterTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterTopic,
+                    request_deserializer=proto_dot_txnsim__pb2.AlterTopicRequest.FromString,
+                    response_serializer=proto_dot_txnsim__pb2.AlterTopicResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -310,6 +326,33 @@ class Cluster:
             '/txnsim.Cluster/DropTopicLogs',
             proto_dot_txnsim__pb2.DropTopicLogsRequest.SerializeToString,
             proto_dot_txnsim__pb2.DropTopicLogsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/txnsim.Cluster/AlterTopic',
+            proto_dot_txnsim__pb2.AlterTopicRequest.SerializeToString,
+            proto_dot_txnsim__pb2.AlterTopicResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -192,6 +192,19 @@ class Admin:
         raise_for(response.error_code, response.error_message)
         return response.partitions
 
+    def alter_topic(self, name: str, partitions: int = 0, set_configs: dict[str, str] | None = None,
+                    delete_configs: Iterable[str] = ()) -> tuple[int, dict[str, str]]:
+        """kafka-topics.sh --alter: grow the topic to `partitions` (0: leave it; INVALID_PARTITIONS for fewer)
+        and set or delete settings. Returns (partition count, settings) as the topic has them now."""
+        validate_topic_name(name)
+        if partitions < 0:
+            raise InvalidPartitionsError(f"[INVALID_PARTITIONS] {name!r}: {partitions} partitions")
+        request = pb.AlterTopicRequest(name=name, partitions=partitions, set_configs=set_configs or {},
+                                       delete_configs=list(delete_configs))
+        response = self._client.any_node(lambda s: call(s.cluster.AlterTopic, request, self._timeout_s))
+        self._client.refresh_metadata([name])  # the new partition count, for this client's next lookups
+        return response.partitions, dict(response.configs)
+
     def delete_topics(self, names: Iterable[str]) -> dict[str, int]:
         """Delete each topic in turn (stopping at the first error); topic -> how many partitions it had."""
         return {name: self.delete_topic(name) for name in names}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -219,12 +220,39 @@ def test_topics_create_list_describe(cli_cluster, orders):
     described = ok("topics", "describe", "orders", *cli_cluster.cluster_args())
     rows = [cells for cells in table_rows(described) if len(cells) == 5]
     assert [cells[0] for cells in rows] == ["0", "1", "2"], described
-    # 3 committed + 1 COMMIT marker, 2 aborted + 1 ABORT marker; nothing undecided
-    assert sum(int(cells[3]) for cells in rows) == 7, described
+    # 3 committed and 2 aborted records, and a marker on each partition each transaction wrote to (each line
+    # is sent as it is read, so the sticky partitioner may spread them); nothing undecided
+    assert 5 + 2 <= sum(int(cells[3]) for cells in rows) <= 5 + 3 + 2, described
     assert all(cells[3] == cells[4] for cells in rows), described  # high watermark == last stable offset
     fails_cleanly(txnsim("topics", "create", "orders", "--partitions", "3", *cli_cluster.cluster_args()),
                   "TOPIC_ALREADY_EXISTS", "TopicAlreadyExists")
     fails_cleanly(txnsim("topics", "create", "bad/name", *cli_cluster.cluster_args()), "InvalidTopic")
+
+
+def test_topics_alter_grows_a_topic_and_changes_its_settings_then_delete_removes_it(cli_cluster):
+    args = cli_cluster.cluster_args()
+    ok("topics", "create", "grown", *args)
+    ok("produce", "grown", *args, stdin="before\n")
+    assert "3 partition(s)" in ok("topics", "alter", "grown", "--partitions", "3", "--config",
+                                  "message.type=NORMAL", *args)
+    described = json.loads(ok("topics", "describe", "grown", "--json", *args))
+    assert [p["partition"] for p in described["partitions"]] == [0, 1, 2]
+    assert described["configs"] == {"message.type": "NORMAL"}
+    assert described["partitions"][0]["high_watermark"] == 1  # the old partition kept its log
+    ok("produce", "grown", "--partition", "2", *args, stdin="after\n")
+    out = ok("consume", "grown", "--partition", "2", "--offset", "earliest", "--timeout-ms", "1500", *args)
+    assert consumed_values(out) == ["after"], out
+    fails_cleanly(txnsim("topics", "alter", "grown", "--partitions", "2", *args), "INVALID_PARTITIONS")
+    fails_cleanly(txnsim("topics", "alter", "grown", "--config", "half.message.storage=kafka", *args),
+                  "INVALID_CONFIG")
+    fails_cleanly(txnsim("topics", "alter", "grown", *args), "INVALID_REQUEST")
+    fails_cleanly(txnsim("topics", "alter", "no-such-topic", "--partitions", "4", *args),
+                  "UNKNOWN_TOPIC_OR_PARTITION")
+    ok("topics", "alter", "grown", "--delete-config", "message.type", *args)
+    assert json.loads(ok("topics", "describe", "grown", "--json", *args))["configs"] == {}
+    assert "deleted topic grown (3 partition(s))" in ok("topics", "delete", "grown", *args)
+    assert "grown" not in [t["topic"] for t in json.loads(ok("topics", "list", "--json", *args))]
+    fails_cleanly(txnsim("topics", "delete", "grown", *args), "UNKNOWN_TOPIC_OR_PARTITION")
 
 
 # ------------------------------------------------------------ produce / consume
@@ -326,15 +354,24 @@ def test_produce_keys_headers_and_a_transaction_left_open_then_consume_shows_the
 
 
 def test_consume_follow_prints_records_produced_later(cli_cluster):
-    ok("topics", "create", "followed", *cli_cluster.cluster_args())
-    follower = subprocess.Popen([*TXNSIM, "consume", "followed", "--follow", *cli_cluster.cluster_args()],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
-    try:
-        time.sleep(0)  # nothing to wait for: --follow outlives any idle time, which is what is checked
-        ok("produce", "followed", *cli_cluster.cluster_args(), stdin="late\n")
+    args = cli_cluster.cluster_args()
+    ok("topics", "create", "followed", *args)
+    ok("produce", "followed", *args, stdin="early\n")
+    follower = subprocess.Popen([*TXNSIM, "consume", "followed", "--from-beginning", "--follow", "--timeout-ms",
+                                 "100", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+
+    def next_value() -> str:
         assert follower.stdout is not None
-        line = follower.stdout.readline().decode()  # blocks until the record is printed (or the test times out)
-        assert line.rstrip("\n").split("\t")[-1] == "late", line
+        ready, _, _ = select.select([follower.stdout], [], [], COMMAND_TIMEOUT_S)
+        assert ready, "consume --follow printed nothing"
+        return follower.stdout.readline().decode().rstrip("\n").split("\t")[-1]
+
+    try:
+        assert next_value() == "early"
+        # producing takes far longer than --timeout-ms: without --follow the consumer would be gone by now
+        ok("produce", "followed", *args, stdin="late\n")
+        assert next_value() == "late"
+        assert follower.poll() is None
     finally:
         follower.send_signal(signal.SIGINT)
         follower.wait(timeout=20)
@@ -407,7 +444,7 @@ def test_every_table_command_prints_json_that_parses(cli_cluster, orders, ledger
     assert {"topic": "orders", "partitions": 3} in json.loads(ok("topics", "list", "--json", *args))
     described = json.loads(ok("topics", "describe", "orders", "--json", *args))
     assert [p["partition"] for p in described["partitions"]] == [0, 1, 2]
-    assert sum(p["high_watermark"] for p in described["partitions"]) == 7  # 5 records, 2 markers
+    assert 7 <= sum(p["high_watermark"] for p in described["partitions"]) <= 10  # 5 records, 2 to 5 markers
     every = json.loads(ok("topics", "describe", "--json", *args))
     assert {"orders", "ledger"} <= {t["topic"] for t in every} and "__transaction_state" not in str(every)
     listed = json.loads(ok("transactions", "list", "--json", *args))
@@ -444,7 +481,7 @@ def test_a_narrow_terminal_wraps_table_cells_instead_of_cutting_them(cli_cluster
 def test_dump_log_shows_producer_fields_and_both_markers(cli_cluster, ledger):
     out = ok("dump-log", "ledger", "0", *cli_cluster.cluster_args())
     data = [line for line in out.splitlines() if line.startswith("baseOffset:") and "isControl: false" in line]
-    assert len(data) == 2, out
+    assert len(data) == 3, out  # l1, l2 (committed), l3 (aborted): a batch per line
     for line in data:
         for field in ("producerId:", "producerEpoch:", "baseSequence:", "isTransactional: true"):
             assert field in line, line

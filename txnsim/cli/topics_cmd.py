@@ -34,6 +34,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     delete.add_argument("name")
     add_cluster_args(delete)
     delete.set_defaults(func=delete_topic)
+    alter = verbs.add_parser("alter", help="add partitions to a topic, or change its settings (kafka-topics.sh "
+                                           "--alter)")
+    alter.add_argument("name")
+    alter.add_argument("--partitions", type=partition_count_arg, help="the new partition count (more, never fewer)")
+    alter.add_argument("--config", action="append", default=[], metavar="NAME=VALUE", help="set a setting (repeatable)")
+    alter.add_argument("--delete-config", action="append", default=[], metavar="NAME",
+                       help="back to the default (repeatable)")
+    add_cluster_args(alter)
+    alter.set_defaults(func=alter_topic)
     listing = verbs.add_parser("list")
     listing.add_argument("--internal", action="store_true", help="include __transaction_state and __consumer_offsets")
     add_cluster_args(listing)
@@ -47,17 +56,34 @@ def register(sub: argparse._SubParsersAction) -> None:
     describe.set_defaults(func=describe_topic)
 
 
-@exits_cleanly
-def create_topic(args: argparse.Namespace) -> int:
+def _configs(items: list[str]) -> dict[str, str]:
     configs = {}
-    for item in args.config:
+    for item in items:
         name, sep, value = item.partition("=")
         if not sep or not name:
             raise InvalidConfigError(f"[INVALID_CONFIG] --config takes NAME=VALUE, not {item!r}")
         configs[name] = value
+    return configs
+
+
+@exits_cleanly
+def create_topic(args: argparse.Namespace) -> int:
+    configs = _configs(args.config)
     with admin_client(args) as admin:
         admin.create_topic(args.name, partitions=args.partitions, configs=configs)
     console.print(f"created topic {args.name} with {args.partitions} partition(s)")
+    return 0
+
+
+@exits_cleanly
+def alter_topic(args: argparse.Namespace) -> int:
+    configs = _configs(args.config)
+    if args.partitions is None and not configs and not args.delete_config:
+        raise SystemExit("error: [INVALID_REQUEST] nothing to alter: give --partitions, --config or --delete-config")
+    with admin_client(args) as admin:
+        partitions, settings = admin.alter_topic(args.name, args.partitions or 0, configs, args.delete_config)
+    shown = ", ".join(f"{k}={v}" for k, v in sorted(settings.items())) or "no settings of its own"
+    console.print(f"topic {args.name}: {partitions} partition(s), {shown}")
     return 0
 
 
