@@ -17,8 +17,8 @@ from proto.errors import (
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidRequestError,
-    TopicAlreadyExistsError,
     KafkaError,
+    TopicAlreadyExistsError,
     TransactionalIdNotFoundError,
     raise_for,
 )

@@ -491,6 +491,25 @@ def test_dump_log_shows_producer_fields_and_both_markers(cli_cluster, ledger):
     assert re.findall(r"payload: (\S+)", with_records) == ["l1", "l2", "l3"]
 
 
+def test_dump_log_decodes_the_transaction_log_and_the_offsets_log(cli_cluster, ledger):
+    """kafka-dump-log's --transaction-log-decoder and --offsets-decoder, for txnsim's record formats."""
+    from coordinator.layout import ClusterLayout, read_cluster_spec
+    args = cli_cluster.cluster_args()
+    config = read_cluster_spec(ClusterLayout(cli_cluster.data_dir)).config
+    shard = partition_for("tx-ledger", config.txn_shards)
+    out = ok("dump-log", "__transaction_state", str(shard), "--transaction-log-decoder", *args)
+    states = re.findall(r"transactionalId=tx-ledger payload: producerId:\d+,producerEpoch:\d+,state=(\w+)", out)
+    assert "Ongoing" in states and "CompleteCommit" in states and "CompleteAbort" in states, out
+    ok("topics", "create", "offsets-dumped", *args)
+    ok("produce", "offsets-dumped", *args, stdin="o1\no2\n")
+    ok("consume", "offsets-dumped", "--group", "dumped-group", "--from-beginning", "--max-messages", "2",
+       "--timeout-ms", "10000", *args)
+    group_shard = partition_for("dumped-group", config.offsets_shards)
+    out = ok("dump-log", "__consumer_offsets", str(group_shard), "--offsets-decoder", *args)
+    assert re.search(r"key: offset_commit::group=dumped-group,partition=offsets-dumped-0 payload: offset=2 ", out), out
+    assert "key: group_metadata::group=dumped-group payload: {protocolType:consumer" in out, out
+
+
 def test_half_messages_are_listed_and_their_system_topics_decoded(cli_cluster, monkeypatch):
     """An undecided RocketMQ-style message (its end lost) shows in `transactions list --half`, and
     `dump-log` decodes the half-message shard it sits in."""

@@ -6,14 +6,16 @@ RocketMQ's system topics (half messages, OP records, discarded messages) are alw
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from coordinator.layout import ClusterLayout
 from coordinator.rocketmq import log_format
 from partitions.segment import segment_files
 from proto.errors import CorruptMessageError, InvalidRecordError, UnknownTopicOrPartitionError
 from proto.records import Record, RecordBatch, read_header
-from proto.structs import CHECK_MAX_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
+from proto.structs import CHECK_MAX_TOPIC, CONSUMER_OFFSETS_TOPIC, HALF_TOPIC, OP_HALF_TOPIC, TRANSACTION_STATE_TOPIC
 from txnsim.cli.common import add_data_dir_arg, exits_cleanly, partition_arg, print_data
+from txnsim.cli.internal_log_decoders import describe_offsets_record, describe_transaction_log_record
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,6 +24,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     dump.add_argument("partition", type=partition_arg)
     add_data_dir_arg(dump)
     dump.add_argument("--print-records", action="store_true", help="also print every record's key and value")
+    dump.add_argument("--transaction-log-decoder", action="store_true",
+                      help="decode __transaction_state records (always done for that topic)")
+    dump.add_argument("--offsets-decoder", action="store_true",
+                      help="decode __consumer_offsets records (always done for that topic)")
     dump.set_defaults(func=dump_log)
 
 
@@ -38,14 +44,23 @@ def dump_log(args: argparse.Namespace) -> int:
                                            f"in {layout.logs}")
     for segment in segments:
         print_data(f"Dumping {segment}")
+        decoder = ("transactions" if args.transaction_log_decoder else "offsets" if args.offsets_decoder else None)
         for line in describe_segment(segment.read_bytes(), print_records=args.print_records, topic=args.topic,
-                                     partition=args.partition):
+                                     partition=args.partition, decoder=decoder):
             print_data(line)  # one batch per line, never wrapped; payloads are data, not markup
     return 0
 
 
-def describe_segment(data: bytes, *, print_records: bool = False, topic: str = "", partition: int = 0) -> list[str]:
+def describe_segment(data: bytes, *, print_records: bool = False, topic: str = "", partition: int = 0,
+                     decoder: str | None = None) -> list[str]:
+    """One line per batch; and one per record when asked, or always, decoded, for the internal topics."""
     lines = []
+    if topic == TRANSACTION_STATE_TOPIC or decoder == "transactions":
+        decode: Callable[[Record], str] | None = describe_transaction_log_record
+    elif topic == CONSUMER_OFFSETS_TOPIC or decoder == "offsets":
+        decode = describe_offsets_record
+    else:
+        decode = None
     pos = 0
     while pos < len(data):
         try:
@@ -67,6 +82,8 @@ def describe_segment(data: bytes, *, print_records: bool = False, topic: str = "
             marker = batch.control_record()
             lines.append(f"| offset: {h.base_offset} endTxnMarker: {marker.type.name} "
                          f"coordinatorEpoch: {marker.coordinator_epoch}")
+        elif decode is not None and batch.crc_ok():
+            lines.extend(decode(r) for r in batch.records())
         elif topic in (HALF_TOPIC, OP_HALF_TOPIC, CHECK_MAX_TOPIC) and batch.crc_ok():
             lines.extend(_describe_system_record(topic, partition, r) for r in batch.records())
         elif print_records and batch.crc_ok():
