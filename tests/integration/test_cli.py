@@ -606,6 +606,36 @@ def test_a_taken_kafka_port_is_named_at_start_up(tmp_path):
     assert f"port {port}" in line and "taken" in line, line
 
 
+def test_environment_variables_stand_in_for_data_dir_and_bootstrap_servers(cli_cluster, orders):
+    env = {k: v for k, v in ENV.items() if not k.startswith("TXNSIM_")}
+    for name, value in (("TXNSIM_DATA_DIR", str(cli_cluster.data_dir)),
+                        ("TXNSIM_BOOTSTRAP_SERVERS", cli_cluster_bootstrap_servers(cli_cluster))):
+        proc = subprocess.run([*TXNSIM, "topics", "list", "--json"], capture_output=True, timeout=COMMAND_TIMEOUT_S,
+                              env=dict(env, **{name: value}), cwd=cli_cluster.data_dir.parent)
+        assert proc.returncode == 0, proc
+        assert {"topic": "orders", "partitions": 3} in json.loads(proc.stdout), proc
+
+
+def cli_cluster_bootstrap_servers(cluster: CliCluster) -> str:
+    match = re.search(r"bootstrap servers: (\S+)", cluster.start_output())
+    assert match, cluster.start_output()
+    return match.group(1)
+
+
+def test_tab_completion_offers_subcommands_and_flags():
+    """argcomplete's protocol, as bash's completion function drives it."""
+    def complete(line: str) -> list[str]:
+        read, write = os.pipe()
+        env = dict(ENV, _ARGCOMPLETE="1", _ARGCOMPLETE_IFS="\n", COMP_LINE=line, COMP_POINT=str(len(line)),
+                   _ARGCOMPLETE_STDOUT_FILENAME=f"/dev/fd/{write}")
+        subprocess.run([*TXNSIM], env=env, pass_fds=(write,), capture_output=True, timeout=COMMAND_TIMEOUT_S)
+        os.close(write)
+        with os.fdopen(read) as out:
+            return out.read().split("\n")
+    assert {"topics", "transactions", "consume"} <= set(complete("txnsim "))
+    assert "--transaction-timeout-ms" in {word.strip() for word in complete("txnsim produce t --trans")}
+
+
 def test_version():
     result = txnsim("--version")
     assert result.returncode == 0 and re.fullmatch(r"txnsim \S+\n", result.stdout), result

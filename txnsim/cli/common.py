@@ -6,10 +6,13 @@ Python traceback; text that came from users or the cluster is printed literally,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
+import shutil
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from rich.console import Console
@@ -105,6 +108,25 @@ def bootstrap_servers(args: argparse.Namespace) -> str:
 def admin_client(args: argparse.Namespace) -> Admin:
     """An Admin for the cluster the command names, with the command's (short) request timeout."""
     return Admin(bootstrap_servers(args), request_timeout_ms=args.request_timeout_ms)
+
+
+@contextlib.contextmanager
+def scratch_dir(given: Path | None, prefix: str, what: str) -> Iterator[Path]:
+    """`given`, or a new temporary directory that is removed afterwards unless the run failed; either way the
+    user is told where the files are (or were)."""
+    path = given or Path(tempfile.mkdtemp(prefix=prefix))
+    ok = False
+    try:
+        yield path
+        ok = True
+    finally:
+        if given is not None:
+            console.print(f"{what} kept in {escape(str(path))}")
+        elif ok:
+            shutil.rmtree(path, ignore_errors=True)
+            console.print(f"removed the temporary {what} in {escape(str(path))} (pass --data-dir to keep them)")
+        else:
+            console.print(f"{what} left in {escape(str(path))} for a look (remove it when done)")
 
 
 def exits_cleanly(command: Callable[[argparse.Namespace], int | None]) -> Callable[[argparse.Namespace], int]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import tempfile
 import time
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from proto.errors import KafkaError, ProducerFencedError
 from proto.hashing import partition_for
 from proto.structs import OffsetAndMetadata, TopicPartition
 from txnsim.admin import Admin
-from txnsim.cli.common import console, exits_cleanly
+from txnsim.cli.common import console, exits_cleanly, scratch_dir
 from txnsim.cli.demo_confluent import run_confluent_demo
 from txnsim.cli.demo_views import scene, show_side_by_side
 from txnsim.cli.dump_log_cmd import describe_segment
@@ -77,15 +76,21 @@ def run_demo(args: argparse.Namespace) -> int:
         if args.client == "confluent-kafka":
             raise SystemExit("error: `txnsim demo orders` runs RocketMQ-style transactions: --client native or rocketmq")
         logging.getLogger().setLevel(logging.ERROR)  # nodes are killed on purpose: retry warnings are expected
-        return run_orders_demo(args.data_dir, args.client or "native", console)
+        with scratch_dir(args.data_dir, "txnsim-demo-orders-", "demo files (cluster logs, SQLite files)") as path:
+            return run_orders_demo(path, args.client or "native", console)
     if args.client == "rocketmq":
         raise SystemExit("error: --client rocketmq applies to `txnsim demo orders` only")
     if args.client == "confluent-kafka":
         logging.getLogger().setLevel(logging.ERROR)
-        return run_confluent_demo(args.data_dir)
+        with scratch_dir(args.data_dir, "txnsim-demo-", "demo cluster's files") as path:
+            return run_confluent_demo(path)
     # the clients' retry warnings (a node was killed on purpose) would interrupt the tables
     logging.getLogger().setLevel(logging.ERROR)
-    data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="txnsim-demo-"))
+    with scratch_dir(args.data_dir, "txnsim-demo-", "demo cluster's files") as data_dir:
+        return _run_demo(data_dir)
+
+
+def _run_demo(data_dir: Path) -> int:
     with console.status("starting an embedded cluster: 3 node processes, 50 transaction shards ..."):
         cluster = LocalCluster(nodes=3, data_dir=data_dir, txn_shards=50)
         cluster.start()

@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 
-from txnsim.cli.common import console, error, exits_cleanly
+from txnsim.cli.common import console, error, exits_cleanly, scratch_dir
 from txnsim.pipeline.runner import PipelineConfig, PipelineResult, run_pipeline
 from txnsim.pipeline.runner import Progress as RunProgress
 from txnsim.report import pipeline_report, report_path, write_report
@@ -46,10 +46,29 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_pipeline_command(args: argparse.Namespace) -> int:
     if args.orders < 1 or args.minutes < 1 or args.rate <= 0:
         raise SystemExit("error: --orders and --minutes must be at least 1 and --rate above 0")
+    # checked before the run; without --data-dir or --report it goes to a kept temporary directory, since the
+    # run's own files are removed when it holds
+    report_file = report_path(args.report, args.data_dir, "pipeline-report.html")
+    try:
+        with scratch_dir(args.data_dir, "txnsim-pipeline-", "pipeline files (cluster, checkpoint, driver log)") \
+                as path:
+            result = _run(args, path, report_file)
+    except _KeepFiles as failed:
+        if failed.result is not None:
+            console.print("[red bold]MISMATCH[/]: the income read back differs from the orders' totals (see the "
+                          "table)")
+        return 1
+    console.print(f"[green bold]exactly once[/]: {len(result.expected)} minutes, each written once and equal "
+                  f"to the orders' totals ({result.elapsed_s:.0f} s, "
+                  f"{sum(1 for _, e in result.events if 'SIGKILL' in e)} SIGKILLs)")
+    return 0
+
+
+def _run(args: argparse.Namespace, data_dir: Path, report_file: Path) -> PipelineResult:
+    """The run's result if it held; _KeepFiles otherwise, so that its files stay for a look."""
     config = PipelineConfig(orders=args.orders, minutes=args.minutes, rate=args.rate, seed=args.seed,
-                            master=args.master, data_dir=args.data_dir, kill_driver=args.kill_driver,
+                            master=args.master, data_dir=data_dir, kill_driver=args.kill_driver,
                             kill_node=args.kill_node)
-    report = report_path(args.report, args.data_dir, "pipeline-report.html") if args.report or args.data_dir else None
     if args.log_level.upper() == "WARNING":
         logging.getLogger().setLevel(logging.ERROR)  # clients warn at every retry while a node is down
     console.print(f"[bold]txnsim pipeline[/]: {config.orders} orders over {config.minutes} event-time minutes "
@@ -60,17 +79,21 @@ def run_pipeline_command(args: argparse.Namespace) -> int:
             result = run_pipeline(config, display.update)
     except (RuntimeError, TimeoutError) as exc:  # the driver died or the run stalled: say which, no traceback
         error(str(exc))
-        return 1
+        raise _KeepFiles() from None
     console.print(result_table(result))
-    report = report or report_path(None, result.work_dir, "pipeline-report.html")
-    console.print(f"report: {write_report(pipeline_report(config, result), report)}", markup=False, soft_wrap=True)
-    if result.ok:
-        console.print(f"[green bold]exactly once[/]: {len(result.expected)} minutes, each written once and equal "
-                      f"to the orders' totals ({result.elapsed_s:.0f} s, "
-                      f"{sum(1 for _, e in result.events if 'SIGKILL' in e)} SIGKILLs)")
-        return 0
-    console.print("[red bold]MISMATCH[/]: the income read back differs from the orders' totals (see the table)")
-    return 1
+    report = write_report(pipeline_report(config, result), report_file)
+    console.print(f"report: {report}", markup=False, soft_wrap=True)
+    if not result.ok:
+        raise _KeepFiles(result)
+    return result
+
+
+class _KeepFiles(Exception):
+    """A failed run: its files stay for a look (scratch_dir keeps them when its block raises)."""
+
+    def __init__(self, result: PipelineResult | None = None) -> None:
+        super().__init__()
+        self.result = result
 
 
 class _Display:
