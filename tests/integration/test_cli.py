@@ -578,6 +578,10 @@ def test_unknown_topic_is_one_clean_error_line(cli_cluster, command):
     (("cluster", "start", "--kafka-port", "70000"), "txnsim cluster start", "INVALID_REQUEST"),
     (("--log-level", "loud", "topics", "list"), "txnsim [-h]", "INVALID_CONFIG"),
     (("topics", "list", "--no-such-flag"), "txnsim topics list", "unrecognized arguments: --no-such-flag"),
+    (("chaos", "--duration", "-1"), "txnsim chaos", "INVALID_REQUEST"),
+    (("chaos", "--workers", "0"), "txnsim chaos", "INVALID_REQUEST"),
+    (("pipeline", "--rate", "nan"), "txnsim pipeline", "INVALID_REQUEST"),
+    (("pipeline", "--orders", "0"), "txnsim pipeline", "INVALID_REQUEST"),
 ], ids=lambda v: "-".join(v) if isinstance(v, tuple) else None)
 def test_bad_arguments_show_the_commands_own_usage_and_one_error_line(command, usage, name):
     result = txnsim(*command, "--bootstrap-servers", "127.0.0.1:1") if command[0] != "--log-level" \

@@ -15,7 +15,14 @@ from txnsim.chaos.checker import ANOMALIES, MEANINGS
 from txnsim.chaos.nemesis import FAULT_KINDS
 from txnsim.chaos.report import LiveDisplay, schedule_table, verdict
 from txnsim.chaos.runner import ChaosConfig, run_chaos
-from txnsim.cli.common import console, exits_cleanly
+from txnsim.cli.common import (
+    console,
+    exits_cleanly,
+    non_negative_int,
+    partition_count_arg,
+    positive_float,
+    positive_int,
+)
 from txnsim.report import chaos_report, report_path, write_report
 
 
@@ -24,19 +31,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                            description="Copy chaos-in to chaos-out in transactions while nodes are killed, paused "
                                        "and restarted; then count anomalies with Jepsen's names.",
                            epilog="anomalies: " + "; ".join(f"{name}: {MEANINGS[name]}" for name in ANOMALIES))
-    chaos.add_argument("--duration", type=float, default=60.0, help="seconds of faults and workload (default 60)")
-    chaos.add_argument("--nodes", type=int, default=3, help="node processes (default 3)")
-    chaos.add_argument("--seed", type=int, default=None, help="seed of the fault schedule (default: random, printed)")
+    chaos.add_argument("--duration", type=positive_float, default=60.0, help="seconds of faults and workload (default 60)")
+    chaos.add_argument("--nodes", type=positive_int, default=3, help="node processes (default 3)")
+    chaos.add_argument("--seed", type=non_negative_int, default=None, help="seed of the fault schedule (default: random, printed)")
     chaos.add_argument("--faults", type=_fault_kinds, default=("kill", "pause"),
                        help=f"comma-separated kinds from {','.join(FAULT_KINDS)}, or none (default kill,pause)")
-    chaos.add_argument("--fault-interval-ms", type=int, default=3_000,
+    chaos.add_argument("--fault-interval-ms", type=positive_int, default=3_000,
                        help="mean time between faults (default 3000); a kill keeps its node down 1-2 s, a "
                             "pause 1-4 s (past the 2 s session timeout its logs move and it is fenced)")
     chaos.add_argument("--abort-ratio", type=_ratio, default=0.1,
                        help="share of transactions aborted on purpose (default 0.1)")
-    chaos.add_argument("--partitions", type=int, default=3, help="partitions of chaos-in and chaos-out (default 3)")
-    chaos.add_argument("--workers", type=int, default=2, help="read-process-write workers (default 2)")
-    chaos.add_argument("--records", type=int, default=None,
+    chaos.add_argument("--partitions", type=partition_count_arg, default=3, help="partitions of chaos-in and chaos-out (default 3)")
+    chaos.add_argument("--workers", type=positive_int, default=2, help="read-process-write workers (default 2)")
+    chaos.add_argument("--records", type=positive_int, default=None,
                        help="stop generating after this many input records (default: for the whole duration)")
     chaos.add_argument("--data-dir", type=Path, default=None,
                        help="an empty directory for the cluster's files, kept afterwards (default: a temp dir)")

@@ -83,6 +83,16 @@ partition_arg = _int_at_least(0, "UNKNOWN_TOPIC_OR_PARTITION")
 partition_count_arg = _int_at_least(1, "INVALID_PARTITIONS")
 
 
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"[INVALID_REQUEST] {text!r} is not a number") from None
+    if not value > 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"[INVALID_REQUEST] must be above 0, not {text}")
+    return value
+
+
 def port_arg(text: str) -> int:
     value = non_negative_int(text)
     if value > 65535:

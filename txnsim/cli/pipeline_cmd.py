@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 
-from txnsim.cli.common import console, error, exits_cleanly, scratch_dir
+from txnsim.cli.common import console, error, exits_cleanly, non_negative_int, positive_float, positive_int, scratch_dir
 from txnsim.pipeline.runner import PipelineConfig, PipelineResult, run_pipeline
 from txnsim.pipeline.runner import Progress as RunProgress
 from txnsim.report import pipeline_report, report_path, write_report
@@ -27,10 +27,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                                      "driver and a txnsim node are SIGKILLed; then the totals are checked.")
     cmd.add_argument("--master", default="local[2]",
                      help="Spark master: local[N] (default local[2]) or spark://HOST:PORT for a standalone cluster")
-    cmd.add_argument("--orders", type=int, default=2400, help="orders to generate (default 2400)")
-    cmd.add_argument("--minutes", type=int, default=6, help="event-time minutes they span (default 6)")
-    cmd.add_argument("--rate", type=float, default=120.0, help="orders written per second (default 120)")
-    cmd.add_argument("--seed", type=int, default=1, help="seed of the order amounts (default 1)")
+    cmd.add_argument("--orders", type=positive_int, default=2400, help="orders to generate (default 2400)")
+    cmd.add_argument("--minutes", type=positive_int, default=6, help="event-time minutes they span (default 6)")
+    cmd.add_argument("--rate", type=positive_float, default=120.0, help="orders written per second (default 120)")
+    cmd.add_argument("--seed", type=non_negative_int, default=1, help="seed of the order amounts (default 1)")
     cmd.add_argument("--no-kill-driver", dest="kill_driver", action="store_false",
                      help="do not SIGKILL the Spark driver")
     cmd.add_argument("--no-kill-node", dest="kill_node", action="store_false", help="do not SIGKILL a txnsim node")
