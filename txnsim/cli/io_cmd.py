@@ -51,7 +51,7 @@ def _header(text: str) -> tuple[str, bytes]:
     return name, value.encode()
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     produce = sub.add_parser("produce", help="send each line of stdin to TOPIC as it is typed (in one transaction "
                                              "with --transactional-id)")
     produce.add_argument("topic")
