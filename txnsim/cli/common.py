@@ -175,7 +175,3 @@ def print_data(line: str) -> None:
     """One line of data exactly as given, to stdout: no markup, wrapping or tab expansion, so that
     scripts can `cut -f` and `grep` it (rich's console would expand the tabs)."""
     sys.stdout.write(line + "\n")
-
-
-def read_stdin_lines() -> list[bytes]:
-    return [line.rstrip(b"\n") for line in sys.stdin.buffer]
