@@ -68,7 +68,7 @@ def test_a_crashed_coordinator_s_shards_move_and_transactions_go_on():
     ("accept-late-markers", ("late",)),
     ("ack-group-before-fsync", ("crash",)),
     ("no-generation-fence", None),
-    ("unstable-offset-fetch", None),
+    ("unstable-offset-fetch", ("late",)),
     ("commit-every-attempt", None),
 ])
 def test_every_planted_bug_is_found(bug: str, faults: tuple[str, ...] | None):
