@@ -7,7 +7,8 @@ be reached, and the next lookup asks any live node again.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from proto import txnsim_pb2 as pb
 from proto.errors import (
@@ -28,6 +29,8 @@ HALF_MESSAGES = 100
 #: the longest a metadata or coordinator lookup waits for one node before asking the next (and the
 #: producer's I/O thread blocks on one lookup in a round)
 LOOKUP_TIMEOUT_S = 2.0
+
+T = TypeVar("T")
 
 
 def parse_bootstrap(bootstrap_servers: str | Iterable[str]) -> list[str]:
@@ -69,7 +72,7 @@ class ClusterClient:
         shift = rotation % len(addresses)
         return addresses[shift:] + addresses[:shift]
 
-    def any_node(self, fn, deadline: Deadline | None = None):
+    def any_node(self, fn: Callable[[Stubs], T], deadline: Deadline | None = None) -> T:
         """Run `fn(stubs)` against the first node that answers (rotating), retrying until the deadline."""
         deadline = deadline or Deadline(self.request_timeout_s)
         for attempt in retrying(deadline.remaining()):
@@ -90,7 +93,8 @@ class ClusterClient:
 
     def refresh_metadata(self, topics: Iterable[str] = (), deadline: Deadline | None = None) -> pb.MetadataResponse:
         request = pb.MetadataRequest(topics=list(topics), include_internal=True)
-        response = self.any_node(lambda s: call(s.cluster.Metadata, request, self._lookup_timeout(deadline)), deadline)
+        response: pb.MetadataResponse = self.any_node(
+            lambda s: call(s.cluster.Metadata, request, self._lookup_timeout(deadline)), deadline)
         with self._lock:
             self._nodes = {n.node_id: n.address for n in response.nodes}
             for topic in response.topics:
@@ -148,8 +152,8 @@ class ClusterClient:
         if address is not None:
             return address
         request = pb.FindCoordinatorRequest(key_type=key_type, key=key)
-        response = self.any_node(lambda s: call(s.cluster.FindCoordinator, request, self._lookup_timeout(deadline)),
-                                 deadline)
+        response: pb.FindCoordinatorResponse = self.any_node(
+            lambda s: call(s.cluster.FindCoordinator, request, self._lookup_timeout(deadline)), deadline)
         if not response.address:
             raise CoordinatorNotAvailableError(f"[COORDINATOR_NOT_AVAILABLE] no coordinator for {key!r} yet")
         with self._lock:
