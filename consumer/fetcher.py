@@ -59,7 +59,8 @@ def deserializer_fn(deserializer: Any) -> DeserializeFn | None:
     except (TypeError, ValueError):  # a builtin without a signature: assume kafka-python 3's
         with_headers = True
     if with_headers:
-        return method
+        three_args: DeserializeFn = method  # its arity was just read: (topic, headers, data)
+        return three_args
     return lambda topic, _headers, data: method(topic, data)
 
 
