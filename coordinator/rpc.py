@@ -10,7 +10,9 @@ from typing import Any, TypeVar
 from proto.errors import KafkaError, UnknownServerError, code_of
 
 log = logging.getLogger(__name__)
-F = TypeVar("F", bound=Callable[..., Any])
+S = TypeVar("S")  # the servicer
+Q = TypeVar("Q")  # the request
+R = TypeVar("R")  # the response
 
 
 def wire_message(error: KafkaError | str) -> str:
@@ -24,7 +26,7 @@ def wire_message(error: KafkaError | str) -> str:
     return text
 
 
-def answer(handler: Callable[[Any], Any], request: Any, response_type: Callable[..., Any]) -> Any:
+def answer(handler: Callable[[Q], R], request: Q, response_type: Callable[..., R]) -> R:
     """`handler(request)`, with a KafkaError (or an unexpected exception, logged) turned into
     `response_type(error_code, error_message)`: no handler ever ends in a gRPC error or a traceback."""
     try:
@@ -36,11 +38,11 @@ def answer(handler: Callable[[Any], Any], request: Any, response_type: Callable[
         return response_type(error_code=UnknownServerError.errno, error_message=f"{type(exc).__name__}: {exc}")
 
 
-def answers_with(response_type: type) -> Callable[[F], F]:
-    """The decorator form of `answer` for servicer methods."""
-    def decorate(handler: F) -> F:
+def answers_with(response_type: Callable[..., R]) -> Callable[[Callable[[S, Q, Any], R]], Callable[[S, Q, Any], R]]:
+    """The decorator form of `answer` for servicer methods `(self, request, context) -> response`."""
+    def decorate(handler: Callable[[S, Q, Any], R]) -> Callable[[S, Q, Any], R]:
         @functools.wraps(handler)
-        def wrapper(self: Any, request: Any, context: Any = None) -> Any:
+        def wrapper(self: S, request: Q, context: Any = None) -> R:
             return answer(lambda req: handler(self, req, context), request, response_type)
-        return wrapper  # type: ignore[return-value]
+        return wrapper
     return decorate

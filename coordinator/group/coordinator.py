@@ -103,9 +103,9 @@ class GroupCoordinator(GroupMembership):
         with self._lock:
             return self.shard_of(group_id) in self._shards
 
-    def load_shard(self, shard: int, log: Any) -> ShardLoad:
+    def load_shard(self, shard: int, log: Any) -> ShardLoad | None:
         """Load the shard (newest snapshot + log tail), then serve it; meanwhile its groups get
-        COORDINATOR_LOAD_IN_PROGRESS."""
+        COORDINATOR_LOAD_IN_PROGRESS. None when the shard was unloaded while it replayed."""
         state = Shard(shard, log, snapshotted=isinstance(log, SnapshottedLog))
         with self._lock:
             self._shards[shard] = state
@@ -119,7 +119,7 @@ class GroupCoordinator(GroupMembership):
         while True:  # markers that came in during the replay are applied before anyone is served
             with self._lock:
                 if self._shards.get(shard) is not state:
-                    return
+                    return None
                 deferred, state.deferred = state.deferred, []
                 if not deferred:
                     state.status = ShardStatus.ACTIVE

@@ -13,7 +13,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 from coordinator.group import log_format
 from coordinator.group.classic import (
@@ -42,6 +42,7 @@ from proto.errors import (
 from proto.records import encode_batch
 
 logger = logging.getLogger(__name__)
+O = TypeVar("O")  # what a blocked JoinGroup or SyncGroup answers
 
 #: how long past its own timeouts a blocked JoinGroup/SyncGroup waits before it gives up (a bug guard)
 _WAIT_MARGIN_S = 30.0
@@ -92,7 +93,8 @@ class GroupMembership:
             self._decide(shard, group, lambda: group.classic.join(self._now_ms(), request, waiter))
             wait_s = self._longest_wait_s(group)
         self._timer_wake.set()
-        return self._await(waiter, wait_s, JoinOutcome, request.member_id)
+        return self._await(waiter, wait_s, lambda error: JoinOutcome(code_of(error), str(error),
+                                                                     member_id=request.member_id or ""))
 
     def sync(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int,
              protocol_type: str | None, protocol_name: str | None, assignments: dict[str, bytes]) -> SyncOutcome:
@@ -107,7 +109,7 @@ class GroupMembership:
                                                                   protocol_type, protocol_name, assignments, waiter))
             wait_s = self._longest_wait_s(group)
         self._timer_wake.set()
-        return self._await(waiter, wait_s, SyncOutcome, None)
+        return self._await(waiter, wait_s, lambda error: SyncOutcome(code_of(error), str(error)))
 
     def heartbeat_member(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int) -> None:
         """Heartbeat; raises what Kafka answers (REBALANCE_IN_PROGRESS: rejoin)."""
@@ -143,15 +145,13 @@ class GroupMembership:
                       default=0)
         return (longest + self._group_config.initial_rebalance_delay_ms) / 1000 + _WAIT_MARGIN_S
 
-    def _await(self, waiter: Future, wait_s: float, outcome_type: type, member_id: str | None) -> Any:
+    def _await(self, waiter: Future[O], wait_s: float, timed_out: Callable[[KafkaError], O]) -> O:
         try:
             return waiter.result(timeout=wait_s)
         except TimeoutError:  # the timers complete every waiter in time; this only guards against a bug
             logger.warning("a group request waited %.1f s without an answer", wait_s)
-            error = RebalanceInProgressError("[REBALANCE_IN_PROGRESS] the rebalance did not finish in time; rejoin")
-            if outcome_type is JoinOutcome:
-                return JoinOutcome(code_of(error), str(error), member_id=member_id or "")
-            return SyncOutcome(code_of(error), str(error))
+            return timed_out(RebalanceInProgressError(
+                "[REBALANCE_IN_PROGRESS] the rebalance did not finish in time; rejoin"))
 
     def _decide(self, shard: Shard, group: GroupMetadata, decide: Callable[[], list[Effect]]) -> None:
         """Ask the group's core for one decision and carry out its effects; a decision that starts a new
@@ -298,7 +298,7 @@ class GroupMembership:
         with self._lock:
             groups = [group for shard in self._shards.values() if shard.status is ShardStatus.ACTIVE
                       for group in shard.groups.values()]
-        listed = []
+        listed: list[pb.ListedGroup] = []
         for group in groups:
             with group.lock:
                 state, protocol_type = group.classic.state, group.classic.protocol_type or ""
@@ -307,7 +307,8 @@ class GroupMembership:
             if types and "classic" not in types:
                 continue
             listed.append(pb.ListedGroup(group_id=group.group_id, protocol_type=protocol_type, state=state.value))
-        return pb.ListGroupsResponse(groups=sorted(listed, key=lambda g: g.group_id))
+        listed.sort(key=lambda g: g.group_id)
+        return pb.ListGroupsResponse(groups=listed)
 
     def delete_groups(self, req: pb.DeleteGroupsRequest) -> pb.DeleteGroupsResponse:
         """Delete Empty groups: tombstones for their offsets and membership, then they are Dead."""
