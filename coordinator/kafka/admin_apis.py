@@ -74,7 +74,7 @@ class AdminApis:
 
     def create_topics(self, request: CreateTopicsRequest, version: int) -> CreateTopicsResponse:
         validate_only = bool(request.validate_only) if version >= 1 else False
-        counts = defaultdict(int)
+        counts: defaultdict[str, int] = defaultdict(int)
         for topic in request.topics:
             counts[topic.name] += 1
         results, seen = [], set()
@@ -88,7 +88,7 @@ class AdminApis:
             results.append(self._create(topic, validate_only))
         return CreateTopicsResponse(version=version, throttle_time_ms=0, topics=results)
 
-    def _create(self, topic, validate_only: bool) -> CreateTopicsResponse.CreatableTopicResult:
+    def _create(self, topic: CreateTopicsRequest.CreatableTopic, validate_only: bool) -> CreateTopicsResponse.CreatableTopicResult:
         name = topic.name or ""
         if topic.replication_factor not in (1, -1):
             return _created(name, WireError.INVALID_REPLICATION_FACTOR,
@@ -187,7 +187,8 @@ class AdminApis:
     # ------------------------------------------------------------ ListTransactions (66)
 
     def list_transactions(self, request: ListTransactionsRequest, version: int) -> ListTransactionsResponse:
-        def answer(code: int, unknown: list[str] | None = None, listings: list | None = None) -> ListTransactionsResponse:
+        def answer(code: int, unknown: list[str] | None = None,
+                   listings: list[ListTransactionsResponse.TransactionState] | None = None) -> ListTransactionsResponse:
             return ListTransactionsResponse(version=version, throttle_time_ms=0, error_code=code,
                                             unknown_state_filters=unknown or [], transaction_states=listings or [])
         filters = list(request.state_filters or [])

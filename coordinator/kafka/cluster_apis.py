@@ -67,7 +67,7 @@ class ClusterApis:
             controller_id=min(brokers, default=-1), topics=topics)
 
     @staticmethod
-    def _topic(topic: pb.TopicMetadata, brokers: dict) -> MetadataResponse.MetadataResponseTopic:
+    def _topic(topic: pb.TopicMetadata, brokers: dict[int, MetadataResponse.MetadataResponseBroker]) -> MetadataResponse.MetadataResponseTopic:
         partitions = []
         for p in topic.partitions:
             leader = p.leader if p.leader in brokers else -1

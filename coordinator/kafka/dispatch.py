@@ -53,7 +53,7 @@ class Decoded:
         every other request, which runs alone, in order."""
         if self.api.key != ApiKey.PRODUCE or self.request is None:
             return None
-        return frozenset((topic.name, part.index) for topic in self.request.topic_data  # type: ignore[attr-defined]
+        return frozenset((topic.name, part.index) for topic in self.request.topic_data
                          for part in topic.partition_data)
 
 

@@ -36,7 +36,7 @@ def max_request_bytes(message_max_bytes: int) -> int:
 
 def frame_size(prefix: bytes, max_bytes: int) -> int:
     """The size announced by a frame's first 4 bytes, refused if it cannot hold a header or exceeds `max_bytes`."""
-    (size,) = SIZE.unpack(prefix)
+    size: int = SIZE.unpack(prefix)[0]
     if size < HEADER_PREFIX.size:
         raise CloseConnection(f"a frame of {size} bytes cannot hold a request header")
     if size > max_bytes:

@@ -34,6 +34,11 @@ MAX_IN_FLIGHT = 8
 #: threads handling produce requests beside their connections' readers, shared by every connection
 PRODUCE_THREADS = 32
 
+#: a client's address as accept() gives it: (host, port), with flow info and scope id on IPv6
+Peer = tuple[str, int] | tuple[str, int, int, int]
+#: a request being answered: the partitions it writes (None: it runs alone) and its answer frame to come
+InFlight = tuple[frozenset[tuple[str, int]] | None, Future[bytes | None]]
+
 
 class KafkaListener:
     def __init__(self, address: str, dispatcher: Dispatcher, *, max_request_bytes: int) -> None:
@@ -85,16 +90,16 @@ class KafkaListener:
                 self._connections.add(conn)
             threading.Thread(target=self._serve, args=(conn, peer), name=f"kafka-conn-{peer[1]}", daemon=True).start()
 
-    def _serve(self, conn: socket.socket, peer: tuple) -> None:
+    def _serve(self, conn: socket.socket, peer: Peer) -> None:
         """The reader: decode each frame and start answering it; the writer sends the answers in order."""
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn.settimeout(IDLE_TIMEOUT_S)
         CLIENT_HOST.set(f"/{peer[0]}")
-        answers: queue.Queue[Future | None] = queue.Queue()
+        answers: queue.Queue[Future[bytes | None] | None] = queue.Queue()
         writer = threading.Thread(target=self._write_answers, args=(conn, peer, answers),
                                   name=f"kafka-write-{peer[1]}", daemon=True)
         writer.start()
-        in_flight: list[tuple[frozenset | None, Future]] = []
+        in_flight: list[InFlight] = []
         try:
             while not self._stopped.is_set():
                 prefix = _read_exactly(conn, SIZE.size)
@@ -107,7 +112,7 @@ class KafkaListener:
                 in_flight = [(keys, f) for keys, f in in_flight if not f.done()]
                 answers.put(self._start(decoded, in_flight))
         except CloseConnection as exc:
-            failed: Future = Future()
+            failed: Future[bytes | None] = Future()
             failed.set_exception(exc)
             answers.put(failed)  # after every earlier answer: those still leave first
         except (OSError, TimeoutError) as exc:  # reset by the peer, idle too long, or closed by stop()
@@ -120,12 +125,12 @@ class KafkaListener:
                 self._connections.discard(conn)
             _close(conn)
 
-    def _start(self, decoded: Decoded, in_flight: list[tuple[frozenset | None, Future]]) -> Future:
+    def _start(self, decoded: Decoded, in_flight: list[InFlight]) -> Future[bytes | None]:
         """Answer `decoded` once the earlier requests it must follow are done; returns its answer's future."""
         partitions = decoded.produce_partitions()
         if partitions is None:  # alone and in order: after everything before it, on the reader's thread
             wait([f for _keys, f in in_flight])
-            answer: Future = Future()
+            answer: Future[bytes | None] = Future()
             try:
                 answer.set_result(self._dispatcher.answer(decoded))
             except CloseConnection as exc:
@@ -138,7 +143,8 @@ class KafkaListener:
         in_flight.append((partitions, answer))
         return answer
 
-    def _write_answers(self, conn: socket.socket, peer: tuple, answers: queue.Queue[Future | None]) -> None:
+    def _write_answers(self, conn: socket.socket, peer: Peer,
+                       answers: queue.Queue[Future[bytes | None] | None]) -> None:
         """The writer: each answer in request order; a request answered by closing closes the connection."""
         try:
             while (answer := answers.get()) is not None:

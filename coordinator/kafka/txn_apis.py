@@ -8,7 +8,7 @@ partition's error, as Kafka answers it.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from kafka.protocol.producer import (
     AddOffsetsToTxnRequest,
@@ -64,8 +64,9 @@ class TxnApis:
                                         verify_only=txn.verify_only))
             for txn in request.transactions])
 
-    def _add(self, transactional_id: str, producer_id: int, producer_epoch: int, topics: Iterable,
-             *, verify_only: bool) -> list:
+    def _add(self, transactional_id: str, producer_id: int, producer_epoch: int,
+             topics: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic],  # a v3- or a v4+ request's
+             *, verify_only: bool) -> list[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult]:
         wanted = [(topic.name, partition) for topic in topics for partition in topic.partitions]
         codes: dict[tuple[str, int], int] = {}
         try:
