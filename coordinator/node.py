@@ -18,6 +18,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -47,7 +48,7 @@ from coordinator.topics import TopicStore
 from coordinator.txn.coordinator import TransactionCoordinator
 from coordinator.txn.markers import MarkerWriter
 from coordinator.txn.service import TransactionServicer
-from partitions import LogConfig, LogManager
+from partitions import LogConfig, LogManager, PartitionLog
 from proto import txnsim_pb2 as pb
 from proto import txnsim_pb2_grpc as rpc
 from proto.errors import (
@@ -68,7 +69,7 @@ from proto.structs import (
     TRANSACTION_STATE_TOPIC,
     TopicPartition,
 )
-from proto.transport import SERVER_OPTIONS, NodeChannels, call
+from proto.transport import SERVER_OPTIONS, NodeChannels, Stubs, call
 
 log = logging.getLogger("txnsim.node")
 #: threads serving RPCs; idle ones cost nothing but a little memory
@@ -246,8 +247,9 @@ class Node:
                 self.groups.load_shard(shard, shard_log)
             half_wanted = set(self.membership.owned_by(self.node_id, HALF_TOPIC, self.config.half_shards))
             for shard in sorted(half_wanted - set(self.half.owned_shards())):
-                half_logs = [self._acquire(topic, shard, reason) for topic in (HALF_TOPIC, OP_HALF_TOPIC, CHECK_MAX_TOPIC)]
-                if any(shard_log is None for shard_log in half_logs):
+                acquired = [self._acquire(topic, shard, reason) for topic in (HALF_TOPIC, OP_HALF_TOPIC, CHECK_MAX_TOPIC)]
+                half_logs = [shard_log for shard_log in acquired if shard_log is not None]
+                if len(half_logs) < len(acquired):
                     missing += 1
                     continue
                 self.half.load_shard(shard, *half_logs)
@@ -273,7 +275,7 @@ class Node:
             log.log(logging.WARNING if action == "fenced" else logging.INFO, "%s %s-%d (%s)", action, topic, partition,
                     reason)
 
-    def _acquire(self, topic: str, partition: int, reason: str):
+    def _acquire(self, topic: str, partition: int, reason: str) -> PartitionLog | None:
         try:
             shard_log = self.logs.open_as_leader(topic, partition, self.membership.may_cut_off)
         except NotLeaderOrFollowerError:
@@ -353,7 +355,7 @@ class Node:
             return code_of(exc) if isinstance(exc, BrokerResponseError) else CoordinatorNotAvailableError.errno
         return response.error_code
 
-    def _find_producer(self, group: str):
+    def _find_producer(self, group: str) -> Callable[[pb.TransactionCheck], bool] | None:
         """How to hand a check to a live producer of `group`: connected here, or to a peer; None if none is."""
         if self.producers.pick(group) is not None:
             return self.producers.deliver
@@ -362,11 +364,13 @@ class Node:
             probe = pb.DeliverCheckRequest(check=pb.TransactionCheck(producer_group=group), probe_only=True)
             try:
                 if call(stubs.half.DeliverCheck, probe, 2.0).delivered:
-                    def deliver(check: pb.TransactionCheck, stubs=stubs) -> bool:
+                    def deliver(check: pb.TransactionCheck, stubs: Stubs = stubs) -> bool:
                         try:
-                            return call(stubs.half.DeliverCheck, pb.DeliverCheckRequest(check=check), 2.0).delivered
+                            answer: pb.DeliverCheckResponse = call(stubs.half.DeliverCheck,
+                                                                   pb.DeliverCheckRequest(check=check), 2.0)
                         except KafkaError:
                             return False
+                        return answer.delivered
                     return deliver
             except KafkaError:
                 continue

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from coordinator.membership import Membership
 from coordinator.observers import NO_OBSERVER, OwnershipObserver
@@ -168,8 +169,9 @@ class PartitionServer:
             with self._data_arrived:
                 self._data_arrived.wait(remaining)
 
-    def _fetch_once(self, req: pb.FetchRequest, isolation: IsolationLevel) -> tuple[list, int]:
-        results = []
+    def _fetch_once(self, req: pb.FetchRequest,
+                    isolation: IsolationLevel) -> tuple[list[pb.FetchPartitionResult], int]:
+        results: list[pb.FetchPartitionResult] = []
         total = 0
         budget = req.max_bytes if req.max_bytes > 0 else 50 * 1024 * 1024
         for part in req.partitions:
@@ -280,23 +282,23 @@ class PartitionsServicer(rpc.PartitionsServicer):
         self._server = server
 
     @answers_with(pb.ProduceResponse)
-    def Produce(self, request, context):
+    def Produce(self, request: pb.ProduceRequest, context: Any) -> pb.ProduceResponse:
         return self._server.produce(request)
 
     @answers_with(pb.FetchResponse)
-    def Fetch(self, request, context):
+    def Fetch(self, request: pb.FetchRequest, context: Any) -> pb.FetchResponse:
         return self._server.fetch(request)
 
     @answers_with(pb.ListOffsetsResponse)
-    def ListOffsets(self, request, context):
+    def ListOffsets(self, request: pb.ListOffsetsRequest, context: Any) -> pb.ListOffsetsResponse:
         return self._server.list_offsets(request)
 
     @answers_with(pb.WriteTxnMarkersResponse)
-    def WriteTxnMarkers(self, request, context):
+    def WriteTxnMarkers(self, request: pb.WriteTxnMarkersRequest, context: Any) -> pb.WriteTxnMarkersResponse:
         return self._server.write_txn_markers(request)
 
     @answers_with(pb.DescribeProducersResponse)
-    def DescribeProducers(self, request, context):
+    def DescribeProducers(self, request: pb.DescribeProducersRequest, context: Any) -> pb.DescribeProducersResponse:
         return self._server.describe_producers(request)
 
 
