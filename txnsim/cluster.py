@@ -32,13 +32,14 @@ log = logging.getLogger(__name__)
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 class LocalCluster:
     """A cluster of `nodes` node processes; use as a context manager."""
 
-    def __init__(self, nodes: int = 3, data_dir: str | os.PathLike | None = None, txn_shards: int = 50,
+    def __init__(self, nodes: int = 3, data_dir: str | os.PathLike[str] | None = None, txn_shards: int = 50,
                  offsets_shards: int | None = None, host: str = "127.0.0.1", startup_timeout_s: float = 60.0,
                  kafka_port: int | None = None, metrics_port: int | None = None, **node_settings: Any) -> None:
         """`kafka_port`: the first node's Kafka listener port, the next nodes' the ports after it; None keeps
@@ -72,7 +73,7 @@ class LocalCluster:
         if kafka_port is not None or set(kafka_nodes) != set(nodes_by_id):  # asked for, or an older cluster file
             kafka_nodes = {i: f"{host}:{kafka_port + i if kafka_port else free_port(host)}" for i in sorted(nodes_by_id)}
         self.spec = ClusterSpec(nodes_by_id, config, kafka_nodes)
-        self._procs: dict[int, subprocess.Popen] = {}
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._paused: set[int] = set()
         self._channels = NodeChannels()
         self._client: ClusterClient | None = None
@@ -100,7 +101,8 @@ class LocalCluster:
 
     def coordinator_for(self, transactional_id: str) -> int:
         request = pb.FindCoordinatorRequest(key_type=TRANSACTION, key=transactional_id)
-        response = self.client.any_node(lambda s: call(s.cluster.FindCoordinator, request, 5.0))
+        response: pb.FindCoordinatorResponse = self.client.any_node(
+            lambda s: call(s.cluster.FindCoordinator, request, 5.0))
         return response.node_id
 
     def create_topic(self, name: str, partitions: int = 1) -> None:
