@@ -13,7 +13,7 @@ import re
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, overload
 
 from proto.cluster_client import ClusterClient
 from proto.errors import (
@@ -445,6 +445,18 @@ class Consumer:
             tp = as_topic_partition(key, "a partition to commit")
             to_commit[tp] = as_offset_and_metadata(value, tp)
         return to_commit
+
+    @overload
+    def committed(self, partition: TopicPartition, metadata: Literal[False] = False,
+                  timeout_ms: int | None = None) -> int | None: ...
+
+    @overload
+    def committed(self, partition: TopicPartition, metadata: Literal[True],
+                  timeout_ms: int | None = None) -> OffsetAndMetadata | None: ...
+
+    @overload
+    def committed(self, partition: TopicPartition, metadata: bool,
+                  timeout_ms: int | None = None) -> int | OffsetAndMetadata | None: ...
 
     def committed(self, partition: TopicPartition, metadata: bool = False,
                   timeout_ms: int | None = None) -> int | OffsetAndMetadata | None:
