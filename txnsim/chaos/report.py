@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn
 from rich.table import Column, Table
 
@@ -97,7 +97,7 @@ def totals_table(run: ChaosRun) -> Table:
 def verdict(run: ChaosRun) -> Group:
     result = run.result
     assert result is not None
-    lines: list[object] = [anomalies_table(result), totals_table(run)]
+    lines: list[RenderableType] = [anomalies_table(result), totals_table(run)]
     if not run.final.complete:
         lines.append("[yellow]the final read did not reach the end of every partition: the check is "
                      "inconclusive[/yellow]")

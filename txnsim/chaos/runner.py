@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from consumer import Consumer
 from proto.errors import KafkaConfigurationError, KafkaError
@@ -25,7 +26,7 @@ from txnsim.ownership import OwnershipChange, read_ownership_changes
 
 #: node settings of the embedded cluster: a transaction left open by a killed client is
 #: aborted by its coordinator within seconds, so the final read is not held up for long
-CLUSTER_SETTINGS = dict(txn_shards=16, offsets_shards=8,
+CLUSTER_SETTINGS: dict[str, Any] = dict(txn_shards=16, offsets_shards=8,
                         transaction_abort_timed_out_transaction_cleanup_interval_ms=1_000)
 
 
