@@ -7,6 +7,7 @@ with the time.monotonic() it arrived at ("received_at") for the run's report.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 
 class SparkDriver:
@@ -24,12 +26,11 @@ class SparkDriver:
         args = [sys.executable, "-m", "spark.jobs", job, "--bootstrap-servers", bootstrap_servers,
                 "--input", input_topic, "--output", output_topic, "--checkpoint", str(checkpoint),
                 "--master", master, *extra]
-        stderr = open(log_file, "ab") if log_file is not None else subprocess.DEVNULL  # noqa: SIM115
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=stderr, text=True,
-                                     start_new_session=True, env={**os.environ, **(env or {})})
-        if log_file is not None:
-            stderr.close()
-        self.events: list[dict] = []
+        with open(log_file, "ab") if log_file is not None else contextlib.nullcontext(subprocess.DEVNULL) as stderr:
+            self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                         start_new_session=True, env={**os.environ, **(env or {})})
+        #: the job's JSON lines, each with "received_at"
+        self.events: list[dict[str, Any]] = []
         self._reader = threading.Thread(target=self._read, daemon=True, name="spark-driver-stdout")
         self._reader.start()
 

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from consumer import Consumer
 from proto.errors import KafkaError
@@ -159,7 +160,9 @@ def run_pipeline(config: PipelineConfig, on_progress: Callable[[Progress], None]
                              "driver: recovering", 180)
                     wait_for(open_batch_while_orders_flow(driver, total * 9 // 10), driver, "driver: running", 180,
                              poll_s=0.01)
-                    victim = cluster.coordinator_for(BATCH_PREFIX + driver.query_id)
+                    query_id = driver.query_id
+                    assert query_id is not None  # an open batch was seen: the query had started
+                    victim = cluster.coordinator_for(BATCH_PREFIX + query_id)
                     cluster.kill(victim)
                     event(f"txnsim node {victim} (the query's transaction coordinator) SIGKILLed mid-batch")
                     done = driver.batches_done()
@@ -199,12 +202,12 @@ def _batch_open(admin: Admin, batch_txn_id: str) -> bool:
         return False
 
 
-def _read_income(bootstrap_servers: str) -> list[dict]:
+def _read_income(bootstrap_servers: str) -> list[dict[str, Any]]:
     with Consumer(bootstrap_servers=bootstrap_servers, isolation_level="read_committed",
                   auto_offset_reset="earliest", enable_auto_commit=False) as consumer:
         consumer.assign([TopicPartition(INCOME, p) for p in range(2)])
         end = consumer.end_offsets([TopicPartition(INCOME, p) for p in range(2)])
-        out = []
+        out: list[dict[str, Any]] = []
         while any(consumer.position(tp) < offset for tp, offset in end.items()):
             for records in consumer.poll(timeout_ms=200).values():
                 out.extend(json.loads(r.value) for r in records)
