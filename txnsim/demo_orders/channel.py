@@ -104,6 +104,11 @@ class ServiceProcess:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None
 
+    @property
+    def returncode(self) -> int | None:
+        """The exit status once the process has exited and been waited for, else None."""
+        return self.proc.returncode if self.proc is not None else None
+
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 

@@ -19,8 +19,8 @@ from producer import Producer
 from producer.half_transactions import LOSE_END_ENV
 from producer.local_transaction import LocalTransactionState as State
 from producer.local_transaction import TransactionListener, TransactionMessage
-from txnsim.demo_orders.service_args import parse_service_args
 from txnsim.demo_orders.channel import EventWriter, read_commands
+from txnsim.demo_orders.service_args import parse_service_args
 from txnsim.demo_orders.store import LOCAL_TXN_TIMEOUT_MS, Decision, Order, OrdersDb, now_ms
 
 TOPIC = "points"
@@ -138,7 +138,7 @@ class RocketMQClient:
                        Decision.UNKNOWN: TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED}
         spelling = {decision: TransactionResolution.Name(resolution) for decision, resolution in resolutions.items()}
 
-        class Checker(TransactionChecker):
+        class Checker(TransactionChecker):  # type: ignore[misc]  # rocketmq ships no type hints: it is Any here
             def check(self, message: Any) -> Any:
                 order = Order.from_json(message.body or b"{}")
                 order_id = message.properties.get(ORDER_ID, order.order_id)

@@ -17,8 +17,8 @@ from typing import Any
 from consumer import Consumer
 from proto.errors import KafkaError
 from proto.structs import OffsetAndMetadata, TopicPartition
-from txnsim.demo_orders.service_args import parse_service_args
 from txnsim.demo_orders.channel import EventWriter, read_commands
+from txnsim.demo_orders.service_args import parse_service_args
 from txnsim.demo_orders.store import Order, PointsDb
 
 TOPIC = "points"
@@ -57,7 +57,7 @@ class NativeDeliveries:
         out = []
         for records in self.consumer.poll(timeout_ms=200).values():
             for r in records:
-                message_id = dict(r.headers).get("UNIQ_KEY", b"").decode()
+                message_id = (dict(r.headers).get("UNIQ_KEY") or b"").decode()
                 out.append(Delivery(Order.from_json(r.value or b"{}"), message_id, r.partition, r.offset,
                                     TopicPartition(r.topic, r.partition)))
         return out

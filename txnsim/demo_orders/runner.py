@@ -185,7 +185,8 @@ class OrdersDemo:
         return messages
 
     def transaction_of(self, order_id: str) -> str:
-        return next(e.get("transaction_id") for e in self.find("order", "half-stored", order_id))
+        transaction_id: str = next(e.get("transaction_id") for e in self.find("order", "half-stored", order_id))
+        return transaction_id
 
     def wait_committed_and_deducted(self, order_id: str) -> None:
         self.wait_for(lambda: self.find("order", "half-stored", order_id), f"the half message of {order_id}")
@@ -216,23 +217,24 @@ class OrdersDemo:
         self.wait_committed_and_deducted("o-1002")
 
     def case_killed_after_commit(self) -> None:
-        assert self.order_service is not None
+        service = self.order_service
+        assert service is not None
         self.case(3, "the order service is killed after its local commit", "The order service SIGKILLs itself "
                   "right after the SQLite COMMIT, before it ends the transaction. The node cannot ask anyone: "
                   "with no live producer of the group a check is not counted. The service restarts, "
                   "connects, is asked, and answers from its table: COMMIT.")
-        self.expected_down.add(self.order_service.name)
+        self.expected_down.add(service.name)
         self.order("3. service killed", "o-1003", "carol", "book", 2, 60, fault="kill-after-commit")
-        self.wait_for(lambda: self.order_service.wait_exit(0) is not None, "the order service to die")
-        self.say(f"order service (pid {self.order_service.pid}) is gone: exit status {self.order_service.proc.returncode}")
+        self.wait_for(lambda: service.wait_exit(0) is not None, "the order service to die")
+        self.say(f"order service (pid {service.pid}) is gone: exit status {service.returncode}")
         self.show_half("o-1003 is undecided and its producer is dead")
         self.wait_for(lambda: any(m.unanswered_checks for m in self.pending("o-1003")),
                       "a check of o-1003 that finds no producer of the group")
         self.show_half("the check found nobody to ask: a pass with no producer, not a check")
-        self.order_service.start()
-        self.expected_down.discard(self.order_service.name)
-        self.say(f"order service restarted (pid {self.order_service.pid})")
-        self.wait_for(lambda: self.find("order", "check", "o-1003", pid=self.order_service.pid),
+        service.start()
+        self.expected_down.discard(service.name)
+        self.say(f"order service restarted (pid {service.pid})")
+        self.wait_for(lambda: self.find("order", "check", "o-1003", pid=service.pid),
                       "the restarted service to be asked about o-1003")
         self.wait_committed_and_deducted("o-1003")
 
@@ -290,20 +292,21 @@ class OrdersDemo:
         self.cluster_says(f"node {victim} restarted (pid {self.cluster.pid(victim)})")
 
     def case_redelivery(self) -> None:
-        assert self.points_service is not None
+        service = self.points_service
+        assert service is not None
         self.case(7, "the points service is killed before its offset commit", "A normal order; the points "
                   "service commits the deduction to SQLite, then gets SIGKILL before it commits its offset. "
                   "Restarted, it is given the same message again: its processed_orders row is there, so "
                   "nothing is deducted twice.")
-        self.points_service.send({"cmd": "kill-after-next-deduction"})
-        self.expected_down.add(self.points_service.name)
+        service.send({"cmd": "kill-after-next-deduction"})
+        self.expected_down.add(service.name)
         self.order("7. redelivered", "o-1007", "alice", "book", 1, 20)
-        self.wait_for(lambda: self.points_service.wait_exit(0) is not None, "the points service to die")
-        self.say(f"points service (pid {self.points_service.pid}) is gone: exit status "
-                 f"{self.points_service.proc.returncode}")
-        self.points_service.start()
-        self.expected_down.discard(self.points_service.name)
-        self.say(f"points service restarted (pid {self.points_service.pid})")
+        self.wait_for(lambda: service.wait_exit(0) is not None, "the points service to die")
+        self.say(f"points service (pid {service.pid}) is gone: exit status "
+                 f"{service.returncode}")
+        service.start()
+        self.expected_down.discard(service.name)
+        self.say(f"points service restarted (pid {service.pid})")
         self.wait_for(lambda: self.find("points", "duplicate", "o-1007"), "o-1007 to be delivered again")
         self.wait_for(lambda: self.find("points", "acked", "o-1007"), "its offset commit")
 
@@ -324,7 +327,7 @@ class OrdersDemo:
                 for o in sorted(set(self.case_of) | set(ordered) | set(deducted) | set(messages))]
         self.console.print(final_table(rows))
         balances = self.points_db.balances()
-        spent = Counter()
+        spent: Counter[str] = Counter()
         for user, points in deducted.values():
             spent[user] += points
         balances_ok = all(balances.get(u, 0) == BALANCES.get(u, 0) - spent[u] for u in set(balances) | set(spent))
