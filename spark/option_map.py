@@ -6,7 +6,7 @@ Kafka source does, and every bad value raises KafkaConfigurationError naming the
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, overload
 
 from proto.errors import KafkaConfigurationError
 
@@ -44,6 +44,12 @@ class OptionMap:
         if text.lower() in ("true", "false"):
             return text.lower() == "true"
         raise KafkaConfigurationError(f"option '{name}' must be 'true' or 'false', not {text!r}")
+
+    @overload
+    def positive_int(self, name: str, *, default: int) -> int: ...
+
+    @overload
+    def positive_int(self, name: str, *, default: None) -> int | None: ...
 
     def positive_int(self, name: str, *, default: int | None) -> int | None:
         text = self.get(name)

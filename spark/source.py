@@ -5,7 +5,13 @@ commit process), so it holds nothing but the options; clients are opened lazily 
 """
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, DataSourceWriter
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
 from pyspark.sql.types import StructType
 
 from spark.reader import BatchReader, StreamReader, kafka_schema
@@ -29,5 +35,5 @@ class TxnsimDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return BatchWriter(dict(self.options), schema, overwrite)
 
-    def streamWriter(self, schema: StructType, overwrite: bool):
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         return StreamWriter(dict(self.options), schema, overwrite)

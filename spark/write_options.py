@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
+from pyspark.sql.types import ArrayType, BinaryType, DataType, IntegerType, StringType, StructType
 
 from proto.errors import KafkaConfigurationError
 
@@ -66,7 +66,8 @@ class WriteOptions:
                    has_partition="partition" in fields, has_headers="headers" in fields)
 
 
-def _check_column(fields: dict, name: str, allowed: tuple[type, ...], *, required: bool = False) -> None:
+def _check_column(fields: dict[str, DataType], name: str, allowed: tuple[type[DataType], ...], *,
+                  required: bool = False) -> None:
     if name not in fields:
         if required:
             raise KafkaConfigurationError(

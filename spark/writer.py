@@ -14,7 +14,7 @@ import logging
 import os
 import signal
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,10 +58,10 @@ class BatchWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskCommit:
         return write_task_share(self.options, self.batch_txn_id, 0, iterator)
 
-    def commit(self, messages: list[TaskCommit | None]) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         end_batch(self.options, messages, 0, committed=True)
 
-    def abort(self, messages: list[TaskCommit | None]) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         end_batch(self.options, messages, 0, committed=False)
 
 
@@ -73,14 +73,17 @@ class StreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskCommit:
         context = TaskContext.get()
-        batch_id = int(context.getLocalProperty("streaming.sql.batchId"))
-        query_id = context.getLocalProperty("sql.streaming.queryId")  # stable across restarts
-        return write_task_share(self.options, self.options.transactional_id_prefix + query_id, batch_id, iterator)
+        batch_id = context.getLocalProperty("streaming.sql.batchId") if context else None
+        query_id = context.getLocalProperty("sql.streaming.queryId") if context else None  # stable across restarts
+        if batch_id is None or query_id is None:
+            raise RuntimeError("StreamWriter.write runs only in a task of a streaming query (no batch or query id)")
+        return write_task_share(self.options, self.options.transactional_id_prefix + query_id, int(batch_id),
+                                iterator)
 
-    def commit(self, messages: list[TaskCommit | None], batchId: int) -> None:  # noqa: N803 (Spark's name)
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 (Spark's)
         end_batch(self.options, messages, batchId, committed=True)
 
-    def abort(self, messages: list[TaskCommit | None], batchId: int) -> None:  # noqa: N803
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         end_batch(self.options, messages, batchId, committed=False)
 
 
@@ -175,8 +178,10 @@ def _one_bytes(value: Any) -> bytes | None:
 # ---------------------------------------------------------------- driver side
 
 
-def end_batch(options: WriteOptions, messages: list[TaskCommit | None], batch_id: int, *, committed: bool) -> None:
-    """Commit (naming the attempts that reported success) or abort one batch; idempotent."""
+def end_batch(options: WriteOptions, messages: Sequence[WriterCommitMessage | None], batch_id: int, *,
+              committed: bool) -> None:
+    """Commit (naming the attempts that reported success) or abort one batch; idempotent. The messages are
+    the TaskCommits that write() returned (None for a task that failed)."""
     if options.delivery_guarantee == "at-least-once":
         return  # every record was acknowledged when written: nothing to decide
     reports = [m for m in messages if isinstance(m, TaskCommit)]
