@@ -18,8 +18,9 @@ from collections.abc import Callable
 from coordinator.observers import NO_OBSERVER, HalfMessageObserver
 from coordinator.rocketmq import log_format
 from coordinator.rocketmq.effects import PartitionWriter
-from coordinator.rocketmq.half_shard import CheckAction, HalfShard, PendingHalf
+from coordinator.rocketmq.half_shard import CheckAction, PendingHalf
 from coordinator.rocketmq.log_format import HalfRecord, Resolution, Storage
+from coordinator.rocketmq.shard_load import load_half_shard
 from coordinator.rocketmq.shard_writer import WRITE_EPOCH, LoadedShard, PendingEnd, ShardWriter, WriteMarkers
 from partitions import AppendOrigin, PartitionLog
 from proto import records
@@ -86,16 +87,7 @@ class HalfMessageCoordinator:
 
     def load_shard(self, shard: int, half_log: PartitionLog, op_log: PartitionLog, discard_log: PartitionLog) -> None:
         """Rebuild the shard from its three logs (half, then OP, then discarded), then serve it."""
-        core = HalfShard(shard, self.check_interval_ms, self.check_max)
-        for batch in half_log.batches(half_log.log_start_offset):
-            for record in batch.records():
-                core.replay_half(record.offset, log_format.decode_half(record))
-        for batch in op_log.batches(op_log.log_start_offset):
-            for record in batch.records():
-                core.replay_op(log_format.decode_op(record))
-        for batch in discard_log.batches(discard_log.log_start_offset):
-            for record in batch.records():
-                core.replay_discard(record.offset, log_format.decode_half(record))
+        core = load_half_shard(shard, self.check_interval_ms, self.check_max, half_log, op_log, discard_log)
         loaded = LoadedShard(core, half_log, op_log, discard_log)
         with self._lock:
             self._shards[shard] = loaded

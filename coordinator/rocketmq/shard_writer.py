@@ -10,19 +10,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from coordinator.rocketmq import log_format
+from coordinator.rocketmq.copies import copied, copies_owed, copy_batches, split_landed
 from coordinator.rocketmq.effects import PartitionWriter
 from coordinator.rocketmq.half_shard import Decision, HalfShard
 from coordinator.rocketmq.log_format import OpRecord, Resolution, Storage
 from coordinator.txn.markers import Marker
 from partitions import AppendOrigin, PartitionLog
-from proto import records
-from proto.errors import DuplicateSequenceError, KafkaError, NotCoordinatorError, OutOfOrderSequenceError
+from proto.errors import KafkaError, NotCoordinatorError, OutOfOrderSequenceError
 from proto.structs import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -120,13 +119,8 @@ class ShardWriter:
         messages stored in place; then record them DONE."""
         with loaded.lock:
             owed = list(loaded.core.unfinished.values())
-        by_partition: dict[TopicPartition, list[Decision]] = defaultdict(list)
-        in_place = []
-        for decision in owed:
-            if decision.record.storage is Storage.KAFKA:
-                in_place.append(decision)
-            elif decision.resolution is Resolution.COMMIT:
-                by_partition[decision.topic_partition].append(decision)
+        in_place = [d for d in owed if d.record.storage is Storage.KAFKA]
+        by_partition = copies_owed(owed)
         done: list[str] = []
         failed = False
         if in_place:
@@ -135,10 +129,9 @@ class ShardWriter:
             else:
                 failed = True
         for tp, decisions in by_partition.items():
-            decisions.sort(key=lambda d: d.copy_sequence)
-            copied = self._copy(tp, decisions)
-            done += copied
-            failed |= len(copied) < len(decisions)
+            landed = self._copy(tp, decisions)
+            done += landed
+            failed |= len(landed) < len(decisions)
         if done:
             with loaded.lock:
                 ops = loaded.core.done(done)
@@ -164,20 +157,14 @@ class ShardWriter:
 
     def _copy(self, tp: TopicPartition, decisions: list[Decision]) -> list[str]:
         """Copy `decisions` (consecutive sequences) to `tp`; the transaction ids copied."""
-        producer_id = decisions[0].copy_producer_id
-        now = self._now_ms()
-        data = b"".join(records.encode_batch(
-            [(now, d.record.key, d.record.value, list(d.record.committed_headers()))],
-            producer_id=producer_id, producer_epoch=0, base_sequence=d.copy_sequence) for d in decisions)
-        code, message = self._writer.produce(tp, data)
-        if code == 0 or code == DuplicateSequenceError.errno:
+        code, message = self._writer.produce(tp, copy_batches(decisions, self._now_ms()))
+        if copied(code):
             return [d.transaction_id for d in decisions]
         if code == OutOfOrderSequenceError.errno:
             # some of these landed before (a previous owner copied them and died before its DONE record)
-            last = self._writer.last_sequence(tp, producer_id)
+            last = self._writer.last_sequence(tp, decisions[0].copy_producer_id)
             if last is not None:
-                landed = [d for d in decisions if d.copy_sequence <= last]
-                rest = [d for d in decisions if d.copy_sequence > last]
+                landed, rest = split_landed(decisions, last)
                 log.info("copies to %s up to sequence %d had landed already; %d left", tp, last, len(rest))
                 return [d.transaction_id for d in landed] + (self._copy(tp, rest) if rest else [])
         log.info("copy of %d committed message(s) to %s failed, will retry: %s", len(decisions), tp, message)

@@ -1,0 +1,26 @@
+"""Rebuilding a half-message shard from its three logs: one rule for the threaded node
+(coordinator.py) and the simulator (txnsim/simulate/cluster/halfmessages.py).
+
+Order matters: the half log first (every message and its newest count), then the OP log (decisions
+and DONE records), then the discard log (a message discarded before its OP record is decided too).
+"""
+from __future__ import annotations
+
+from coordinator.rocketmq import log_format
+from coordinator.rocketmq.half_shard import HalfShard
+from partitions import PartitionLog
+
+
+def load_half_shard(shard: int, check_interval_ms: int, check_max: int, half_log: PartitionLog,
+                    op_log: PartitionLog, discard_log: PartitionLog) -> HalfShard:
+    core = HalfShard(shard, check_interval_ms, check_max)
+    for batch in half_log.batches(half_log.log_start_offset):
+        for record in batch.records():
+            core.replay_half(record.offset, log_format.decode_half(record))
+    for batch in op_log.batches(op_log.log_start_offset):
+        for record in batch.records():
+            core.replay_op(log_format.decode_op(record))
+    for batch in discard_log.batches(discard_log.log_start_offset):
+        for record in batch.records():
+            core.replay_discard(record.offset, log_format.decode_half(record))
+    return core
