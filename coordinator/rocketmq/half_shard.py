@@ -42,10 +42,17 @@ class PendingHalf:
     #: its re-append for a check is being written (no second check is planned meanwhile)
     checking: bool = False
 
-    def next_check_ms(self, check_interval_ms: int) -> int:
-        first = self.record.store_time_ms + self.record.check_immunity_ms
-        due = first if self.record.last_check_ms == 0 else max(first, self.record.last_check_ms + check_interval_ms)
-        return max(due, self.retry_at_ms)
+    def next_check_ms(self, check_interval_ms: int, now_ms: int | None = None) -> int:
+        """When the next check is due. Given the clock's `now_ms`, a due time further ahead than the message's
+        immunity or one interval cannot come from this clock (it went back, or the record was stamped by a
+        node whose clock is ahead): the check is due now rather than after the jump."""
+        r = self.record
+        due = r.store_time_ms + r.check_immunity_ms if r.last_check_ms == 0 else r.last_check_ms + check_interval_ms
+        if self.retry_at_ms:
+            due = max(due, self.retry_at_ms)
+        if now_ms is not None and due > now_ms + max(check_interval_ms, self.record.check_immunity_ms):
+            return now_ms
+        return due
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +271,7 @@ class HalfShard:
         for pending in sorted(self.pending.values(), key=lambda p: p.first_offset):
             if pending.deciding is not None or pending.checking:
                 continue  # its decision or its count is being written
-            if pending.next_check_ms(self.check_interval_ms) > now_ms:
+            if pending.next_check_ms(self.check_interval_ms, now_ms) > now_ms:
                 continue
             record = pending.record
             if record.check_times >= self.check_max:
