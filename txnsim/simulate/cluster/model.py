@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import random
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import PurePosixPath
 from typing import ClassVar
@@ -23,11 +24,21 @@ from typing import ClassVar
 from consumer.fetcher import PartitionRecords
 from coordinator.group.replay import ShardContents
 from coordinator.placement import NO_OWNER, Placement
+from coordinator.rocketmq.log_format import MESSAGE_ID, HalfRecord, decode_half
+from coordinator.rocketmq.shard_load import load_half_shard
 from partitions import LogManager, PartitionLog
 from partitions.faulty_storage import FaultyStorage
 from proto import consumer_protocol
 from proto.hashing import partition_for
-from proto.structs import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, IsolationLevel, TopicPartition
+from proto.structs import (
+    CHECK_MAX_TOPIC,
+    CONSUMER_OFFSETS_TOPIC,
+    HALF_TOPIC,
+    OP_HALF_TOPIC,
+    TRANSACTION_STATE_TOPIC,
+    IsolationLevel,
+    TopicPartition,
+)
 from txnsim.chaos.checker import check
 from txnsim.chaos.history import FinalRead, History, Observed
 from txnsim.simulate.actors import ActorState
@@ -35,7 +46,9 @@ from txnsim.simulate.cluster.batch_client import BATCH_TOPIC, TASKS, SparkQuery
 from txnsim.simulate.cluster.clients import TOPIC, CommittedReader, GroupMember, TxnProducer
 from txnsim.simulate.cluster.copier import COPY_GROUP, OUT_TOPIC, Copier
 from txnsim.simulate.cluster.groups import OFFSETS_SHARDS
+from txnsim.simulate.cluster.halfmessages import CHECK_INTERVAL_MS, CHECK_MAX, HALF_SHARDS
 from txnsim.simulate.cluster.node import DATA_ROOT, SimNode
+from txnsim.simulate.cluster.rmq_client import COMMITTED, RMQ_PARTITIONS, RMQ_TOPIC, RmqProducer
 from txnsim.simulate.model import Model, Report, Violation
 from txnsim.simulate.network import Envelope, Network
 from txnsim.simulate.world import World
@@ -46,6 +59,7 @@ NODES = 3
 PRODUCERS = 3
 GROUP_MEMBERS = 3
 COPIERS = 2
+RMQ_PRODUCERS = 2
 GROUP = "sim-group"
 #: how long the cluster takes to declare a crashed node dead (heartbeats stop)
 DETECTION_MS = 300
@@ -69,6 +83,8 @@ class ClusterModel(Model):
                                 "the driver named",
         "accept-late-markers": "a V2 marker at the epoch of an open transaction's data ends it, though it is a late "
                                "copy from the previous transaction (KAFKA-19446)",
+        "check-count-in-memory": "a half message's check count moves on in memory only (not appended again): after "
+                                 "a crash or a failover it starts again, so the message is checked too often",
     }
     WORKLOADS: ClassVar[dict[str, str]] = {
         "transactions": "transactional producers committing and aborting across 4 partitions; a read_committed "
@@ -92,6 +108,16 @@ class ClusterModel(Model):
         "no-corrupt-read": "a fetch never returns bytes that do not decode",
         "batch-exactly-once": "each task of a Spark-style batch is visible once: one attempt's output, never two",
         "batch-atomic": "a batch is visible whole (every task) or not at all",
+        "rmq-check-max": "a half message is checked back at most check_max times, crashes and failovers included",
+        "rmq-check-interval": "a half message is checked at most once per check interval (the times its counts "
+                              "record)",
+        "rmq-committed-delivered-once": "a message whose local transaction committed is on its real topic exactly "
+                                        "once after the run settles, unless discarded after check_max checks (then "
+                                        "it is in the discard log)",
+        "rmq-rollback-never-delivered": "a message whose local transaction rolled back (or never ran) never reaches "
+                                        "its real topic",
+        "rmq-undecided-resolved": "after the run settles, every half message is decided or discarded and every "
+                                  "committed one copied",
     }
     session_timeout_ms = 1_000
 
@@ -120,6 +146,15 @@ class ClusterModel(Model):
         #: (group, generation) -> partition -> the member it was assigned to
         self._assignments: dict[tuple[str, int], dict[TopicPartition, str]] = {}
         self._generations: dict[str, int] = {}
+        #: the RocketMQ producers' local database (message id -> its transaction's state): it outlives them
+        self.rmq_local: dict[str, str] = {}
+        self._rmq_sent: list[str] = []
+        #: transaction id -> check count -> the check time its record carries
+        self._rmq_checks: dict[str, dict[int, int]] = {}
+        self._rmq_checks_sent = 0
+        #: transaction id -> how many checks of it were sent
+        self._rmq_sent_checks: dict[str, int] = {}
+        self._copy_producer_ids = 0
 
     # ------------------------------------------------------------ the Model interface
 
@@ -128,7 +163,8 @@ class ClusterModel(Model):
 
     def clients(self) -> Sequence[str]:
         return ([f"p{i}" for i in range(PRODUCERS)] + ["reader"] + [f"m{i}" for i in range(GROUP_MEMBERS)]
-                + [f"c{i}" for i in range(COPIERS)] + ["spark"])
+                + [f"c{i}" for i in range(COPIERS)] + ["spark"]
+                + [f"r{i}" for i in range(RMQ_PRODUCERS)])
 
     def setup(self, world: World, network: Network) -> None:
         self.world = world
@@ -156,6 +192,10 @@ class ClusterModel(Model):
         self.query = SparkQuery("spark", self, world.rng("spark"))
         network.register(self.query.name, lambda env: None)
         self.query.start()
+        self.rmq_producers = [RmqProducer(f"r{i}", self, world.rng(f"rmq-{i}")) for i in range(RMQ_PRODUCERS)]
+        for rmq in self.rmq_producers:
+            network.register(rmq.name, rmq.receive)
+            rmq.start()
         world.after(MEMBERSHIP_TICK_MS, self._membership_tick)
 
     def _deliver(self, node: str, env: Envelope) -> None:
@@ -212,8 +252,48 @@ class ClusterModel(Model):
             if group is not None:
                 final.committed.update({tp: value.offset for tp, value in group.offsets.items()})
         extra.extend(_batch_violations(final.records.get(BATCH_TOPIC, [])))
+        extra += self._check_half_messages(reader)
         result = check(self.history.events(), final, input_topic=TOPIC, output_topic=OUT_TOPIC)
         return Report.of_check(result, extra)
+
+    def _check_half_messages(self, reader: LogManager) -> list[Violation]:
+        """Every half message decided (or discarded) and copied; committed ones on their real topic exactly once,
+        the others never; read from the disk."""
+        found: list[Violation] = []
+        delivered: Counter[str] = Counter()
+        for p in range(RMQ_PARTITIONS):
+            log = _open_read_only(reader, TopicPartition(RMQ_TOPIC, p))
+            for batch in log.batches() if log is not None else ():
+                for record in batch.records():
+                    delivered[(dict(record.headers).get(MESSAGE_ID) or b"").decode()] += 1
+        discarded: set[str] = set()
+        for shard in range(HALF_SHARDS):
+            logs = [_open_read_only(reader, TopicPartition(t, shard)) for t in (HALF_TOPIC, OP_HALF_TOPIC,
+                                                                                 CHECK_MAX_TOPIC)]
+            half_log, op_log, discard_log = logs
+            if half_log is None or op_log is None or discard_log is None:
+                continue
+            core = load_half_shard(shard, CHECK_INTERVAL_MS, CHECK_MAX, half_log, op_log, discard_log)
+            for batch in discard_log.batches():
+                discarded.update(decode_half(record).message_id for record in batch.records())
+            for pending in core.pending.values():
+                found.append(Violation("rmq-undecided-resolved", f"{pending.transaction_id} (message "
+                                       f"{pending.record.message_id}) is still undecided after the run settled, "
+                                       f"checked {pending.record.check_times} times"))
+            for decision in core.unfinished.values():
+                found.append(Violation("rmq-undecided-resolved", f"{decision.transaction_id} (message "
+                                       f"{decision.record.message_id}) still owes its copy after the run settled"))
+        for message_id in self._rmq_sent:
+            state, count = self.rmq_local.get(message_id), delivered.get(message_id, 0)
+            if state == COMMITTED:
+                if count > 1 or (count == 0 and message_id not in discarded):
+                    found.append(Violation("rmq-committed-delivered-once", f"message {message_id} committed its "
+                                           f"local transaction but is on {RMQ_TOPIC} {count} times"
+                                           f"{'' if count else ' and not in the discard log'}"))
+            elif count:
+                found.append(Violation("rmq-rollback-never-delivered", f"message {message_id}'s local transaction "
+                                       f"is {state or 'never run'}, yet it is on {RMQ_TOPIC} {count} times"))
+        return found
 
     def counters(self) -> dict[str, int]:
         tally = self.history.snapshot()
@@ -225,7 +305,9 @@ class ClusterModel(Model):
                 "records copied": tally.get(f"acked {OUT_TOPIC}", 0),
                 "group generations": self._generations.get(GROUP, 0),
                 "copier generations": self._generations.get(COPY_GROUP, 0),
-                "batch records": tally.get(f"acked {BATCH_TOPIC}", 0)}
+                "batch records": tally.get(f"acked {BATCH_TOPIC}", 0),
+                "half messages sent": len(self._rmq_sent),
+                "check-backs sent": self._rmq_checks_sent}
 
     # ------------------------------------------------------------ faults
 
@@ -257,12 +339,16 @@ class ClusterModel(Model):
         for member in [*self.members, *self.copiers]:
             member.stopped = True
         self.query.stopped = True
+        for rmq in self.rmq_producers:
+            rmq.stopped = True
 
     # ------------------------------------------------------------ what nodes and clients ask of the cluster
 
     def partitions_for(self, topic: str) -> int | None:
         if topic in (TOPIC, OUT_TOPIC, BATCH_TOPIC):
             return PARTITIONS
+        if topic == RMQ_TOPIC:
+            return RMQ_PARTITIONS
         return OFFSETS_SHARDS if topic == CONSUMER_OFFSETS_TOPIC else None
 
     def shard_of(self, transactional_id: str) -> int:
@@ -313,6 +399,36 @@ class ClusterModel(Model):
                 "committed-offsets-monotonic", f"group {group}'s committed offset of {tp} went back from {before} "
                                                f"to {offset}"))
         self._committed[(group, tp)] = max(before, offset)
+
+    def copy_producer_id(self) -> int:
+        """A half shard's idempotent producer id for its copies (the cluster's durable allocation)."""
+        self._copy_producer_ids += 1
+        return 5_000_000 + self._copy_producer_ids
+
+    def rmq_message_sent(self, message_id: str) -> None:
+        self._rmq_sent.append(message_id)
+
+    def rmq_producer_for(self, group: str, check_times: int) -> str | None:
+        """A live producer of `group` to send a check to (none: the check is not counted)."""
+        live = [p.name for p in self.rmq_producers if self.network.actors.is_up(p.name)]
+        return live[check_times % len(live)] if live else None
+
+    def rmq_check_sent(self, node: str, tid: str, record: HalfRecord) -> None:
+        """A node sends a check-back of `tid`, counted in `record` (its count and check time, on the node's clock)."""
+        self._rmq_checks_sent += 1
+        checks = self._rmq_checks.setdefault(tid, {})
+        sent = self._rmq_sent_checks[tid] = self._rmq_sent_checks.get(tid, 0) + 1
+        if sent > CHECK_MAX:
+            self._violations.append(Violation(
+                "rmq-check-max", f"{tid} checked {sent} times (at most {CHECK_MAX}): {node} sent it as check "
+                                 f"{record.check_times}"))
+        before = checks.get(record.check_times - 1)  # the previous count's check, if it was sent
+        if before is not None and 0 <= record.last_check_ms - before < CHECK_INTERVAL_MS:  # < 0: a clock went back
+            self._violations.append(Violation(
+                "rmq-check-interval", f"{tid} checked at {record.last_check_ms} ms (check {record.check_times}, "
+                                      f"{node}), {record.last_check_ms - before} ms after check "
+                                      f"{record.check_times - 1}"))
+        checks[record.check_times] = record.last_check_ms
 
     def holding(self, group: str, member: str, generation: int, partitions: list[TopicPartition]) -> None:
         self.network._trace.record(self.world.now_ms, "assigned", member, "*",

@@ -42,6 +42,7 @@ from proto.errors import (
 )
 from proto.structs import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, IsolationLevel, TopicPartition
 from txnsim.simulate.cluster.groups import GROUP_REQUESTS, OFFSETS_SHARDS, SimGroupCoordinator
+from txnsim.simulate.cluster.halfmessages import HALF_REQUESTS, SimHalfMessages
 from txnsim.simulate.network import TIMED_OUT, Envelope
 
 if TYPE_CHECKING:
@@ -104,6 +105,7 @@ class SimNode:
         self.sends: dict[int, _MarkerSend] = {}
         self.retrying = False
         self.groups = SimGroupCoordinator(self)
+        self.half = SimHalfMessages(self)
         self.reconcile()
         self.net.set_timer(self.name, ABORT_CHECK_INTERVAL_MS, self._abort_timed_out, label="abort-check")
 
@@ -124,7 +126,7 @@ class SimNode:
                 self.txn_logs.pop(log.partition, None)
             self.logs.close(log.topic, log.partition)
             self.model.note(self.name, f"{action} {log.topic}-{log.partition} epoch {log.leader_epoch}")
-        groups_taken = self.groups.reconcile()
+        groups_taken = self.groups.reconcile() & self.half.reconcile()
         missing = [shard for shard in range(self.model.txn_shards)
                    if self.owner(TRANSACTION_STATE_TOPIC, shard) == self.node_id and shard not in self.txn_logs]
         taken = all([self._take_shard(shard) for shard in missing]) and groups_taken
@@ -166,6 +168,10 @@ class SimNode:
             self.net.reply(env, self._fetch(message))
         elif isinstance(message, GROUP_REQUESTS):
             self.groups.receive(env)
+        elif isinstance(message, HALF_REQUESTS):
+            self.half.receive(env)
+        elif isinstance(message, pb.DescribeProducersRequest):
+            self.net.reply(env, self._describe_producers(message))
 
     def _owned_log(self, topic: str, partition: int) -> PartitionLog:
         count = self.model.partitions_for(topic)
@@ -279,6 +285,20 @@ class SimNode:
                 result.error_code, result.error_message = code_of(exc), str(exc)
             results.append(result)
         return pb.FetchResponse(partitions=results)
+
+    def _describe_producers(self, req: pb.DescribeProducersRequest) -> pb.DescribeProducersResponse:
+        """What a partition knows of its producers (a half shard asks where its copies stopped)."""
+        out = []
+        for part in req.partitions:
+            result = pb.PartitionProducers(topic=part.topic, partition=part.partition)
+            try:
+                for p in self._owned_log(part.topic, part.partition).producer_snapshots():
+                    result.active_producers.append(pb.ProducerStateInfo(
+                        producer_id=p.producer_id, producer_epoch=p.producer_epoch, last_sequence=p.last_sequence))
+            except KafkaError as exc:
+                result.error_code, result.error_message = code_of(exc), str(exc)
+            out.append(result)
+        return pb.DescribeProducersResponse(partitions=out)
 
     # ------------------------------------------------------------ the core's effects
 

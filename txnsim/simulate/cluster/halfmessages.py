@@ -1,0 +1,361 @@
+"""A simulated node's RocketMQ half-message shards: the real HalfShard core (coordinator/rocketmq/half_shard.py)
+driven by simulated requests, timers and fsyncs, as coordinator.py and shard_writer.py drive it on a node.
+
+Each shard's three logs (half, OP, discard) are real PartitionLogs on the simulated disk, opened with a new
+leader epoch and replayed with the node's own rule (coordinator/rocketmq/shard_load.py) on take-over. What
+the driver keeps from the node:
+- a half message is appended before it is answered; a decision's OP record is durable (the simulated fsync)
+  before it is answered or carried out;
+- a due check is counted first: the message is appended again with count + 1, and only once that is
+  durable is the check sent (one-way) to a live producer of its group; after `check_max` checks the message
+  goes to the discard log and is decided DISCARD, never delivered;
+- a commit owes its copy to the real partition (the node's produce path, an idempotent batch whose
+  sequence is fixed in the decision: coordinator/rocketmq/copies.py), then a DONE record.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from coordinator.rocketmq import log_format
+from coordinator.rocketmq.copies import copied, copies_owed, copy_batches, split_landed
+from coordinator.rocketmq.half_shard import CheckAction, Decision, DueCheck, HalfShard, PendingHalf
+from coordinator.rocketmq.log_format import HalfRecord, OpRecord, Resolution, Storage
+from coordinator.rocketmq.shard_load import load_half_shard
+from partitions import AppendOrigin, PartitionLog
+from proto import txnsim_pb2 as pb
+from proto.errors import (
+    InvalidRequestError,
+    InvalidTransactionIdError,
+    KafkaError,
+    NotCoordinatorError,
+    OutOfOrderSequenceError,
+    code_of,
+)
+from proto.hashing import partition_for
+from proto.structs import CHECK_MAX_TOPIC, HALF_TOPIC, OP_HALF_TOPIC, TopicPartition
+from txnsim.simulate.network import TIMED_OUT, Envelope
+
+if TYPE_CHECKING:
+    from txnsim.simulate.cluster.node import SimNode
+
+HALF_SHARDS = 2
+#: short intervals, so that a 10 s run sees checks, failovers between them, and discards
+CHECK_INTERVAL_MS = 500
+CHECK_IMMUNITY_MS = 300
+CHECK_MAX = 5
+#: how often a node looks for due checks and owed copies
+CHECK_TICK_MS = 100
+COPY_RETRY_MS = 200
+COPY_TIMEOUT_MS = 500
+HALF_REQUESTS = (pb.SendHalfMessageRequest, pb.EndHalfTransactionRequest)
+_RESOLUTIONS = {pb.RESOLUTION_COMMIT: Resolution.COMMIT, pb.RESOLUTION_ROLLBACK: Resolution.ROLLBACK,
+                pb.RESOLUTION_UNKNOWN: None}
+
+
+def shard_of_producer_group(group: str) -> int:
+    return partition_for(group, HALF_SHARDS)
+
+
+@dataclass
+class _Shard:
+    core: HalfShard
+    half_log: PartitionLog
+    op_log: PartitionLog
+    discard_log: PartitionLog
+    #: real partitions a copy is being written to (one round at a time per partition)
+    copying: set[TopicPartition] = field(default_factory=set)
+
+
+class SimHalfMessages:
+    """The half shards of one simulated node (volatile: a crash loses them, their logs keep them)."""
+
+    def __init__(self, node: SimNode) -> None:
+        self.node = node
+        self.model = node.model
+        self.net = node.net
+        self.shards: dict[int, _Shard] = {}
+        self.net.set_timer(node.name, CHECK_TICK_MS, self._tick, label="half-check")
+
+    # ------------------------------------------------------------ ownership
+
+    def reconcile(self) -> bool:
+        """Let go of shards that moved away or whose logs the node closed; take (open, replay) those that moved
+        here. False if one could not be taken yet."""
+        node = self.node
+        wanted = {s for s in range(HALF_SHARDS) if node.owner(HALF_TOPIC, s) == node.node_id}
+        for shard_id, shard in sorted(self.shards.items()):
+            held = [node.logs.get(t, shard_id) for t in (HALF_TOPIC, OP_HALF_TOPIC, CHECK_MAX_TOPIC)]
+            if shard_id not in wanted or held != [shard.half_log, shard.op_log, shard.discard_log]:
+                del self.shards[shard_id]
+        taken = True
+        for shard_id in sorted(wanted - set(self.shards)):
+            taken = self._take(shard_id) and taken
+        return taken
+
+    def _take(self, shard_id: int) -> bool:
+        logs = []
+        for topic in (HALF_TOPIC, OP_HALF_TOPIC, CHECK_MAX_TOPIC):
+            try:
+                log = self.node.logs.get(topic, shard_id) or self.node.logs.open_as_leader(
+                    topic, shard_id, self.model.may_cut_off)
+            except KafkaError as error:
+                self.model.note(self.node.name, f"half shard {shard_id} not taken: {type(error).__name__}")
+                return False
+            logs.append(log)
+            self.model.ownership_changed(self.node.name, topic, shard_id, log.leader_epoch)
+        half_log, op_log, discard_log = logs
+        core = load_half_shard(shard_id, CHECK_INTERVAL_MS, CHECK_MAX, half_log, op_log, discard_log)
+        self.shards[shard_id] = _Shard(core, half_log, op_log, discard_log)
+        self.model.note(self.node.name, f"half shard {shard_id} loaded: {len(core.pending)} undecided, "
+                                        f"{len(core.unfinished)} owing their copy")
+        return True
+
+    def _owned(self, shard_id: int) -> _Shard:
+        shard = self.shards.get(shard_id)
+        if shard is None:
+            raise NotCoordinatorError(f"[NOT_COORDINATOR] {self.node.name} does not own half-message shard {shard_id}")
+        return shard
+
+    def _still(self, shard_id: int, shard: _Shard) -> bool:
+        return self.shards.get(shard_id) is shard
+
+    def _append(self, shard: _Shard, log: PartitionLog, rows: list[Any]) -> int:
+        appended = log.append(log_format.encode(rows), origin=AppendOrigin.COORDINATOR)
+        self.model.appended(self.node.name, log, appended.base_offset, appended.last_offset)
+        return appended.base_offset
+
+    def _later(self, work: Any, *args: Any, delay_ms: int | None = None, label: str = "fsync") -> None:
+        self.net.set_timer(self.node.name, self.node.fsync_ms if delay_ms is None else delay_ms, work, *args,
+                           label=label)
+
+    # ------------------------------------------------------------ requests
+
+    def receive(self, env: Envelope) -> None:
+        message = env.message
+        try:
+            if isinstance(message, pb.SendHalfMessageRequest):
+                self._send(env, message)
+            elif isinstance(message, pb.EndHalfTransactionRequest):
+                self._end(env, message)
+        except KafkaError as error:
+            response = (pb.SendHalfMessageResponse if isinstance(message, pb.SendHalfMessageRequest)
+                        else pb.EndHalfTransactionResponse)
+            self.net.reply(env, response(error_code=code_of(error), error_message=str(error)))
+
+    def _send(self, env: Envelope, req: pb.SendHalfMessageRequest) -> None:
+        msg = req.message
+        if not req.producer_group or not msg.message_id:
+            raise InvalidRequestError("[INVALID_REQUEST] a simulated half message names its group and message id")
+        shard_id = shard_of_producer_group(req.producer_group)
+        shard = self._owned(shard_id)
+        stored = shard.core.find(req.producer_group, msg.message_id)
+        if stored is not None:  # a retried send whose answer was lost: one half message, not two
+            self.net.reply(env, self._sent(shard_id, stored))
+            return
+        now = self.node.now()
+        record = HalfRecord(
+            topic=msg.topic, partition=msg.partition, producer_group=req.producer_group, message_id=msg.message_id,
+            key=msg.key if msg.HasField("key") else None, value=msg.value, user_headers=(), store_time_ms=now,
+            check_immunity_ms=msg.check_immunity_ms or CHECK_IMMUNITY_MS, storage=Storage.ROCKETMQ)
+        offset = self._append(shard, shard.half_log, [log_format.encode_half(record, now)])
+        pending = shard.core.stored(offset, record)
+        self._later(self.net.reply, env, self._sent(shard_id, pending))
+
+    @staticmethod
+    def _sent(shard_id: int, pending: PendingHalf) -> pb.SendHalfMessageResponse:
+        return pb.SendHalfMessageResponse(transaction_id=pending.transaction_id, message_id=pending.record.message_id,
+                                          half_offset=pending.first_offset, shard=shard_id,
+                                          storage=pending.record.storage.value)
+
+    def _end(self, env: Envelope, req: pb.EndHalfTransactionRequest) -> None:
+        parsed = log_format.parse_transaction_id(req.transaction_id)
+        if parsed is None or parsed[0] >= HALF_SHARDS:
+            raise InvalidTransactionIdError(f"[INVALID_TRANSACTION_ID] {req.transaction_id!r} is not a transaction id")
+        if req.resolution not in _RESOLUTIONS:
+            raise InvalidRequestError(f"[INVALID_REQUEST] unknown resolution {req.resolution}")
+        resolution = _RESOLUTIONS[req.resolution]
+        source = "SERVER_CHECK" if req.source == pb.SOURCE_SERVER_CHECK else "CLIENT"
+        shard_id = parsed[0]
+        shard = self._owned(shard_id)
+        if resolution is Resolution.COMMIT and shard.core.copy_producer_id < 0:
+            shard.core.copy_producer_id = self.model.copy_producer_id()
+        outcome = shard.core.end(req.transaction_id, resolution, source=source, producer_group=req.producer_group,
+                                 message_id=req.message_id)
+        if outcome.op is None:
+            self.net.reply(env, pb.EndHalfTransactionResponse(already_decided=outcome.already_decided))
+            return
+        self._decide(shard_id, shard, outcome.op, env)
+
+    def _decide(self, shard_id: int, shard: _Shard, op: OpRecord, env: Envelope | None) -> None:
+        """Write the OP record; the decision is installed, answered and carried out once it is durable."""
+        try:
+            self._append(shard, shard.op_log, [log_format.encode_op(op, self.node.now())])
+        except KafkaError as error:
+            shard.core.decisions_failed([op])
+            if env is not None:
+                self.net.reply(env, pb.EndHalfTransactionResponse(error_code=code_of(error), error_message=str(error)))
+            return
+        self._later(self._decided, shard_id, shard, op, env)
+
+    def _decided(self, shard_id: int, shard: _Shard, op: OpRecord, env: Envelope | None) -> None:
+        if not self._still(shard_id, shard):
+            if env is not None:  # the next owner replays the OP record; the producer's retry hears of it
+                error = NotCoordinatorError(f"[NOT_COORDINATOR] half-message shard {shard_id} moved away")
+                self.net.reply(env, pb.EndHalfTransactionResponse(error_code=code_of(error), error_message=str(error)))
+            return
+        decision = shard.core.decided_durably(op)
+        if env is not None:
+            self.net.reply(env, pb.EndHalfTransactionResponse())
+        if decision.needs_effect:
+            self._carry_out(shard_id, shard)
+
+    # ------------------------------------------------------------ check-back
+
+    def _tick(self) -> None:
+        for shard_id, shard in list(self.shards.items()):
+            self._check_shard(shard_id, shard)
+            if shard.core.unfinished:
+                self._carry_out(shard_id, shard)
+        self.net.set_timer(self.node.name, CHECK_TICK_MS, self._tick, label="half-check")
+
+    def _check_shard(self, shard_id: int, shard: _Shard) -> None:
+        core, now = shard.core, self.node.now()
+        due = core.due(now)
+        discards = [d for d in due if d.action is CheckAction.DISCARD]
+        checks: list[tuple[DueCheck, str]] = []
+        for d in due:
+            if d.action is not CheckAction.CHECK:
+                continue
+            producer = self.model.rmq_producer_for(d.record.producer_group, d.record.check_times)
+            if producer is None:
+                core.unanswered(d.pending.transaction_id, now)
+            else:
+                checks.append((d, producer))
+        if discards:
+            self._discard(shard_id, shard, [d.pending for d in discards], now)
+        if not checks:
+            return
+        tids = [d.pending.transaction_id for d, _ in checks]
+        core.counting(tids)
+        if self.model.bug == "check-count-in-memory":
+            # the planted bug: the count moves on in memory only; a crash or a failover starts it again
+            for d, producer in checks:
+                pending = core.checked_durably(d.pending.transaction_id, d.pending.latest_offset, d.record)
+                if pending is not None:
+                    self._send_check(shard_id, pending, producer)
+            return
+        try:
+            base = self._append(shard, shard.half_log,
+                                [log_format.encode_half(d.record, d.record.store_time_ms) for d, _ in checks])
+        except KafkaError:
+            core.count_failed(tids)
+            return
+        self._later(self._counted, shard_id, shard, checks, base)
+
+    def _counted(self, shard_id: int, shard: _Shard, checks: list[tuple[DueCheck, str]], base: int) -> None:
+        if not self._still(shard_id, shard):
+            return  # the next owner replays the counts
+        for i, (d, producer) in enumerate(checks):
+            pending = shard.core.checked_durably(d.pending.transaction_id, base + i, d.record)
+            if pending is not None:
+                self._send_check(shard_id, pending, producer)
+
+    def _send_check(self, shard_id: int, pending: PendingHalf, producer: str) -> None:
+        r = pending.record
+        self.model.rmq_check_sent(self.node.name, pending.transaction_id, r)
+        check = pb.TransactionCheck(
+            transaction_id=pending.transaction_id, producer_group=r.producer_group, check_times=r.check_times,
+            shard=shard_id, half_offset=pending.latest_offset,
+            message=pb.HalfMessage(topic=r.topic, partition=r.partition, value=r.value or b"",
+                                   message_id=r.message_id))
+        self.net.send(self.node.name, producer, check)
+
+    def _discard(self, shard_id: int, shard: _Shard, discarded: list[PendingHalf], now: int) -> None:
+        """Too many checks: to TRANS_CHECK_MAX_TIME_TOPIC first, then decided DISCARD (never delivered)."""
+        rows = [log_format.encode_half(dataclasses.replace(p.record, first_offset=p.first_offset), now)
+                for p in discarded]
+        try:
+            self._append(shard, shard.discard_log, rows)
+        except KafkaError:
+            return
+        for pending in discarded:
+            op = shard.core.discard(pending.transaction_id)
+            if op is not None:
+                self._decide(shard_id, shard, op, None)
+
+    # ------------------------------------------------------------ effects: copies to the real topic
+
+    def _carry_out(self, shard_id: int, shard: _Shard) -> None:
+        for tp, decisions in copies_owed(shard.core.unfinished.values()).items():
+            if tp not in shard.copying:
+                shard.copying.add(tp)
+                self._copy(shard_id, shard, tp, decisions)
+
+    def _copy(self, shard_id: int, shard: _Shard, tp: TopicPartition, decisions: list[Decision]) -> None:
+        request = pb.ProduceRequest(acks=-1, timeout_ms=COPY_TIMEOUT_MS, partitions=[pb.PartitionRecords(
+            topic=tp.topic, partition=tp.partition, records=copy_batches(decisions, self.node.now()))])
+        owner = self.model.owner_now(tp.topic, tp.partition)
+
+        def answered(response: object) -> None:
+            if not self._still(shard_id, shard):
+                return
+            if response is TIMED_OUT:
+                return self._copy_failed(shard_id, shard, tp)
+            assert isinstance(response, pb.ProduceResponse)
+            code = response.partitions[0].error_code if response.partitions else response.error_code
+            if copied(code):
+                return self._copied(shard_id, shard, tp, decisions)
+            if code == OutOfOrderSequenceError.errno:
+                return self._find_landed(shard_id, shard, tp, decisions)
+            self._copy_failed(shard_id, shard, tp)
+
+        self.net.call(self.node.name, f"n{owner}", request, COPY_TIMEOUT_MS, answered)
+
+    def _find_landed(self, shard_id: int, shard: _Shard, tp: TopicPartition, decisions: list[Decision]) -> None:
+        """Some copies landed before (a previous owner wrote them and died before its DONE record)."""
+        request = pb.DescribeProducersRequest(partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition)])
+        owner = self.model.owner_now(tp.topic, tp.partition)
+        producer_id = decisions[0].copy_producer_id
+
+        def answered(response: object) -> None:
+            if not self._still(shard_id, shard):
+                return
+            if not isinstance(response, pb.DescribeProducersResponse) or response.partitions[0].error_code:
+                return self._copy_failed(shard_id, shard, tp)
+            last = next((p.last_sequence for p in response.partitions[0].active_producers
+                         if p.producer_id == producer_id), -1)
+            landed, rest = split_landed(decisions, last)
+            if landed:
+                self._done(shard, [d.transaction_id for d in landed])
+            if rest:
+                self._copy(shard_id, shard, tp, rest)
+            else:
+                shard.copying.discard(tp)
+
+        self.net.call(self.node.name, f"n{owner}", request, COPY_TIMEOUT_MS, answered)
+
+    def _copied(self, shard_id: int, shard: _Shard, tp: TopicPartition, decisions: list[Decision]) -> None:
+        shard.copying.discard(tp)
+        self._done(shard, [d.transaction_id for d in decisions])
+        if shard.core.unfinished:
+            self._carry_out(shard_id, shard)
+
+    def _done(self, shard: _Shard, tids: list[str]) -> None:
+        ops = shard.core.done(tids)
+        if not ops:
+            return
+        try:
+            self._append(shard, shard.op_log, [log_format.encode_op(op, self.node.now()) for op in ops])
+        except KafkaError:
+            pass  # not recorded: the next owner copies again, and the partition recognises the duplicates
+
+    def _copy_failed(self, shard_id: int, shard: _Shard, tp: TopicPartition) -> None:
+        def retry() -> None:
+            shard.copying.discard(tp)
+            if self._still(shard_id, shard):
+                self._carry_out(shard_id, shard)
+
+        self._later(retry, delay_ms=COPY_RETRY_MS, label="copy-retry")
+
