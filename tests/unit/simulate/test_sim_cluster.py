@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from coordinator.rocketmq.half_shard import HalfShard
 from coordinator.txn.core import TxnCoordinatorCore
 from partitions import PartitionLog
 from txnsim.simulate.actors import Actors
@@ -70,6 +71,7 @@ def test_a_crashed_coordinator_s_shards_move_and_transactions_go_on():
     ("no-generation-fence", None),
     ("unstable-offset-fetch", ("late",)),
     ("commit-every-attempt", None),
+    ("check-count-in-memory", None),
 ])
 def test_every_planted_bug_is_found(bug: str, faults: tuple[str, ...] | None):
     found = first_failure(bug, faults=faults)
@@ -117,3 +119,30 @@ def test_spark_style_batches_commit_whole_once_through_lost_tasks_and_driver_res
     joins = [line for line in result.trace_lines if "JoinBatchTxnRequest" in line and " send " in line]
     ends = [line for line in result.trace_lines if "EndBatchTxnResponse" in line]
     assert len(joins) > len(ends) > 3, "no batch had a lost task attempt or a replay"
+
+
+def test_half_messages_are_checked_back_decided_and_copied_exactly_once_on_the_real_half_shard_core():
+    world = World(5)
+    trace = Trace()
+    network = Network(world, Actors(world, trace), trace)
+    model = ClusterModel()
+    model.setup(world, network)
+    world.run(until_ms=5_000)
+    model.quiesce()
+    world.run(until_ms=11_000)
+    shards = [shard for node in model.sim_nodes.values() for shard in node.half.shards.values()]
+    assert shards and all(type(shard.core) is HalfShard for shard in shards)
+    counters = model.counters()
+    assert counters["half messages sent"] > 20 and counters["check-backs sent"] > 10
+    assert "committed" in model.rmq_local.values() and "rolled back" in model.rmq_local.values()
+    assert not model.check(world)
+    report = model.finish(world)
+    assert not report.violations, report.violations
+
+
+def test_check_counts_survive_a_crash_of_the_shard_owner():
+    """With the count kept in memory only, one crash of the owner is enough to check a message too often."""
+    config = SimConfig(seed=2, model="cluster", bug="check-count-in-memory", faults=("crash",))
+    assert simulate(config).failure is not None
+    clean = simulate(SimConfig(seed=2, model="cluster", faults=("crash",)))
+    assert clean.failure is None, clean.failure

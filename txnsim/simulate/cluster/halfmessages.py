@@ -283,6 +283,7 @@ class SimHalfMessages:
         for pending in discarded:
             op = shard.core.discard(pending.transaction_id)
             if op is not None:
+                self.model.rmq_discarded(pending.transaction_id)
                 self._decide(shard_id, shard, op, None)
 
     # ------------------------------------------------------------ effects: copies to the real topic

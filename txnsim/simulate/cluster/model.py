@@ -152,6 +152,7 @@ class ClusterModel(Model):
         #: transaction id -> check count -> the check time its record carries
         self._rmq_checks: dict[str, dict[int, int]] = {}
         self._rmq_checks_sent = 0
+        self._rmq_discards = 0
         #: transaction id -> how many checks of it were sent
         self._rmq_sent_checks: dict[str, int] = {}
         self._copy_producer_ids = 0
@@ -307,7 +308,8 @@ class ClusterModel(Model):
                 "copier generations": self._generations.get(COPY_GROUP, 0),
                 "batch records": tally.get(f"acked {BATCH_TOPIC}", 0),
                 "half messages sent": len(self._rmq_sent),
-                "check-backs sent": self._rmq_checks_sent}
+                "check-backs sent": self._rmq_checks_sent,
+                "half messages discarded": self._rmq_discards}
 
     # ------------------------------------------------------------ faults
 
@@ -407,6 +409,10 @@ class ClusterModel(Model):
 
     def rmq_message_sent(self, message_id: str) -> None:
         self._rmq_sent.append(message_id)
+
+    def rmq_discarded(self, tid: str) -> None:
+        self._rmq_discards += 1
+        self.note("world", f"{tid} discarded after {CHECK_MAX} checks")
 
     def rmq_producer_for(self, group: str, check_times: int) -> str | None:
         """A live producer of `group` to send a check to (none: the check is not counted)."""

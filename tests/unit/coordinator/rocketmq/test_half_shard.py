@@ -194,3 +194,16 @@ def test_only_an_undecided_message_registered_for_that_partition_may_be_written_
     decision = core.decided_durably(op)
     assert decision.needs_effect, "a rolled-back in-place message still owes its ABORT marker"
     assert not core.may_write_in_place(500, TopicPartition("points", 1))
+
+
+def test_a_clock_that_went_back_does_not_stall_the_checks_for_the_length_of_the_jump():
+    core = shard()
+    pending = core.stored(0, half(stored=50_000))
+    [first] = core.due(50_000 + IMMUNITY)
+    core.checked_durably(pending.transaction_id, 1, first.record)
+    back = 50_000 + IMMUNITY - 30_000  # the clock (or the next owner's clock) is 30 s behind the record's
+    [due] = core.due(back)
+    assert due.record.check_times == 2 and due.record.last_check_ms == back, "checked now, not 30 s later"
+    core.checked_durably(pending.transaction_id, 2, due.record)
+    assert core.due(back + INTERVAL - 1) == [], "then once per interval again, on this clock"
+    assert [d.record.check_times for d in core.due(back + INTERVAL)] == [3]
