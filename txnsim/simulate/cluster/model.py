@@ -10,7 +10,9 @@ A paused node keeps its stale view until it resumes: that is the paused-owner ca
 Invariants after every step are cheap: per partition, LSO <= HW and neither moving backwards, and at most
 one writer per log and leader epoch. The final checks read every partition read_committed from the disk
 and hand the history to `txnsim chaos`'s checker (lost-write, unseen, G1a aborted read, duplicate,
-precommitted read, ...), and every partition must be stable (no transaction left hanging).
+precommitted read, ...), and every partition must be stable (no transaction left hanging). RocketMQ half
+messages (halfmessages.py, rmq_client.py) are checked for their check counts and intervals as they are sent,
+and at the end for delivery: committed exactly once (or discarded), rolled back never, nothing undecided.
 """
 from __future__ import annotations
 
@@ -68,7 +70,8 @@ MEMBERSHIP_TICK_MS = 50
 
 class ClusterModel(Model):
     name = "cluster"
-    description = "3 nodes on the real transaction coordinator core and partition logs, 3 transactional producers, a read_committed consumer"
+    description = ("3 nodes on the real transaction coordinator core and partition logs, 3 transactional producers, "
+                   "a read_committed consumer, consumer groups, copiers, RocketMQ half messages with check-back")
     BUGS: ClassVar[dict[str, str]] = {
         "lso-ignores-open-transactions": "the last stable offset is the high watermark: read_committed sees undecided records",
         "no-epoch-bump": "EndTxn (V2) keeps the producer epoch, so a late write of the last transaction is not fenced",
@@ -89,7 +92,8 @@ class ClusterModel(Model):
     WORKLOADS: ClassVar[dict[str, str]] = {
         "transactions": "transactional producers committing and aborting across 4 partitions; a read_committed "
                         "consumer; a consumer group of 3 members that leave and come back; 2 exactly-once "
-                        "copiers (read-process-write with transactional offsets) in a group of their own",
+                        "copiers (read-process-write with transactional offsets) in a group of their own; 2 "
+                        "RocketMQ producers sending half messages, ended or left to the check-back",
     }
     INVARIANTS: ClassVar[dict[str, str]] = {
         "lso-within-hw": "a partition's last stable offset never passes its high watermark",
