@@ -66,6 +66,9 @@ class _Shard:
     discard_log: PartitionLog
     #: real partitions a copy is being written to (one round at a time per partition)
     copying: set[TopicPartition] = field(default_factory=set)
+    #: when (world time) the last write of this shard is durable: an fsync covers every earlier write, so
+    #: writes become durable in the order they were made, a slow one holding back those after it
+    synced_at_ms: int = 0
 
 
 class SimHalfMessages:
@@ -126,9 +129,14 @@ class SimHalfMessages:
         self.model.appended(self.node.name, log, appended.base_offset, appended.last_offset)
         return appended.base_offset
 
-    def _later(self, work: Any, *args: Any, delay_ms: int | None = None, label: str = "fsync") -> None:
-        self.net.set_timer(self.node.name, self.node.fsync_ms if delay_ms is None else delay_ms, work, *args,
-                           label=label)
+    def _later(self, work: Any, *args: Any, delay_ms: int, label: str) -> None:
+        self.net.set_timer(self.node.name, delay_ms, work, *args, label=label)
+
+    def _after_fsync(self, shard: _Shard, work: Any, *args: Any) -> None:
+        """Run `work` once the shard's latest write is durable (in write order)."""
+        now = self.model.world.now_ms
+        shard.synced_at_ms = max(shard.synced_at_ms, now + self.node.fsync_ms)
+        self._later(work, *args, delay_ms=shard.synced_at_ms - now, label="fsync")
 
     # ------------------------------------------------------------ requests
 
@@ -161,7 +169,7 @@ class SimHalfMessages:
             check_immunity_ms=msg.check_immunity_ms or CHECK_IMMUNITY_MS, storage=Storage.ROCKETMQ)
         offset = self._append(shard, shard.half_log, [log_format.encode_half(record, now)])
         pending = shard.core.stored(offset, record)
-        self._later(self.net.reply, env, self._sent(shard_id, pending))
+        self._after_fsync(shard, self.net.reply, env, self._sent(shard_id, pending))
 
     @staticmethod
     def _sent(shard_id: int, pending: PendingHalf) -> pb.SendHalfMessageResponse:
@@ -197,7 +205,7 @@ class SimHalfMessages:
             if env is not None:
                 self.net.reply(env, pb.EndHalfTransactionResponse(error_code=code_of(error), error_message=str(error)))
             return
-        self._later(self._decided, shard_id, shard, op, env)
+        self._after_fsync(shard, self._decided, shard_id, shard, op, env)
 
     def _decided(self, shard_id: int, shard: _Shard, op: OpRecord, env: Envelope | None) -> None:
         if not self._still(shard_id, shard):
@@ -252,7 +260,7 @@ class SimHalfMessages:
         except KafkaError:
             core.count_failed(tids)
             return
-        self._later(self._counted, shard_id, shard, checks, base)
+        self._after_fsync(shard, self._counted, shard_id, shard, checks, base)
 
     def _counted(self, shard_id: int, shard: _Shard, checks: list[tuple[DueCheck, str]], base: int) -> None:
         if not self._still(shard_id, shard):
@@ -330,8 +338,8 @@ class SimHalfMessages:
             landed, rest = split_landed(decisions, last)
             if landed:
                 self._done(shard, [d.transaction_id for d in landed])
-            if rest:
-                self._copy(shard_id, shard, tp, rest)
+            if rest:  # again shortly, with every copy owed by then (one decided meanwhile may fill the gap)
+                self._copy_failed(shard_id, shard, tp)
             else:
                 shard.copying.discard(tp)
 
