@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from txnsim.bench import code_bench, consumer_bench, failover_bench, peer_bench, producer_bench, rocketmq_bench
@@ -57,6 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--before", default=None,
                        help="code: the git revision to compare this tree's producer with (e.g. a commit before "
                             "an optimisation)")
+    bench.add_argument("--json", action="store_true",
+                       help="print the results as one JSON object on stdout (progress goes to stderr)")
     bench.add_argument("--output", type=Path, default=None,
                        help="markdown file whose generated sections get the tables (e.g. docs/benchmarks.md)")
     bench.set_defaults(func=run_bench)
@@ -126,35 +130,49 @@ def run_bench(args: argparse.Namespace) -> int:
     selected = IN_ALL if args.benchmark == "all" else (args.benchmark,)
     machine = this_machine()
     cpus, command = machine.cpus, command_line(args)
-    console.print(f"[bold]{command}[/bold] on {machine.describe()}")
+    out = Console(stderr=True) if args.json else console  # with --json, stdout holds the JSON alone
+    out.print(f"[bold]{command}[/bold] on {machine.describe()}")
+    results: list[dict[str, object]] = []
     for name in selected:
         date = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
-        _warn_if_busy(cpus)
+        _warn_if_busy(cpus, out)
         cpu_share = CpuShare()
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console, transient=False) as progress:
+                      console=out, transient=False) as progress:
             result = _runner(name, args)(RichProgress(progress))
         cpu = cpu_share.describe(cpus)
-        if cpu:
-            console.print(f"CPU: {cpu}")
-        for table in result.tables:
-            console.print(to_rich(table))
-        for verdict in result.verdicts:
-            colour = "green" if verdict.met else "red"
-            console.print(f"[{colour}]{verdict.line()}[/{colour}]")
+        results.append(_as_json(result, cpu))
+        if not args.json:
+            if cpu:
+                console.print(f"CPU: {cpu}")
+            for table in result.tables:
+                console.print(to_rich(table))
+            for verdict in result.verdicts:
+                colour = "green" if verdict.met else "red"
+                console.print(f"[{colour}]{verdict.line()}[/{colour}]")
         if args.output is not None:
             _write_section(args.output, result, command=command, date=date, machine=machine.describe(), cpu=cpu)
-            console.print(f"updated the {name} section of {args.output}")
+            out.print(f"updated the {name} section of {args.output}")
+    if args.json:
+        print(json.dumps({"command": command, "machine": machine.describe(), "benchmarks": results}, indent=2))
     return 0  # a missed target is a finding, reported above, not a failure of the command
 
 
-def _warn_if_busy(cpus: int, window_s: float = 1.0, threshold: float = 0.15) -> None:
+def _as_json(result: BenchResult, cpu: str | None) -> dict[str, object]:
+    """A benchmark's tables (rows as column -> cell) and verdicts, for --json."""
+    return {"name": result.name, "cpu": cpu,
+            "tables": [{"title": t.title, "rows": [dict(zip(t.columns, row, strict=True)) for row in t.rows],
+                        "notes": list(t.notes)} for t in result.tables],
+            "targets": [{"target": v.target, "met": v.met, "detail": v.detail} for v in result.verdicts]}
+
+
+def _warn_if_busy(cpus: int, out: Console, window_s: float = 1.0, threshold: float = 0.15) -> None:
     """Other processes' share of the machine over the last second, said before a benchmark starts."""
     sample = CpuShare()
     time.sleep(window_s)  # the sampling window, not a wait for anything
     share = sample.others_share(cpus)
     if share is not None and share > threshold:
-        console.print(f"[yellow]other processes are using {share:.0%} of the {cpus} CPUs: expect noisy "
+        out.print(f"[yellow]other processes are using {share:.0%} of the {cpus} CPUs: expect noisy "
                       f"figures[/yellow]")
 
 
