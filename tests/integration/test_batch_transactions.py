@@ -36,7 +36,8 @@ def test_only_the_named_attempts_commit_and_all_at_once(cluster, topic, txn_id, 
     winner0 = write_share(bs, txn_id, 0, 0, 1, topic, [b"a0", b"a1", b"a2"])
     winner1 = write_share(bs, txn_id, 0, 1, 0, topic, [b"b0", b"b1"])
     write_share(bs, txn_id, 0, 0, 0, topic, [b"failed-attempt"])  # task 0's first attempt lost
-    assert read_values(bs, topic, "read_committed") == []  # nothing visible before the decision
+    # nothing visible before the decision (the batch is open on purpose)
+    assert read_values(bs, topic, "read_committed", left_open=True, settle_s=0) == []
     outcome = end_batch_transaction(client, txn_id, 0, committed=True, winners=[winner0, winner1])
     assert outcome.completed and not outcome.repeated_commit
     assert sorted(read_values(bs, topic, "read_committed")) == [b"a0", b"a1", b"a2", b"b0", b"b1"]

@@ -7,10 +7,10 @@ from tests.helpers import read_all, wait_until
 from txnsim import Consumer, OffsetAndMetadata, Producer, TopicPartition, errors
 
 
-def read_values(bs, topic, isolation, partitions=3, *, left_open=False):
-    """The values a reader sees; `left_open`: the test holds a transaction open on purpose (read at once)."""
+def read_values(bs, topic, isolation, partitions=3, *, left_open=False, settle_s=2.0):
+    """The values a reader sees; `left_open`: a transaction may be open on purpose (read up to it)."""
     return [r.value for r in read_all(bs, topic, partitions=partitions, isolation_level=isolation,
-                                      settle_s=0 if left_open else 2.0, open_allowed=left_open)]
+                                      settle_s=settle_s, open_allowed=left_open)]
 
 
 def test_commit_across_partitions_is_seen_by_both_isolation_levels(cluster, topic, txn_id):
@@ -56,8 +56,8 @@ def test_read_committed_holds_records_behind_an_open_transaction(cluster, admin,
         # the LSO is pinned at the open transaction's first offset, below the high watermark
         assert admin.last_stable_offsets([tp])[tp] == first.offset
         assert admin.end_offsets([tp])[tp] > first.offset + 1
-        assert read_values(bs, topic, "read_committed", left_open=True) == []
-        assert sorted(read_values(bs, topic, "read_uncommitted", left_open=True)) == [b"committed-later",
+        assert read_values(bs, topic, "read_committed", left_open=True, settle_s=0) == []
+        assert sorted(read_values(bs, topic, "read_uncommitted", left_open=True, settle_s=0)) == [b"committed-later",
                                                                                       b"undecided"]
         open_txn.commit_transaction()
     assert read_values(bs, topic, "read_committed") == [b"undecided", b"committed-later"]

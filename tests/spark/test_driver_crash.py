@@ -48,15 +48,16 @@ def test_a_driver_killed_mid_batch_and_restarted_copies_exactly_once(cluster, ad
         first.kill()
     finally:
         first.stop()
-    written = len(read_values(bs, topic, "read_committed", partitions=2))
+    written = len(read_values(bs, topic, "read_committed", partitions=2, left_open=True))
     assert 0 < written < len(inputs)
     second = copy_driver(*args)
     try:
-        wait_until(lambda: len(read_values(bs, topic, "read_committed", partitions=2)) >= len(inputs),
+        wait_until(lambda: len(read_values(bs, topic, "read_committed", partitions=2, left_open=True))
+                   >= len(inputs),
                    timeout_s=180, what="the restarted query to catch up")
     finally:
         second.stop()
-    assert sorted(read_values(bs, topic, "read_committed", partitions=2)) == sorted(inputs)
+    assert sorted(read_values(bs, topic, "read_committed", partitions=2, left_open=True)) == sorted(inputs)
 
 
 def test_income_per_minute_matches_the_orders(cluster, admin, topic, tmp_path):
@@ -75,11 +76,12 @@ def test_income_per_minute_matches_the_orders(cluster, admin, topic, tmp_path):
     income = SparkDriver("income", bootstrap_servers=bs, input_topic=orders, output_topic=topic,
                          checkpoint=tmp_path / "ckpt")
     try:
-        wait_until(lambda: len(read_values(bs, topic, "read_committed", partitions=2)) >= len(expected),
+        wait_until(lambda: len(read_values(bs, topic, "read_committed", partitions=2, left_open=True))
+                   >= len(expected),
                    timeout_s=180, what="every minute's income")
     finally:
         income.stop()
-    windows = [json.loads(v) for v in read_values(bs, topic, "read_committed", partitions=2)]
+    windows = [json.loads(v) for v in read_values(bs, topic, "read_committed", partitions=2, left_open=True)]
     assert {w["window_start_ms"]: w["income_cents"] for w in windows} == expected
     assert len(windows) == len(expected)  # no window written twice
 
@@ -96,7 +98,7 @@ def test_a_driver_killed_right_after_a_commit_replays_that_batch_without_writing
     args = (bs, source, topic, tmp_path / "ckpt", "--max-offsets-per-trigger", "500", "--available-now")
     first = copy_driver(*args, env={FAULT_KILL_DRIVER_AFTER_COMMIT: "2"})
     assert first.wait(180) == -9  # SIGKILLed by the fault right after batch 2's commit
-    assert len(read_values(bs, topic, "read_committed", partitions=2)) == 1500  # batches 0, 1 and 2
+    assert len(read_values(bs, topic, "read_committed", partitions=2, left_open=True)) == 1500  # batches 0, 1 and 2
     second = copy_driver(*args)
     assert second.wait(180) == 0
-    assert sorted(read_values(bs, topic, "read_committed", partitions=2)) == sorted(inputs)
+    assert sorted(read_values(bs, topic, "read_committed", partitions=2, left_open=True)) == sorted(inputs)
