@@ -80,7 +80,11 @@ def test_a_paused_coordinator_is_taken_over_then_fenced_and_it_rejoins(cluster):
     (taker, _, taken_epoch) = later[0]
     assert first_owner == paused and taker != paused and taken_epoch > first_epoch
     assert (paused, "fenced", first_epoch) in later
-    assert later[-2:] == [(taker, "released", taken_epoch), (paused, "acquired", later[-1][2])]
+    # (under load the shard may change hands more than once while the node is paused: what matters is that the
+    # last temporary owner let go gracefully and the woken node took it back at a higher epoch)
+    (releaser, action, released_epoch), (last_owner, last_action, last_epoch) = later[-2:]
+    assert releaser != paused and action == "released" and released_epoch >= taken_epoch
+    assert (last_owner, last_action) == (paused, "acquired") and last_epoch > released_epoch
     assert later[-1][2] > taken_epoch
 
 
