@@ -51,6 +51,7 @@ class LocalCluster:
             raise KafkaConfigurationError(
                 f"metrics_port must leave room for {nodes} ports below 65536, not {metrics_port}")
         self.metrics_port = metrics_port or 0
+        self._metrics_ports: dict[int, int] = {}  # node id -> the free port picked for it (metrics_port 0)
         self._own_tmp = data_dir is None
         self.data_dir = Path(tempfile.mkdtemp(prefix="txnsim-")) if data_dir is None else Path(data_dir)
         self.layout = ClusterLayout(self.data_dir)
@@ -244,9 +245,23 @@ class LocalCluster:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self._procs[node_id] = subprocess.Popen(
             [sys.executable, "-m", "coordinator.node", "--data-dir", str(self.data_dir), "--node-id", str(node_id),
-             "--exit-on-stdin-eof", "--metrics-port", str(self.metrics_port + node_id if self.metrics_port else 0)],
+             "--exit-on-stdin-eof", "--metrics-port",
+             str(self.metrics_port + node_id if self.metrics_port else self._free_metrics_port(node_id))],
             stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         out.close()
+
+    def _free_metrics_port(self, node_id: int) -> int:
+        """A free port for a node's /metrics that is none of the cluster's own addresses. A node binding port 0
+        itself could take a port picked for another node's gRPC or Kafka listener that had not bound it yet
+        (seen in CI: "Address already in use" at a node's start)."""
+        reserved = {int(address.rsplit(":", 1)[1])
+                    for address in (*self.spec.nodes.values(), *self.spec.kafka_nodes.values())}
+        reserved.update(port for other, port in self._metrics_ports.items() if other != node_id)
+        while True:
+            port = free_port()
+            if port not in reserved:
+                self._metrics_ports[node_id] = port
+                return port
 
     def _wait_ready(self, node_ids: list[int]) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
