@@ -12,10 +12,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from proto.cluster_client import parse_bootstrap
+from client.cluster import parse_bootstrap
+from client.transport import Deadline
 from proto.errors import KafkaConfigurationError
 from proto.structs import IsolationLevel
-from proto.transport import Deadline
 
 #: Kafka's max.poll.interval.ms doubles as the rebalance timeout; accept that name too
 _ALIASES = {"max_poll_interval_ms": "rebalance_timeout_ms"}

@@ -15,7 +15,15 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, Protocol, overload
 
-from proto.cluster_client import ClusterClient
+from client.cluster import ClusterClient
+from client.transport import Deadline, retrying
+from consumer.arguments import as_offset_and_metadata, as_topic_partition, check_offset, check_timestamp
+from consumer.config import ConsumerConfig, OffsetResetStrategy
+from consumer.fetcher import Fetcher
+from consumer.group import GroupCoordinatorClient, GroupMembership
+from consumer.iteration import IterationBuffer
+from consumer.offsets import CommitCallback, CommitFuture, OffsetManager
+from consumer.subscription import SubscriptionState
 from proto.errors import (
     IllegalArgumentError,
     IllegalGenerationError,
@@ -33,15 +41,6 @@ from proto.structs import (
     OffsetAndTimestamp,
     TopicPartition,
 )
-from proto.transport import Deadline, retrying
-
-from consumer.config import ConsumerConfig, OffsetResetStrategy
-from consumer.fetcher import Fetcher
-from consumer.group import GroupCoordinatorClient, GroupMembership
-from consumer.offsets import CommitCallback, CommitFuture, OffsetManager
-from consumer.arguments import as_offset_and_metadata, as_topic_partition, check_offset, check_timestamp
-from consumer.iteration import IterationBuffer
-from consumer.subscription import SubscriptionState
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,11 @@ from typing import Any
 
 import grpc
 
+from client.cluster import ClusterClient
+from client.transport import Deadline, call_future, result_of, retrying
+from consumer.config import ConsumerConfig, OffsetResetStrategy
+from consumer.subscription import SubscriptionState
 from proto import txnsim_pb2 as pb
-from proto.cluster_client import ClusterClient
 from proto.errors import (
     CorruptMessageError,
     KafkaError,
@@ -31,10 +34,6 @@ from proto.errors import (
 from proto.read_committed import AbortedTransactions
 from proto.records import HEADER_SIZE, Record, RecordBatch, read_header
 from proto.structs import ConsumerRecord, IsolationLevel, TopicPartition
-from proto.transport import Deadline, call_future, result_of, retrying
-
-from consumer.config import ConsumerConfig, OffsetResetStrategy
-from consumer.subscription import SubscriptionState
 
 log = logging.getLogger(__name__)
 

@@ -16,10 +16,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from client.cluster import GROUP, ClusterClient
+from client.transport import Deadline, call, call_future, result_of, retrying
 from consumer.assignors import ASSIGNORS
 from consumer.config import ConsumerConfig
 from proto import txnsim_pb2 as pb
-from proto.cluster_client import GROUP, ClusterClient
 from proto.consumer_protocol import (
     PROTOCOL_TYPE,
     decode_assignment,
@@ -40,7 +41,6 @@ from proto.errors import (
     raise_for,
 )
 from proto.structs import ConsumerGroupMetadata, TopicPartition
-from proto.transport import Deadline, call, call_future, result_of, retrying
 
 log = logging.getLogger(__name__)
 

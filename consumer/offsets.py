@@ -20,6 +20,11 @@ from typing import Any
 
 import grpc
 
+from client.transport import Deadline, call_future, result_of
+from consumer.config import ConsumerConfig
+from consumer.fetcher import PartitionMissing
+from consumer.group import GroupCoordinatorClient, GroupMembership
+from consumer.subscription import SubscriptionState
 from proto import txnsim_pb2 as pb
 from proto.errors import (
     IllegalGenerationError,
@@ -32,12 +37,6 @@ from proto.errors import (
     for_code,
 )
 from proto.structs import OffsetAndMetadata, TopicPartition
-from proto.transport import Deadline, call_future, result_of
-
-from consumer.config import ConsumerConfig
-from consumer.fetcher import PartitionMissing
-from consumer.group import GroupCoordinatorClient, GroupMembership
-from consumer.subscription import SubscriptionState
 
 log = logging.getLogger(__name__)
 

@@ -10,11 +10,11 @@ import enum
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from proto.errors import IllegalStateError
-from proto.structs import OffsetAndMetadata, TopicPartition
 
 from consumer.arguments import as_topic_partition
 from consumer.config import OffsetResetStrategy
+from proto.errors import IllegalStateError
+from proto.structs import OffsetAndMetadata, TopicPartition
 
 
 class SubscriptionType(enum.Enum):

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from client.transport import call
 from coordinator.layout import ClusterSpec
 from coordinator.membership import Membership
 from coordinator.ownership_log import OwnershipLog
@@ -28,7 +29,6 @@ from proto.structs import (
     INTERNAL_TOPICS,
     TRANSACTION_STATE_TOPIC,
 )
-from proto.transport import call
 
 log = logging.getLogger(__name__)
 #: how long a deletion waits for each peer to close its logs of the topic

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import grpc
 
+from client.transport import SERVER_OPTIONS, NodeChannels, Stubs, call
 from coordinator.cluster_service import ClusterServer, ClusterServicer
 from coordinator.group import GroupCoordinator, GroupService
 from coordinator.kafka.front_door import KafkaBackends, open_kafka_listener
@@ -69,7 +70,6 @@ from proto.structs import (
     TRANSACTION_STATE_TOPIC,
     TopicPartition,
 )
-from proto.transport import SERVER_OPTIONS, NodeChannels, Stubs, call
 
 log = logging.getLogger("txnsim.node")
 #: threads serving RPCs; idle ones cost nothing but a little memory

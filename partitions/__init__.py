@@ -5,8 +5,15 @@ Invariant kept throughout: nothing is acknowledged or read before it is fsynced.
 """
 from partitions.log import PartitionLog
 from partitions.log_manager import LogManager
-from partitions.model import (AppendOrigin, AppendResult, FetchData, LogConfig, OpenTransaction,
-                              ProducerSnapshot, RecoveryStats)
+from partitions.model import (
+                              AppendOrigin,
+                              AppendResult,
+                              FetchData,
+                              LogConfig,
+                              OpenTransaction,
+                              ProducerSnapshot,
+                              RecoveryStats,
+)
 
 __all__ = [
     "AppendOrigin",

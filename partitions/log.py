@@ -24,8 +24,15 @@ from pathlib import Path
 
 from partitions.group_commit import GroupCommitter
 from partitions.leader_epochs import EpochLimits, LeaderEpochs
-from partitions.model import (AppendOrigin, AppendResult, FetchData, LogConfig, OpenTransaction,
-                              ProducerSnapshot, RecoveryStats)
+from partitions.model import (
+    AppendOrigin,
+    AppendResult,
+    FetchData,
+    LogConfig,
+    OpenTransaction,
+    ProducerSnapshot,
+    RecoveryStats,
+)
 from partitions.producer_snapshot import PartitionStateSnapshot, snapshot_name
 from partitions.producer_state import ProducerStateTable
 from partitions.producer_state_recovery import load_producer_state
@@ -36,8 +43,7 @@ from partitions.storage import FILE_STORAGE, Storage
 from partitions.txn_index import AbortedTxn, AbortedTxnIndex, index_abort
 from partitions.validation import parse_batches, validate_batches
 from proto import records as codec
-from proto.errors import (InvalidRequestError, KafkaStorageError, NotLeaderOrFollowerError,
-                          OffsetOutOfRangeError)
+from proto.errors import InvalidRequestError, KafkaStorageError, NotLeaderOrFollowerError, OffsetOutOfRangeError
 from proto.records import ControlType, RecordBatch
 from proto.structs import IsolationLevel
 

@@ -19,8 +19,13 @@ from partitions.model import RecoveryStats
 from partitions.producer_snapshot import CorruptSnapshotError, PartitionStateSnapshot
 from partitions.producer_state import ProducerStateTable
 from partitions.segment import Segment
-from partitions.snapshot_files import (SnapshotFile, delete_snapshots, delete_stray_temporaries, list_snapshots,
-                                       read_snapshot)
+from partitions.snapshot_files import (
+    SnapshotFile,
+    delete_snapshots,
+    delete_stray_temporaries,
+    list_snapshots,
+    read_snapshot,
+)
 from partitions.storage import FILE_STORAGE, Storage
 from partitions.txn_index import AbortedTxnIndex, index_abort
 from proto.errors import KafkaStorageError

@@ -13,8 +13,14 @@ from dataclasses import dataclass
 from pathlib import PurePath
 
 from partitions.file_names import log_order
-from partitions.producer_snapshot import (CorruptSnapshotError, PartitionStateSnapshot, decode, encode,
-                                          parse_snapshot_name, snapshot_name)
+from partitions.producer_snapshot import (
+    CorruptSnapshotError,
+    PartitionStateSnapshot,
+    decode,
+    encode,
+    parse_snapshot_name,
+    snapshot_name,
+)
 from partitions.storage import FILE_STORAGE, TMP_SUFFIX, Storage
 
 logger = logging.getLogger(__name__)

@@ -26,11 +26,10 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
+from producer.future import FutureRecordMetadata, ProduceRequestResult
 from proto.errors import IllegalStateError, KafkaError, KafkaTimeoutError
 from proto.records import BatchBuilder, Header, iter_batches
 from proto.structs import TopicPartition
-
-from producer.future import FutureRecordMetadata, ProduceRequestResult
 
 log = logging.getLogger(__name__)
 

@@ -14,14 +14,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from proto import txnsim_pb2 as pb
-from proto.cluster_client import TRANSACTION, ClusterClient
-from proto.errors import IllegalStateError, needs_rediscovery
-from proto.structs import TopicPartition
-from proto.transport import Deadline, call, retrying
-
+from client.cluster import TRANSACTION, ClusterClient
+from client.transport import Deadline, call, retrying
 from producer.producer import Producer
 from producer.transaction_manager import TransactionState
+from proto import txnsim_pb2 as pb
+from proto.errors import IllegalStateError, needs_rediscovery
+from proto.structs import TopicPartition
 
 log = logging.getLogger(__name__)
 

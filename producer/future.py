@@ -12,10 +12,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from producer.transaction_manager import copy_error
 from proto.errors import KafkaError, KafkaTimeoutError
 from proto.structs import RecordMetadata, TopicPartition
-
-from producer.transaction_manager import copy_error
 
 log = logging.getLogger(__name__)
 

@@ -21,13 +21,18 @@ from typing import Any
 
 import grpc
 
-from producer.local_transaction import (LocalTransactionState, SendStatus, TransactionListener, TransactionMessage,
-                                        TransactionSendResult)
+from client.cluster import HALF_MESSAGES, ClusterClient
+from client.transport import Deadline, call, map_rpc_error, retrying
+from producer.local_transaction import (
+    LocalTransactionState,
+    SendStatus,
+    TransactionListener,
+    TransactionMessage,
+    TransactionSendResult,
+)
 from proto import txnsim_pb2 as pb
-from proto.cluster_client import HALF_MESSAGES, ClusterClient
 from proto.errors import IllegalStateError, KafkaError, KafkaTimeoutError, needs_rediscovery
 from proto.hashing import partition_for_key
-from proto.transport import Deadline, call, map_rpc_error, retrying
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,17 @@ from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
-from proto.cluster_client import ClusterClient
+from client.cluster import ClusterClient
+from client.transport import Deadline
+from producer.accumulator import RECORD_OVERHEAD, RecordAccumulator, record_size
+from producer.config import ProducerConfig
+from producer.future import FutureRecordMetadata
+from producer.half_transactions import HalfTransactions
+from producer.local_transaction import TransactionSendResult
+from producer.partitioner import DefaultPartitioner
+from producer.sender import Sender
+from producer.transaction_manager import TransactionManager, TransactionState
+from producer.txn_requests import CoordinatorRequests
 from proto.errors import (
     IllegalArgumentError,
     IllegalStateError,
@@ -28,17 +38,6 @@ from proto.errors import (
 )
 from proto.records import HEADER_SIZE, Header
 from proto.structs import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
-from proto.transport import Deadline
-
-from producer.accumulator import RECORD_OVERHEAD, RecordAccumulator, record_size
-from producer.config import ProducerConfig
-from producer.future import FutureRecordMetadata
-from producer.half_transactions import HalfTransactions
-from producer.local_transaction import TransactionSendResult
-from producer.partitioner import DefaultPartitioner
-from producer.sender import Sender
-from producer.transaction_manager import TransactionManager, TransactionState
-from producer.txn_requests import CoordinatorRequests
 
 log = logging.getLogger(__name__)
 

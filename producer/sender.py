@@ -25,8 +25,14 @@ from collections.abc import Callable
 
 import grpc
 
+from client.cluster import LOOKUP_TIMEOUT_S, ClusterClient
+from client.transport import Deadline, call, call_future, result_of
+from producer.accumulator import ProducerBatch, RecordAccumulator
+from producer.config import ProducerConfig
+from producer.error_policy import Action, classify_produce_error, fenced_error
+from producer.transaction_manager import SENDABLE_STATES, TransactionManager
+from producer.txn_requests import CoordinatorRequests, completing_backoff_s
 from proto import txnsim_pb2 as pb
-from proto.cluster_client import LOOKUP_TIMEOUT_S, ClusterClient
 from proto.errors import (
     DuplicateSequenceError,
     InvalidRecordError,
@@ -40,13 +46,6 @@ from proto.errors import (
     for_code,
 )
 from proto.structs import TopicPartition
-from proto.transport import Deadline, call, call_future, result_of
-
-from producer.accumulator import ProducerBatch, RecordAccumulator
-from producer.config import ProducerConfig
-from producer.error_policy import Action, classify_produce_error, fenced_error
-from producer.transaction_manager import SENDABLE_STATES, TransactionManager
-from producer.txn_requests import CoordinatorRequests, completing_backoff_s
 
 log = logging.getLogger(__name__)
 

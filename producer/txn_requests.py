@@ -1,7 +1,7 @@
 """The transactional producer's coordinator RPCs: InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn,
 TxnOffsetCommit and EndTxn, each with its retry policy and one branch per kind of error.
 
-Blocking calls run in the caller's thread, retried with tenacity (proto.transport.retrying)
+Blocking calls run in the caller's thread, retried with tenacity (client.transport.retrying)
 until the caller's deadline (max_block_ms); AddPartitionsToTxn is sent by the sender thread,
 which only builds the request and hands the answer to `handle_add_partitions` here. Every
 error lands in the TransactionManager through error_policy before it is raised.
@@ -12,10 +12,14 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from proto import txnsim_pb2 as pb
-from proto.cluster_client import GROUP, TRANSACTION, ClusterClient
 from tenacity import RetryCallState
 
+from client.cluster import GROUP, TRANSACTION, ClusterClient
+from client.transport import Deadline, Stubs, call, retrying
+from producer.config import ProducerConfig
+from producer.error_policy import Action, as_fatal, classify_coordinator_error
+from producer.transaction_manager import TransactionManager
+from proto import txnsim_pb2 as pb
 from proto.errors import (
     ConcurrentTransactionsError,
     CoordinatorLoadInProgressError,
@@ -29,11 +33,6 @@ from proto.errors import (
     raise_for,
 )
 from proto.structs import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
-from proto.transport import Deadline, Stubs, call, retrying
-
-from producer.config import ProducerConfig
-from producer.error_policy import Action, as_fatal, classify_coordinator_error
-from producer.transaction_manager import TransactionManager
 
 log = logging.getLogger(__name__)
 

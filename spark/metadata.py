@@ -11,7 +11,6 @@ from collections.abc import Iterable
 from consumer import Consumer
 from proto.errors import UnknownTopicOrPartitionError
 from proto.structs import TopicPartition
-
 from spark.offsets import PartitionBounds
 from spark.read_options import ReadOptions
 

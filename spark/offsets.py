@@ -13,7 +13,6 @@ from typing import Any
 
 from proto.errors import KafkaConfigurationError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from proto.structs import TopicPartition
-
 from spark.read_options import EARLIEST, LATEST, OffsetSpec
 
 log = logging.getLogger(__name__)

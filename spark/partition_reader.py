@@ -16,7 +16,6 @@ import pyarrow as pa
 from consumer import Consumer
 from proto.errors import KafkaTimeoutError, OffsetOutOfRangeError
 from proto.structs import ConsumerRecord
-
 from spark.offsets import OffsetRange
 from spark.read_options import EARLIEST, ReadOptions
 

@@ -14,7 +14,6 @@ from typing import Any
 
 from proto.errors import KafkaConfigurationError
 from proto.structs import IsolationLevel, TopicPartition
-
 from spark.option_map import OptionMap, parse_bootstrap
 
 #: the special offsets of startingOffsets/endingOffsets JSON, as in Spark's Kafka source

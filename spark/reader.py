@@ -28,7 +28,6 @@ from pyspark.sql.types import (
 
 from proto.errors import KafkaConfigurationError
 from proto.structs import TopicPartition
-
 from spark.metadata import ClusterView
 from spark.offsets import (
     JsonOffsets,

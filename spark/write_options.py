@@ -15,7 +15,6 @@ from typing import Any
 from pyspark.sql.types import ArrayType, BinaryType, DataType, IntegerType, StringType, StructType
 
 from proto.errors import KafkaConfigurationError
-
 from spark.option_map import OptionMap, parse_bootstrap
 
 DEFAULT_PREFIX = "txnsim-spark-"

@@ -23,9 +23,9 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from client.cluster import ClusterClient
 from producer import Producer
 from producer.batch_participant import BatchParticipant, end_batch_transaction
-from proto.cluster_client import ClusterClient
 from spark.write_options import WriteOptions
 
 log = logging.getLogger(__name__)

@@ -7,8 +7,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from client.cluster import GROUP, TRANSACTION, ClusterClient
+from client.transport import Deadline, call, retrying
 from proto import txnsim_pb2 as pb
-from proto.cluster_client import GROUP, TRANSACTION, ClusterClient
 from proto.consumer_protocol import decode_assignment
 from proto.errors import (
     IllegalArgumentError,
@@ -23,7 +24,6 @@ from proto.errors import (
     raise_for,
 )
 from proto.structs import INTERNAL_TOPICS, OffsetAndMetadata, TopicPartition, TransactionState, validate_topic_name
-from proto.transport import Deadline, call, retrying
 
 
 @dataclass(frozen=True, slots=True)

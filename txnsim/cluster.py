@@ -18,13 +18,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from client.cluster import TRANSACTION, ClusterClient
+from client.transport import NodeChannels, call
 from coordinator.config import NodeConfig
 from coordinator.layout import ClusterLayout, ClusterSpec, check_shard_counts, read_cluster_spec, write_cluster_spec
 from coordinator.metrics import read_metrics_url
 from proto import txnsim_pb2 as pb
-from proto.cluster_client import TRANSACTION, ClusterClient
 from proto.errors import KafkaConfigurationError, KafkaError, KafkaTimeoutError
-from proto.transport import NodeChannels, call
 
 log = logging.getLogger(__name__)
 

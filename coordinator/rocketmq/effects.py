@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from client.transport import Stubs, call
 from coordinator.rocketmq.routing import OwnerRouter
 from proto import txnsim_pb2 as pb
 from proto.errors import KafkaError, code_of
 from proto.records import NO_SEQUENCE
 from proto.structs import TopicPartition
-from proto.transport import Stubs, call
 
 
 class PartitionWriter:

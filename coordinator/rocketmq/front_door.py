@@ -17,13 +17,14 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from client.transport import Stubs, call
 from coordinator.membership import Membership
 from coordinator.partition_service import PartitionServer
 from coordinator.rocketmq import rmq_messages
 from coordinator.rocketmq.coordinator import HalfMessageCoordinator
 from coordinator.rocketmq.log_format import parse_transaction_id
-from coordinator.rocketmq.producers import ProducerRegistry
 from coordinator.rocketmq.pop_service import PopService
+from coordinator.rocketmq.producers import ProducerRegistry
 from coordinator.rocketmq.rmq_wire import rmq, rmq_grpc, rmq_service, status, status_for
 from coordinator.rocketmq.routing import OwnerRouter
 from coordinator.rocketmq.telemetry import TelemetrySession
@@ -42,7 +43,6 @@ from proto.errors import (
 )
 from proto.hashing import partition_for, partition_for_key
 from proto.structs import HALF_TOPIC, TopicPartition
-from proto.transport import Stubs, call
 
 log = logging.getLogger(__name__)
 

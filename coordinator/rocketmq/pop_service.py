@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from client.transport import Stubs, call
 from coordinator.group import GroupCoordinator
 from coordinator.partition_service import PartitionServer
 from coordinator.rocketmq.pop_state import Delivery, PopQueue, ReceiptHandle, decode_acked
@@ -23,12 +24,16 @@ from coordinator.rocketmq.routing import OwnerRouter
 from partitions import PartitionLog
 from proto import records
 from proto import txnsim_pb2 as pb
-from proto.errors import (InvalidReceiptHandleError, KafkaError, NotLeaderOrFollowerError,
-                          UnknownTopicOrPartitionError, raise_for)
-from proto.read_committed import AbortedTransactions
+from proto.errors import (
+    InvalidReceiptHandleError,
+    KafkaError,
+    NotLeaderOrFollowerError,
+    UnknownTopicOrPartitionError,
+    raise_for,
+)
 from proto.hashing import partition_for
+from proto.read_committed import AbortedTransactions
 from proto.structs import CONSUMER_OFFSETS_TOPIC, IsolationLevel
-from proto.transport import Stubs, call
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
+from client.transport import Deadline, NodeChannels, Stubs, retrying
 from coordinator.membership import Membership
 from proto.errors import CoordinatorNotAvailableError
-from proto.transport import Deadline, NodeChannels, Stubs, retrying
 
 T = TypeVar("T")
 #: runs a call: on this node when given None, else through the owner's stubs, within the timeout given

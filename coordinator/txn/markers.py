@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
+from client.transport import NodeChannels, call
 from coordinator.txn.metadata import Marker, Owed
 from proto import txnsim_pb2 as pb
 from proto.errors import (
@@ -23,7 +24,6 @@ from proto.errors import (
     TransactionCoordinatorFencedError,
 )
 from proto.structs import TopicPartition
-from proto.transport import NodeChannels, call
 
 log = logging.getLogger(__name__)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from client.cluster import ClusterClient
+from client.transport import call
 from proto import txnsim_pb2 as pb
-from proto.cluster_client import ClusterClient
 from proto.errors import InvalidRequestError, InvalidTxnStateError, code_of
-from proto.transport import call
 from tests.helpers import wait_until
 from txnsim import Producer, TopicPartition
 

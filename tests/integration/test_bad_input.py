@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 
+from client.cluster import ClusterClient
+from client.transport import call
 from proto import records
 from proto import txnsim_pb2 as pb
-from proto.cluster_client import ClusterClient
-from proto.transport import call
 from txnsim import Consumer, Producer, TopicPartition, errors
 
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from client.cluster import ClusterClient
 from producer.batch_participant import BatchParticipant, end_batch_transaction
-from proto.cluster_client import ClusterClient
 from tests.helpers import wait_until
 from tests.integration.test_transactions import read_values
 from txnsim import Admin, errors

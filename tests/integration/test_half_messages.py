@@ -8,10 +8,10 @@ from collections import defaultdict
 
 import pytest
 
+from producer.half_transactions import LOSE_END_ENV
 from tests.helpers import read_all, wait_until
 from tests.integration.conftest import FAST_SETTINGS
 from txnsim import LocalCluster, LocalTransactionState, Producer, TransactionListener, errors
-from producer.half_transactions import LOSE_END_ENV
 
 CHECK_INTERVAL_MS, CHECK_MAX, HALF_TIMEOUT_MS = 300, 4, 300
 HALF_SETTINGS = dict(FAST_SETTINGS, half_shards=4, transaction_check_interval_ms=CHECK_INTERVAL_MS,
@@ -250,8 +250,8 @@ def test_bad_input_gets_rocketmq_and_kafka_error_names(cluster, admin, topic, gr
 
 
 def _owner_of_group(cluster, group) -> int:
+    from client.cluster import HALF_MESSAGES
+    from client.transport import call
     from proto import txnsim_pb2 as pb
-    from proto.cluster_client import HALF_MESSAGES
-    from proto.transport import call
     request = pb.FindCoordinatorRequest(key_type=HALF_MESSAGES, key=group)
     return cluster.client.any_node(lambda s: call(s.cluster.FindCoordinator, request, 5.0)).node_id

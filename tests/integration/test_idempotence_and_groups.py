@@ -1,10 +1,10 @@
 """Idempotent retries, consumer groups, and the hanging-transaction tools."""
 from __future__ import annotations
 
+from client.cluster import ClusterClient
+from client.transport import call
 from proto import records
 from proto import txnsim_pb2 as pb
-from proto.cluster_client import ClusterClient
-from proto.transport import call
 from tests.helpers import wait_until
 from txnsim import Consumer, Producer, TopicPartition
 

@@ -225,8 +225,8 @@ def test_confluent_offsets_for_times_is_the_first_record_at_or_after_the_time(cl
 
 
 def test_grpc_list_offsets_finds_by_time_too(cluster, timed_topic):
+    from client.transport import NodeChannels, call
     from proto import txnsim_pb2 as pb
-    from proto.transport import NodeChannels, call
     metadata = call(NodeChannels().stubs(cluster.bootstrap_servers.split(",")[0]).cluster.Metadata,
                     pb.MetadataRequest(topics=[timed_topic]), 5.0)
     leader = metadata.topics[0].partitions[0].leader

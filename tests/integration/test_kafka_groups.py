@@ -451,9 +451,9 @@ def test_an_auto_committing_txnsim_member_never_moves_anothers_commit_back(clust
 @pytest.mark.slow
 def test_a_stable_group_survives_its_coordinator_killed_without_a_rebalance(tmp_path):
     """Membership is in __consumer_offsets: the next owner serves the same generation and assignments."""
+    from client.cluster import GROUP
+    from client.transport import call
     from proto import txnsim_pb2 as pb
-    from proto.cluster_client import GROUP
-    from proto.transport import call
 
     with LocalCluster(nodes=3, data_dir=tmp_path / "cluster", txn_shards=4, offsets_shards=4,
                       group_min_session_timeout_ms=500, group_initial_rebalance_delay_ms=300) as fresh:

@@ -7,10 +7,10 @@ import struct
 import crc32c
 import pytest
 
+from client.cluster import ClusterClient
+from client.transport import call
 from proto import records
 from proto import txnsim_pb2 as pb
-from proto.cluster_client import ClusterClient
-from proto.transport import call
 from tests.helpers import read_all, wait_until
 from txnsim import Admin, LocalCluster, Producer, TopicPartition, errors
 

@@ -12,8 +12,16 @@ from typing import Any
 
 import grpc
 import pytest
-from rocketmq import (ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer,
-                      TransactionChecker, TransactionResolution)
+from rocketmq import (
+    ClientConfiguration,
+    Credentials,
+    FilterExpression,
+    Message,
+    Producer,
+    SimpleConsumer,
+    TransactionChecker,
+    TransactionResolution,
+)
 from rocketmq.grpc_protocol import definition_pb2 as rmq
 from rocketmq.grpc_protocol import service_pb2 as rmq_service
 from rocketmq.grpc_protocol import service_pb2_grpc as rmq_grpc

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
+from spark.writer import FAULT_KILL_DRIVER_AFTER_COMMIT
 from tests.helpers import wait_until
 from tests.integration.test_transactions import read_values
-from spark.writer import FAULT_KILL_DRIVER_AFTER_COMMIT
 from txnsim import Producer
 from txnsim.pipeline.driver import SparkDriver
 

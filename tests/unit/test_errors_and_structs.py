@@ -103,9 +103,9 @@ def test_topic_partition_pickles_as_itself_after_pyspark_rewrites_namedtuples() 
 
 
 def test_kafka_python_import_habits_work_on_the_public_package():
-    from txnsim.errors import CommitFailedError, NoBrokersAvailable  # as `from kafka.errors import ...`
     import txnsim
     from proto import errors
+    from txnsim.errors import CommitFailedError, NoBrokersAvailable  # as `from kafka.errors import ...`
     assert txnsim.errors.CommitFailedError is CommitFailedError is errors.CommitFailedError
     assert NoBrokersAvailable is errors.KafkaConnectionError
     assert txnsim.OffsetAndTimestamp(5, 1000, -1).offset == 5

@@ -16,12 +16,12 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from client.cluster import TRANSACTION
+from client.transport import NodeChannels, Stubs, call
 from coordinator.config import NodeConfig
 from producer import Producer
 from proto import txnsim_pb2 as pb
-from proto.cluster_client import TRANSACTION
 from proto.errors import KafkaError
-from proto.transport import NodeChannels, Stubs, call
 from txnsim.bench.harness import NullProgress, Progress, bench_cluster
 from txnsim.bench.report import BenchResult, ResultTable, Verdict, format_ms
 from txnsim.bench.stats import Summary

@@ -22,8 +22,19 @@ from producer.local_transaction import LocalTransactionState, SendStatus, Transa
 from proto.structs import TopicPartition
 from txnsim.admin import Admin
 from txnsim.bench.harness import NullProgress, Progress, bench_cluster
-from txnsim.bench.log_census import (DATA, LOGS, MARKERS, OTHER, Census, Fsync, FsyncTrace, LogCensus,
-                                     cpu_seconds_from_stat, log_of, per_message)
+from txnsim.bench.log_census import (
+    DATA,
+    LOGS,
+    MARKERS,
+    OTHER,
+    Census,
+    Fsync,
+    FsyncTrace,
+    LogCensus,
+    cpu_seconds_from_stat,
+    log_of,
+    per_message,
+)
 from txnsim.bench.report import BenchResult, ResultTable, Verdict, format_count, format_ms, format_ratio
 from txnsim.bench.schedule import rotated
 from txnsim.bench.stats import median, median_confidence_interval, paired_ratios, percentile

@@ -12,14 +12,14 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
+from client.cluster import ClusterClient
+from client.transport import call
 from coordinator.layout import ClusterLayout, read_cluster_spec
 from coordinator.membership import node_is_alive
 from coordinator.metrics import read_metrics_url
 from proto import txnsim_pb2 as pb
-from proto.cluster_client import ClusterClient
 from proto.errors import KafkaError
 from proto.structs import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
-from proto.transport import call
 from txnsim.cli.common import (
     add_cluster_args,
     add_data_dir_arg,

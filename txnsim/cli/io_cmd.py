@@ -214,8 +214,8 @@ def produce_lines(args: argparse.Namespace) -> int:
 
 @exits_cleanly
 def consume_records(args: argparse.Namespace) -> int:
+    from client.cluster import ClusterClient
     from consumer import Consumer
-    from proto.cluster_client import ClusterClient
     from txnsim.cli.txn_status import TransactionStatuses
     servers = bootstrap_servers(args)
     timeout_ms = args.request_timeout_ms

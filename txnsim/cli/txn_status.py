@@ -7,12 +7,12 @@ read_committed reader keeps.
 """
 from __future__ import annotations
 
+from client.cluster import ClusterClient
+from client.transport import call
 from proto import txnsim_pb2 as pb
-from proto.cluster_client import ClusterClient
 from proto.errors import raise_for
 from proto.records import ControlType, iter_batches
 from proto.structs import TopicPartition
-from proto.transport import call
 
 COMMITTED, ABORTED, OPEN, NOT_TRANSACTIONAL = "committed", "aborted", "open", "-"
 

@@ -14,13 +14,13 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from client.cluster import ClusterClient
+from client.transport import call
 from coordinator.layout import ClusterLayout, ClusterSpec, read_cluster_spec
 from coordinator.membership import node_is_alive, read_heartbeat
 from proto import txnsim_pb2 as pb
-from proto.cluster_client import ClusterClient
 from proto.errors import KafkaError
 from proto.structs import TopicPartition
-from proto.transport import call
 from txnsim.admin import Admin
 from txnsim.observe.log_reader import read_ownership
 

@@ -7,8 +7,14 @@ import pytest
 
 from partitions import AppendOrigin, PartitionLog
 from proto import records
-from proto.errors import (CorruptMessageError, InvalidRecordError, NotLeaderOrFollowerError,
-                          OffsetOutOfRangeError, OutOfOrderSequenceError, RecordTooLargeError)
+from proto.errors import (
+    CorruptMessageError,
+    InvalidRecordError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
+    RecordTooLargeError,
+)
 from proto.structs import IsolationLevel
 
 UNCOMMITTED = IsolationLevel.READ_UNCOMMITTED

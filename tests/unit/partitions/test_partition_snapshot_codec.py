@@ -5,8 +5,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from partitions.producer_snapshot import (CorruptSnapshotError, PartitionStateSnapshot, decode, encode,
-                                          parse_snapshot_name, snapshot_name)
+from partitions.producer_snapshot import (
+    CorruptSnapshotError,
+    PartitionStateSnapshot,
+    decode,
+    encode,
+    parse_snapshot_name,
+    snapshot_name,
+)
 from partitions.producer_state import RETAINED_BATCHES, BatchMetadata, ProducerEntry
 from partitions.txn_index import AbortedTxn
 

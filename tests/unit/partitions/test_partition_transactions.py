@@ -9,8 +9,13 @@ import pytest
 from partitions import AppendOrigin, OpenTransaction, PartitionLog
 from partitions.segment import Segment
 from proto import records
-from proto.errors import (InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceError,
-                          TransactionAbortableError, TransactionCoordinatorFencedError)
+from proto.errors import (
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    TransactionAbortableError,
+    TransactionCoordinatorFencedError,
+)
 from proto.structs import IsolationLevel
 
 COMMITTED = IsolationLevel.READ_COMMITTED

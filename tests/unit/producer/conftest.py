@@ -20,10 +20,10 @@ from typing import Any
 import grpc
 import pytest
 
+from client.transport import SERVER_OPTIONS
 from proto import txnsim_pb2 as pb
 from proto import txnsim_pb2_grpc as rpc
 from proto.records import iter_batches
-from proto.transport import SERVER_OPTIONS
 
 NONE = 0
 

@@ -5,10 +5,10 @@ import threading
 
 import pytest
 
+from producer.accumulator import RecordAccumulator
 from proto.errors import IllegalStateError, KafkaTimeoutError, NotLeaderOrFollowerError
 from proto.records import iter_batches
 from proto.structs import TopicPartition
-from producer.accumulator import RecordAccumulator
 
 TP0 = TopicPartition("orders", 0)
 TP1 = TopicPartition("orders", 1)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from proto.errors import InvalidTransactionTimeoutError, KafkaConfigurationError
 from producer.config import ProducerConfig
+from proto.errors import InvalidTransactionTimeoutError, KafkaConfigurationError
 
 
 def config(**kwargs: object) -> ProducerConfig:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from proto import errors as e
 from producer.error_policy import Action, as_fatal, classify_coordinator_error, classify_produce_error
+from proto import errors as e
 
 PRODUCE = [
     (e.NotLeaderOrFollowerError, Action.REFRESH_AND_RETRY),

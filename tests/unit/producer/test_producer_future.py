@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
+from producer.future import FutureRecordMetadata, ProduceRequestResult
 from proto.errors import KafkaTimeoutError, NotLeaderOrFollowerError
 from proto.structs import RecordMetadata, TopicPartition
-from producer.future import FutureRecordMetadata, ProduceRequestResult
 
 TP = TopicPartition("orders", 1)
 

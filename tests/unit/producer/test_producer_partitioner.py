@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proto.hashing import murmur2
 from producer.partitioner import DefaultPartitioner
+from proto.hashing import murmur2
 
 
 @pytest.mark.parametrize(("key", "unsigned", "of_3", "of_50"), [

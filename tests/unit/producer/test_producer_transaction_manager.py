@@ -5,6 +5,12 @@ import itertools
 
 import pytest
 
+from producer.transaction_manager import (
+    VALID_PREVIOUS_STATES,
+    TransactionManager,
+    TransactionState,
+    is_transition_valid,
+)
 from proto.errors import (
     IllegalStateError,
     OutOfOrderSequenceError,
@@ -12,12 +18,6 @@ from proto.errors import (
     TransactionAbortableError,
 )
 from proto.structs import TopicPartition
-from producer.transaction_manager import (
-    VALID_PREVIOUS_STATES,
-    TransactionManager,
-    TransactionState,
-    is_transition_valid,
-)
 
 S = TransactionState
 TP0 = TopicPartition("orders", 0)

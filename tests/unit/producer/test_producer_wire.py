@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import pytest
 
+from producer import Producer
+from producer.transaction_manager import TransactionState
 from proto import errors as e
 from proto import txnsim_pb2 as pb
 from proto.records import iter_batches
 from proto.structs import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
-from producer import Producer
-from producer.transaction_manager import TransactionState
 
 S = TransactionState
 #: batches wait for flush, commit or close, never for the linger timer

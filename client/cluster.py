@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
+from client.transport import Deadline, NodeChannels, Stubs, call, retrying
 from proto import txnsim_pb2 as pb
 from proto.errors import (
     CoordinatorNotAvailableError,
@@ -20,7 +21,6 @@ from proto.errors import (
     raise_for,
 )
 from proto.structs import TopicPartition
-from proto.transport import Deadline, NodeChannels, Stubs, call, retrying
 
 GROUP = 0
 TRANSACTION = 1
