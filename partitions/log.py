@@ -190,11 +190,14 @@ class PartitionLog:
     # ------------------------------------------------------------ appends
 
     def append(self, records: bytes, *, origin: AppendOrigin = AppendOrigin.CLIENT,
-               verified_producer_ids: frozenset[int] = frozenset(), timestamp_ms: int | None = None) -> AppendResult:
+               verified_producer_ids: frozenset[int] = frozenset(), timestamp_ms: int | None = None,
+               wait_durable: bool = True) -> AppendResult:
         """Validate, write and fsync the batches of `records`, all or none; returns where they landed.
 
         `timestamp_ms` is the node's clock for this append, recorded as the producer's last
-        timestamp (default: each batch's max timestamp, as on replay).
+        timestamp (default: each batch's max timestamp, as on replay). `wait_durable` False returns
+        once written, before the fsync: the caller must call make_durable() before it acknowledges
+        anything (a driver that charges the fsync's time itself, as the simulator does).
         """
         batches = validate_batches(records, self.config, origin)
         with self._lock:
@@ -214,8 +217,14 @@ class PartitionLog:
                             [(base, base + header.last_offset_delta) for header, base in placed])
                 self._state.apply(plan)
                 result = AppendResult(placed[0][1], offset - 1, log_start_offset=self.log_start_offset)
-        self._committer.wait_until_durable(result.last_offset + 1)
+        if wait_durable:
+            self._committer.wait_until_durable(result.last_offset + 1)
         return result
+
+    def make_durable(self, end_offset: int) -> None:
+        """Return once every offset below `end_offset` is durable (fsynced; the high watermark past it),
+        sharing fsyncs with concurrent callers; KafkaStorageError or NOT_LEADER_OR_FOLLOWER if it cannot be."""
+        self._committer.wait_until_durable(end_offset)
 
     def needs_txn_verification(self, records: bytes) -> list[tuple[int, int]]:
         """(pid, epoch) of transactional batches whose producer has no open transaction here.

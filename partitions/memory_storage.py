@@ -12,7 +12,8 @@ from __future__ import annotations
 import errno
 import itertools
 import threading
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
@@ -61,11 +62,18 @@ class _MemoryFile(StorageFile):
         self._path = path
         self._generation = storage.generation
         self._closed = False
+        #: set by a power loss of a part of the disk this file is in (crash(under=...))
+        self.lost = False
+        storage.opened(self)
+
+    @property
+    def path(self) -> str:
+        return self._path
 
     def _check(self) -> Inode:
         if self._closed:
             raise OSError(errno.EBADF, "file is closed", self._path)
-        if self._generation != self._storage.generation:
+        if self._generation != self._storage.generation or self.lost:
             raise OSError(errno.ESTALE, "file was opened before a crash", self._path)
         return self._inode
 
@@ -116,8 +124,13 @@ class MemoryStorage(Storage):
         #: directory -> name -> inode, now and as of that directory's last fsync
         self._entries: dict[str, dict[str, Inode]] = {}
         self._durable: dict[str, dict[str, Inode]] = {}
+        #: files opened and not yet closed or lost, so a partial power loss can kill its own
+        self._open_files: weakref.WeakSet[_MemoryFile] = weakref.WeakSet()
 
     # ------------------------------------------------------------ hooks for subclasses
+
+    def opened(self, file: _MemoryFile) -> None:
+        self._open_files.add(file)
 
     def written(self, inode: Inode, path: str, data: bytes) -> None:
         """Every write lands here (a FaultyStorage may damage it)."""
@@ -256,14 +269,27 @@ class MemoryStorage(Storage):
         with self.lock:
             return {path: bytes(inode.data) for path, inode in self._named_inodes()}
 
-    def crash(self) -> list[str]:
+    def crash(self, under: Iterable[PurePath] | None = None) -> list[str]:
         """Power loss: undurable directory entries vanish (renames revert), every file keeps only
         its synced bytes (see `unsynced_bytes_kept` for torn writes), open files die.
-        Returns one line per change, in path order."""
+
+        `under`: only the files and directory entries below these directories (one node's own logs,
+        as if each node had a disk of its own); files opened elsewhere live on. Returns one line per
+        change, in path order."""
         with self.lock:
-            self.generation += 1
+            roots = None if under is None else sorted({str(PurePath(d)) for d in under})
+
+            def hit(path: str) -> bool:
+                return roots is None or any(path == r or path.startswith(r + "/") for r in roots)
+
+            if roots is None:
+                self.generation += 1
+            else:
+                for file in list(self._open_files):
+                    if hit(file.path):
+                        file.lost = True
             report: list[str] = []
-            for directory in sorted(set(self._entries) | set(self._durable)):
+            for directory in sorted(d for d in set(self._entries) | set(self._durable) if hit(d)):
                 now, durable = self._entries.get(directory, {}), self._durable.get(directory, {})
                 for name in sorted(set(now) | set(durable)):
                     if now.get(name) is not durable.get(name):
@@ -271,6 +297,8 @@ class MemoryStorage(Storage):
                         report.append(f"{_join(directory, name)}: {what} (directory not fsynced)")
                 self._entries[directory] = dict(durable)
             for path, inode in self._live_inodes():
+                if not hit(path):
+                    continue
                 tail = inode.unsynced_tail()
                 if tail is None:
                     report.append(f"{path}: truncate lost, back to {inode.synced_size} synced bytes")

@@ -31,11 +31,14 @@ def encode_entry(transactional_id: str, metadata: TxnMetadata | BatchTxn | None,
 
 
 def append_entry(shard_log: PartitionLog, transactional_id: str, metadata: TxnMetadata | BatchTxn | None,
-                 timestamp_ms: int | None = None) -> None:
-    """Returns once the entry is durable (the log group-commits its fsyncs). The record's timestamp is
+                 timestamp_ms: int | None = None, *, wait_durable: bool = True) -> int:
+    """Returns once the entry is durable (the log group-commits its fsyncs), or with `wait_durable` False
+    once written (then make_durable(returned end offset) before acting on it). The record's timestamp is
     the coordinator's time of the change (the wall clock if not given)."""
     stamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-    shard_log.append(encode_entry(transactional_id, metadata, stamp), origin=AppendOrigin.COORDINATOR)
+    appended = shard_log.append(encode_entry(transactional_id, metadata, stamp), origin=AppendOrigin.COORDINATOR,
+                                wait_durable=wait_durable)
+    return appended.last_offset + 1
 
 
 def advance(shard_log: PartitionLog, image: ShardImage) -> int:

@@ -13,6 +13,7 @@ from partitions.faulty_storage import FaultyStorage
 from partitions.memory_storage import MemoryStorage
 from partitions.storage import FILE_STORAGE, Storage
 from proto import records
+from proto.errors import KafkaStorageError
 from proto.records import HEADER_SIZE
 from proto.structs import IsolationLevel
 
@@ -111,6 +112,30 @@ def test_a_crash_keeps_synced_bytes_and_names_whose_directory_was_fsynced():
                       f"{SIM_DIR}/kept.log: lost 5 of 5 unsynced bytes"]
     with pytest.raises(OSError, match="before a crash"):
         kept.append(b"from a dead process")
+
+
+def test_a_power_loss_under_some_directories_leaves_the_others_and_their_open_files_alone():
+    """One node's power loss (the simulator's crash): its own logs lose their unsynced bytes and its open
+    files die; another node's log, unsynced bytes and open file included, carries on."""
+    storage = MemoryStorage()
+    mine, theirs = SIM_DIR, SIM_DIR.parent / "orders-1"
+    files = {}
+    for directory in (mine, theirs):
+        storage.mkdir(directory)
+        files[directory] = storage.create_file(directory / "a.log")
+        storage.fsync_directory(directory)
+        files[directory].append(b"synced")
+        files[directory].fsync()
+        files[directory].append(b" unsynced")
+    report = storage.crash(under=[mine])
+    assert report == [f"{mine}/a.log: lost 9 of 9 unsynced bytes"]
+    assert storage.read_bytes(mine / "a.log") == b"synced"
+    assert storage.read_bytes(theirs / "a.log") == b"synced unsynced"
+    with pytest.raises(OSError, match="before a crash"):
+        files[mine].append(b"from a dead process")
+    files[theirs].append(b", more")
+    files[theirs].fsync()
+    assert storage.read_bytes(theirs / "a.log") == b"synced unsynced, more"
 
 
 def test_an_undurable_rename_reverts_and_an_undurable_delete_comes_back():
@@ -230,6 +255,27 @@ def test_everything_acknowledged_survives_a_crash_and_the_in_flight_append_is_go
     reopened = open_sim(storage, epoch=1)
     assert reopened.recovery_report == []
     assert values(reopened) == [b"acked-%d" % i for i in range(5)]
+    reopened.close()
+
+
+def test_an_append_not_yet_made_durable_is_unacknowledged_and_a_power_loss_takes_it():
+    """wait_durable=False (a driver that charges the fsync's time itself): written, not durable, not below
+    the high watermark, until make_durable(); a power loss in between loses exactly that append."""
+    storage = FaultyStorage(random.Random(1), torn_writes=False)
+    log = open_sim(storage)
+    log.append(data(b"acked"))
+    pending = log.append(data(b"in flight"), wait_durable=False)
+    assert (pending.base_offset, log.log_end_offset, log.high_watermark) == (1, 2, 1)
+    assert len(list(records.iter_batches(log.read(0, 1 << 20, UNCOMMITTED).records))) == 1  # readers: up to the HW
+    late = log.append(data(b"made durable"), wait_durable=False)
+    log.make_durable(late.last_offset + 1)  # one fsync covers both
+    assert log.high_watermark == 3
+    lost = log.append(data(b"lost"), wait_durable=False)
+    storage.crash(under=[SIM_DIR])
+    with pytest.raises(KafkaStorageError):
+        log.make_durable(lost.last_offset + 1)
+    reopened = open_sim(storage, epoch=1)
+    assert values(reopened) == [b"acked", b"in flight", b"made durable"]
     reopened.close()
 
 

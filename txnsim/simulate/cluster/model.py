@@ -318,8 +318,18 @@ class ClusterModel(Model):
     # ------------------------------------------------------------ faults
 
     def crash(self, node: str) -> None:
-        """kill -9 of the node's process: its memory is gone; the shared data directory keeps what it wrote (the
-        operating system holds unsynced pages; losing those is a power loss, not a process crash)."""
+        """The node loses power: its memory is gone, and so is whatever it wrote to its own logs without an
+        fsync to the logs only it has open (as if on a disk of its own; a torn tail may survive, drawn from the
+        seed).
+        A plain kill -9 keeps unsynced pages in the operating system's cache: this is the harder case."""
+        elsewhere = {log.directory for name, other in self.sim_nodes.items() if name != node
+                     for log in other.logs.open_logs()}
+        # a log another node has open too (a new owner, or a stale one still holding it) is left alone: in the
+        # shared data directory its pages are that node's as much as this one's
+        directories = sorted(log.directory for log in self.sim_nodes[node].logs.open_logs()
+                             if log.directory not in elsewhere)
+        for line in self.disk.crash(under=directories):
+            self.note(node, f"power loss: {line}")
         self._down_since[int(node[1:])] = self.world.now_ms
 
     def restart(self, node: str) -> None:

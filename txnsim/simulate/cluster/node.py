@@ -202,12 +202,21 @@ class SimNode:
         def append(verified: frozenset[int]) -> None:
             try:
                 log = self._owned_log(tp.topic, tp.partition)
-                appended = log.append(part.records, verified_producer_ids=verified)
+                appended = log.append(part.records, verified_producer_ids=verified, wait_durable=False)
             except KafkaError as error:
                 return answer(error)
             self.model.appended(self.name, log, appended.base_offset, appended.last_offset)
             result.base_offset = appended.base_offset
-            self.net.set_timer(self.name, self.fsync_ms, answer, label="fsync")
+
+            def durable() -> None:  # the fsync's time has passed: now it happens (a power loss before it loses
+                try:                # the write, unacknowledged), then the answer
+                    log.make_durable(appended.last_offset + 1)
+                except KafkaError as error:
+                    return answer(error)
+                self.model.appended(self.name, log, appended.base_offset, appended.last_offset)
+                answer()
+
+            self.net.set_timer(self.name, self.fsync_ms, durable, label="fsync")
 
         try:
             unverified = self._owned_log(tp.topic, tp.partition).needs_txn_verification(part.records)
@@ -339,13 +348,26 @@ class SimNode:
             error = NotCoordinatorError(f"[NOT_COORDINATOR] shard {effect.shard} is no longer {self.name}'s")
         else:
             try:
-                state_log.append_entry(log, effect.transactional_id, effect.value, effect.timestamp_ms)
+                end = state_log.append_entry(log, effect.transactional_id, effect.value, effect.timestamp_ms,
+                                             wait_durable=False)
                 self.model.appended(self.name, log, -1, -1)
             except KafkaError as exc:
                 error = exc
             except OSError as exc:  # the simulated disk lost power under this write
                 error = UnknownServerError(f"[UNKNOWN_SERVER_ERROR] {exc}")
+            else:  # the fsync happens when its time has passed (a power loss before it loses the entry)
+                self.net.set_timer(self.name, self.fsync_ms, self._entry_durable, effect.write_id, log, end,
+                                   label="fsync")
+                return
         self.net.set_timer(self.name, self.fsync_ms, self._entry_written, effect.write_id, error, label="fsync")
+
+    def _entry_durable(self, write_id: int, log: PartitionLog, end: int) -> None:
+        try:
+            log.make_durable(end)
+        except KafkaError as exc:
+            return self._entry_written(write_id, exc)
+        self.model.appended(self.name, log, -1, -1)
+        self._entry_written(write_id, None)
 
     def _entry_written(self, write_id: int, error: KafkaError | None) -> None:
         self._run(self.core.entry_written(write_id, error, self.now()))
