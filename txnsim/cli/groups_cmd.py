@@ -16,6 +16,7 @@ from rich.table import Table
 from proto.errors import IllegalArgumentError, UnknownTopicOrPartitionError
 from proto.structs import TopicPartition
 from txnsim.admin import Admin, GroupDescription
+from txnsim.cli import timeline_cmd
 from txnsim.cli.common import add_cluster_args, add_json_arg, admin_client, console, exits_cleanly, offset_arg
 from txnsim.cli.output import print_json
 
@@ -54,6 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     delete.add_argument("group")
     add_cluster_args(delete)
     delete.set_defaults(func=delete_group)
+    timeline_cmd.register_group_timeline(verbs)
 
 
 def _table(title: str, *columns: str) -> Table:

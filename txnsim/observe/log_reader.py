@@ -8,15 +8,17 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from coordinator.group.log_format import OffsetKey, decode_group, group_key, parse_key
 from coordinator.layout import ClusterLayout, read_cluster_spec
 from coordinator.placement import Placement
 from coordinator.txn.metadata import TxnMetadata
 from partitions.segment import segment_files
 from proto import txnsim_pb2 as pb
-from proto.errors import CorruptMessageError, UnknownTopicOrPartitionError
+from proto.errors import CorruptMessageError, KafkaError, UnknownTopicOrPartitionError
 from proto.hashing import partition_for
 from proto.records import ControlType, Record, RecordBatch, read_header
-from proto.structs import TRANSACTION_STATE_TOPIC, TopicPartition
+from proto.structs import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicPartition
+from txnsim.observe.group_timeline import GroupEntry, build_group_timeline
 from txnsim.observe.timeline import DataBatch, OwnershipEvent, StateEntry, TimelineEvent, build_timeline
 
 
@@ -97,22 +99,89 @@ def read_state_entries(layout: ClusterLayout, transactional_id: str) -> tuple[in
 
 def timeline_of(data_dir: Path, transactional_id: str) -> list[TimelineEvent]:
     """The timeline of `transactional_id` from the files of the cluster in `data_dir`."""
-    return read_timeline(data_dir, transactional_id)[0]
+    return read_timeline(data_dir, transactional_id).events
 
 
-def read_timeline(data_dir: Path, transactional_id: str) -> tuple[list[TimelineEvent], list[TopicPartition]]:
-    """The timeline, and the data partitions it was read from."""
+@dataclass(frozen=True, slots=True)
+class TransactionPicture:
+    """A transactional id's timeline, the data partitions it was read from, and the timelines of the
+    consumer groups its transactions committed offsets for (TxnOffsetCommit), by group id."""
+
+    events: list[TimelineEvent]
+    partitions: list[TopicPartition]
+    groups: dict[str, list[TimelineEvent]]
+
+
+def read_timeline(data_dir: Path, transactional_id: str) -> TransactionPicture:
     layout = ClusterLayout(data_dir)
     shard, entries = read_state_entries(layout, transactional_id)
     partitions = sorted({tp for e in entries if e.value is not None for tp in e.value.partitions})
     producer_ids = {e.value.producer_id for e in entries if e.value is not None}
-    batches = [data_batch(tp, b) for tp in partitions for b in read_batches(layout, tp)
-               if b.header.producer_id in producer_ids]
+    batches = [(tp, b) for tp in partitions for b in read_batches(layout, tp) if b.header.producer_id in producer_ids]
     placement = Placement(tuple(read_cluster_spec(layout).node_ids))
     first_owners = {(tp.topic, tp.partition): placement.owner(tp.topic, tp.partition)
                     for tp in [*partitions, TopicPartition(TRANSACTION_STATE_TOPIC, shard)]}
-    events = build_timeline(transactional_id, shard, entries, batches, read_ownership(layout), first_owners)
-    return events, partitions
+    ownership = read_ownership(layout)
+    events = build_timeline(transactional_id, shard, entries, [data_batch(tp, b) for tp, b in batches], ownership,
+                            first_owners)
+    groups = {group: group_timeline(layout, group, ownership) for group in _groups_committed(batches)}
+    return TransactionPicture(events, partitions, groups)
+
+
+def _groups_committed(batches: Iterable[tuple[TopicPartition, RecordBatch]]) -> list[str]:
+    """The groups named by the offsets the producer wrote to __consumer_offsets in its transactions."""
+    found = set()
+    for tp, batch in batches:
+        if tp.topic != CONSUMER_OFFSETS_TOPIC or batch.header.is_control:
+            continue
+        for record in batch.records():
+            try:
+                key = parse_key(record.key)
+            except KafkaError:
+                continue
+            if isinstance(key, OffsetKey):
+                found.add(key.group_id)
+    return sorted(found)
+
+
+def read_group_entries(layout: ClusterLayout, group_id: str) -> tuple[int, list[GroupEntry]]:
+    """The group's offsets shard, and its durable membership records there (an unreadable one is skipped)."""
+    shard = partition_for(group_id, read_cluster_spec(layout).config.offsets_shards)
+    key = group_key(group_id)
+    entries = []
+    for batch in read_batches(layout, TopicPartition(CONSUMER_OFFSETS_TOPIC, shard)):
+        if batch.header.is_control:
+            continue
+        for record in batch.records():
+            if record.key != key:
+                continue
+            try:
+                value = None if record.value is None else decode_group(record.value)
+            except KafkaError:
+                continue
+            entries.append(GroupEntry(record.offset, record.timestamp, batch.header.partition_leader_epoch, value))
+    return shard, entries
+
+
+def group_timeline(layout: ClusterLayout, group_id: str,
+                   ownership: list[OwnershipEvent] | None = None) -> list[TimelineEvent]:
+    """Every generation of `group_id` that the cluster's `__consumer_offsets` still holds, oldest first."""
+    shard, entries = read_group_entries(layout, group_id)
+    placement = Placement(tuple(read_cluster_spec(layout).node_ids))
+    first_owners = {(CONSUMER_OFFSETS_TOPIC, shard): placement.owner(CONSUMER_OFFSETS_TOPIC, shard)}
+    return build_group_timeline(group_id, shard, entries, read_ownership(layout) if ownership is None else ownership,
+                                first_owners)
+
+
+def group_timeline_of(data_dir: Path, group_id: str) -> list[TimelineEvent]:
+    return group_timeline(ClusterLayout(data_dir), group_id)
+
+
+def group_signature(data_dir: Path, group_id: str) -> tuple[object, ...]:
+    """What a group's timeline was read from (its offsets shard and the ownership log)."""
+    layout = ClusterLayout(data_dir)
+    shard = TopicPartition(CONSUMER_OFFSETS_TOPIC, partition_for(group_id, read_cluster_spec(layout).config.offsets_shards))
+    return _stats([layout.metadata / "ownership.log", *(p for _b, _e, p in _segments(layout, shard))])
 
 
 @dataclass(frozen=True, slots=True)

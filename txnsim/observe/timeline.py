@@ -78,14 +78,18 @@ class TimelineEvent:
     detail: str = ""
     #: which of the id's transactions this step belongs to, counted from 1 (0: none, or not known)
     transaction: int = 0
+    #: for a consumer group's step (group_timeline.py): the generation it belongs to
+    generation: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
+#: a consumer group's kinds of event (group_timeline.py), in the order they happen at one moment
+GROUP_KINDS = ("Rebalance", "Membership", "Assignment", "MemberLeft", "GroupDeleted")
 #: every kind of event, in the order they happen within one transaction (ties at one time sort so)
 KINDS = ("InitProducerId", "AddPartitions", "Produce", "EndTxn", "Timeout", "Fence", "Prepare", "Marker",
-         "MarkerAck", "Complete", "Expired", "Failover")
+         "MarkerAck", "Complete", "Expired", "Failover", *GROUP_KINDS)
 _ORDER = {kind: i for i, kind in enumerate(KINDS)}
 
 
@@ -97,7 +101,7 @@ def partition_lane(tp: TopicPartition) -> str:
     return f"{tp.topic}-{tp.partition}"
 
 
-class _Owners:
+class LogOwners:
     """Which node led a log at a leader epoch (or, failing that, at a time), from the ownership log."""
 
     def __init__(self, changes: Sequence[OwnershipEvent], first_owners: Mapping[tuple[str, int], int]) -> None:
@@ -131,7 +135,7 @@ def build_timeline(transactional_id: str, shard: int, entries: Sequence[StateEnt
     `first_owners`: (topic, partition) -> the node that led it before the ownership log says otherwise
     (a node does not log the logs it opens at start-up as their preferred owner).
     """
-    owners = _Owners(ownership, first_owners or {})
+    owners = LogOwners(ownership, first_owners or {})
     events: list[TimelineEvent] = []
     transactions = _Transactions()
     previous: TxnMetadata | None = None
@@ -150,8 +154,12 @@ def build_timeline(transactional_id: str, shard: int, entries: Sequence[StateEnt
     events.extend(_data_events(batches, transactions, owners))
     if events:
         events.extend(_failovers(events, shard, ownership, transactions))
-    events.sort(key=lambda e: (e.time_ms, _ORDER[e.kind]))
-    return events
+    return sort_events(events)
+
+
+def sort_events(events: Iterable[TimelineEvent]) -> list[TimelineEvent]:
+    """Oldest first; steps at one time in the order they happen."""
+    return sorted(events, key=lambda e: (e.time_ms, _ORDER[e.kind]))
 
 
 class _Transactions:
@@ -235,7 +243,7 @@ def _state_events(t: int, lane: str, node: int, before: TxnMetadata | None, now:
     return out
 
 
-def _data_events(batches: Iterable[DataBatch], transactions: _Transactions, owners: _Owners) -> list[TimelineEvent]:
+def _data_events(batches: Iterable[DataBatch], transactions: _Transactions, owners: LogOwners) -> list[TimelineEvent]:
     out: list[TimelineEvent] = []
     for b in batches:
         if b.producer_id not in transactions.producer_ids:
@@ -281,9 +289,15 @@ def _failovers(events: Sequence[TimelineEvent], shard: int, ownership: Sequence[
 
 
 def lanes(events: Sequence[TimelineEvent]) -> list[str]:
-    """The timeline's lanes: nodes first, then partitions, each sorted."""
-    names = {e.lane for e in events}
-    return sorted(n for n in names if n.startswith("node ")) + sorted(n for n in names if not n.startswith("node "))
+    """The timeline's lanes: nodes first, then partitions, each sorted; then each consumer group's lane
+    followed by its members' lanes in the order they first appear."""
+    grouped = list(dict.fromkeys(e.lane for e in sorted(events, key=lambda e: e.time_ms) if e.kind in GROUP_KINDS))
+    names = {e.lane for e in events} - set(grouped)
+    out = sorted(n for n in names if n.startswith("node ")) + sorted(n for n in names if not n.startswith("node "))
+    for group in sorted(n for n in grouped if n.startswith("group ")):
+        out.append(group)
+        out.extend(n for n in grouped if n.startswith(group.removeprefix("group ") + ": "))
+    return out + [n for n in grouped if n not in out]
 
 
 

@@ -34,6 +34,7 @@ def create_app(data_dir: Path, *, interval_s: float = 1.0) -> Starlette:
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     rebalances = queries.RebalanceHistory()
     timelines = queries.Timelines(data_dir)
+    group_timelines = queries.GroupTimelines(data_dir)
     browser = queries.Messages(data_dir)
 
     @asynccontextmanager
@@ -75,11 +76,21 @@ def create_app(data_dir: Path, *, interval_s: float = 1.0) -> Starlette:
     def half(_request: Request) -> JSONResponse:
         return answer(lambda: {"half_messages": queries.half_messages(sampler.admin)})
 
+    def last_of(request: Request, default: int) -> int | None:
+        last = request.query_params.get("last", str(default))
+        return int(last) if last.lstrip("-").isdigit() else None
+
     def timeline(request: Request) -> JSONResponse:
-        last = request.query_params.get("last", str(queries.TIMELINE_TRANSACTIONS))
-        if not last.lstrip("-").isdigit():
+        last = last_of(request, queries.TIMELINE_TRANSACTIONS)
+        if last is None:
             return JSONResponse({"error": "INVALID_REQUEST: last is a whole number (negative: all)"}, 400)
-        return answer(lambda: timelines(request.path_params["transactional_id"], int(last)))
+        return answer(lambda: timelines(request.path_params["transactional_id"], last))
+
+    def group_timeline(request: Request) -> JSONResponse:
+        last = last_of(request, queries.GROUP_GENERATIONS)
+        if last is None:
+            return JSONResponse({"error": "INVALID_REQUEST: last is a whole number (negative: all)"}, 400)
+        return answer(lambda: group_timelines(request.path_params["group_id"], last))
 
     def messages(request: Request) -> JSONResponse:
         q = request.query_params
@@ -101,6 +112,7 @@ def create_app(data_dir: Path, *, interval_s: float = 1.0) -> Starlette:
         Route("/api/transactions", transactions),
         Route("/api/transactions/{transactional_id:path}/timeline", timeline),
         Route("/api/groups", groups),
+        Route("/api/groups/{group_id:path}/timeline", group_timeline),
         Route("/api/half-messages", half),
         Route("/api/messages", messages),
         Route("/static/plotly.min.js", plotly_js),

@@ -12,7 +12,16 @@ from typing import Any
 from proto.errors import KafkaError
 from proto.structs import TopicPartition
 from txnsim.admin import Admin
-from txnsim.observe.log_reader import browse, files_signature, partition_signature, read_timeline
+from txnsim.observe.group_timeline import beside_transactions, last_generations
+from txnsim.observe.log_reader import (
+    TransactionPicture,
+    browse,
+    files_signature,
+    group_signature,
+    group_timeline_of,
+    partition_signature,
+    read_timeline,
+)
 from txnsim.observe.timeline import KINDS, TimelineEvent, lanes, last_transactions
 
 #: the page lists at most this many transactional ids (describing each is one request)
@@ -103,29 +112,64 @@ class Timelines:
         self._data_dir = data_dir
         self._keep = keep
         self._lock = threading.Lock()
-        #: transactional id -> (signature of its files, its partitions, its events)
-        self._cache: dict[str, tuple[tuple[object, ...], list[TopicPartition], list[TimelineEvent]]] = {}
+        #: transactional id -> (signature of its files, what was read from them)
+        self._cache: dict[str, tuple[tuple[object, ...], TransactionPicture]] = {}
 
     def __call__(self, transactional_id: str, last: int = TIMELINE_TRANSACTIONS) -> dict[str, Any]:
-        """The id's last `last` transactions (all when negative)."""
-        every = self._events(transactional_id)
+        """The id's last `last` transactions (all when negative), with the rebalances of the groups it
+        committed offsets for from the first of them on."""
+        picture = self._picture(transactional_id)
+        every = picture.events
         events = last_transactions(every, last) if last >= 0 else every
-        return {"transactional_id": transactional_id, "lanes": lanes(events), "kinds": list(KINDS),
-                "events": [e.as_dict() for e in events], "left_out": len(every) - len(events)}
+        shown = beside_transactions(events, picture.groups)
+        return {"transactional_id": transactional_id, "groups": sorted(picture.groups), "lanes": lanes(shown),
+                "kinds": list(KINDS), "events": [e.as_dict() for e in shown], "left_out": len(every) - len(events)}
 
-    def _events(self, transactional_id: str) -> list[TimelineEvent]:
+    def _picture(self, transactional_id: str) -> TransactionPicture:
         cached = self._cache.get(transactional_id)
         # taken before reading, so a write landing during the read makes the next poll read again
-        signature = files_signature(self._data_dir, transactional_id, cached[1] if cached else [])
+        signature = files_signature(self._data_dir, transactional_id, cached[1].partitions if cached else [])
         if cached and cached[0] == signature:
-            return cached[2]
-        every, partitions = read_timeline(self._data_dir, transactional_id)
+            return cached[1]
+        picture = read_timeline(self._data_dir, transactional_id)
         # a signature over other partitions than these never matches the next one: that poll reads again
+        # (the groups' records are in the offsets shards among the partitions, so they count too)
         with self._lock:  # the endpoints run in a thread pool
-            self._cache[transactional_id] = (signature, partitions, every)
+            self._cache[transactional_id] = (signature, picture)
             while len(self._cache) > self._keep:
                 self._cache.pop(next(iter(self._cache)))
-        return every
+        return picture
+
+
+#: how many of a group's generations the page's group timeline shows
+GROUP_GENERATIONS = 10
+
+
+class GroupTimelines:
+    """A consumer group's generations from its durable membership records, read again only when its
+    offsets shard (or the ownership log) changed."""
+
+    def __init__(self, data_dir: Path, keep: int = 20) -> None:
+        self._data_dir = data_dir
+        self._keep = keep
+        self._lock = threading.Lock()
+        self._cache: dict[str, tuple[tuple[object, ...], list[TimelineEvent]]] = {}
+
+    def __call__(self, group_id: str, last: int = GROUP_GENERATIONS) -> dict[str, Any]:
+        """The group's last `last` generations (all when negative)."""
+        signature = group_signature(self._data_dir, group_id)
+        cached = self._cache.get(group_id)
+        if cached and cached[0] == signature:
+            every = cached[1]
+        else:
+            every = group_timeline_of(self._data_dir, group_id)
+            with self._lock:
+                self._cache[group_id] = (signature, every)
+                while len(self._cache) > self._keep:
+                    self._cache.pop(next(iter(self._cache)))
+        events = last_generations(every, last)
+        return {"group_id": group_id, "lanes": lanes(events), "kinds": list(KINDS),
+                "events": [e.as_dict() for e in events], "left_out": len(every) - len(events)}
 
 
 class RebalanceHistory:

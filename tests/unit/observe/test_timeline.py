@@ -201,7 +201,7 @@ def test_the_timeline_command_prints_the_steps_and_json(cluster):
     assert as_json.returncode == 0 and [e["kind"] for e in events].count("Marker") == 2
     assert events[0] == {"time_ms": T0, "lane": "node 0", "kind": "InitProducerId",
                          "label": "InitProducerId: producer 5 epoch 0", "node_id": 0, "producer_epoch": 0,
-                         "detail": "timeout 60000 ms", "transaction": 1}
+                         "detail": "timeout 60000 ms", "transaction": 1, "generation": 0}
     assert {e["lane"] for e in events if e["kind"] == "Marker"} == {"orders-0", "orders-1"}
 
 
@@ -242,7 +242,7 @@ def test_the_pages_timelines_are_read_again_exactly_when_their_files_change(clus
     first = timelines(TID)
     assert [e["kind"] for e in first["events"]][-1] == "AddPartitions"
     assert timelines(TID)["events"] == first["events"]
-    assert timelines._events(TID) is timelines._events(TID), "unchanged files: not read again"
+    assert timelines._picture(TID) is timelines._picture(TID), "unchanged files: not read again"
     assert timelines(TID, last=0)["events"] == [] and timelines(TID, last=0)["left_out"] == len(first["events"])
     prepare = cluster.state(ongoing.transit(S.PREPARE_COMMIT, T0 + 50, producer_epoch=1), T0 + 50)
     cluster.marker(ORDERS[0], 5, 1, True, T0 + 60)

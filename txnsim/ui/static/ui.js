@@ -8,9 +8,13 @@ const KIND_STYLE = {
   EndTxn: ["diamond", "#7c3aed"], Timeout: ["x", "#b91c1c"], Fence: ["x", "#b91c1c"],
   Prepare: ["star", "#7c3aed"], Marker: ["triangle-down", "#111827"], MarkerAck: ["triangle-up", "#16a34a"],
   Complete: ["star", "#16a34a"], Expired: ["circle-open", "#6b7280"], Failover: ["hexagram", "#ea580c"],
+  Rebalance: ["diamond-wide", "#0d9488"], Membership: ["diamond-wide-open", "#0d9488"],
+  Assignment: ["square", "#14b8a6"], MemberLeft: ["square-x-open", "#6b7280"], GroupDeleted: ["x", "#6b7280"],
 };
+const MARKED = {Failover: "#ea580c", Timeout: "#b91c1c", Fence: "#b91c1c", Rebalance: "#0d9488"};
 const $ = (id) => document.getElementById(id);
 let timelineId = null;
+let timelineWhat = "transaction";  // or "group"
 let lastOwners = {};
 
 function colour(node) { return node < 0 ? "#9ca3af" : NODE_COLOURS[node % NODE_COLOURS.length]; }
@@ -139,31 +143,40 @@ function drawTransactions(body) {
 }
 
 // ------------------------------------------------------------------ timeline
-function showTimeline(id) {
+// a transactional id's steps (with the rebalances of the groups it commits offsets for), or a group's generations
+function showTimeline(id, what = "transaction") {
   timelineId = id;
+  timelineWhat = what;
   $("timeline-id").value = id;
+  $("timeline-what").value = what;
+  $("timeline-unit").textContent = what === "group" ? "generations" : "transactions";
   pollTimeline();
   $("timeline").scrollIntoView();
 }
 function pollTimeline() {
-  if (timelineId) poll("/api/transactions/" + encodeURIComponent(timelineId) + "/timeline?last=" +
-    $("timeline-last").value, "timeline-error", drawTimeline);
+  if (!timelineId) return;
+  const base = timelineWhat === "group" ? "/api/groups/" : "/api/transactions/";
+  poll(base + encodeURIComponent(timelineId) + "/timeline?last=" + $("timeline-last").value, "timeline-error",
+    drawTimeline);
 }
 function drawTimeline(t) {
-  if (!t.events.length) $("timeline-error").textContent = "no durable record of " + t.transactional_id + " yet";
+  const name = t.group_id !== undefined ? "group " + t.group_id : t.transactional_id;
+  if (!t.events.length) $("timeline-error").textContent = "no durable record of " + name + " yet";
   const traces = t.kinds.filter((k) => t.events.some((e) => e.kind === k)).map((kind) => {
     const events = t.events.filter((e) => e.kind === kind);
     const [symbol, color] = KIND_STYLE[kind] || ["circle", "#000"];
     return {x: events.map((e) => new Date(e.time_ms)), y: events.map((e) => e.lane), name: kind, mode: "markers",
       type: "scatter", marker: {symbol, color, size: 13, line: {width: 1, color: "#fff"}},
-      text: events.map((e) => `transaction ${e.transaction}: ${e.label}<br>${e.detail}`), hoverinfo: "text+x"};
+      text: events.map((e) => (e.generation ? `generation ${e.generation}` : `transaction ${e.transaction}`) +
+        `: ${e.label}<br>${e.detail}`), hoverinfo: "text+x"};
   });
-  const shapes = t.events.filter((e) => ["Failover", "Timeout", "Fence"].includes(e.kind)).map((e) => ({
+  const shapes = t.events.filter((e) => e.kind in MARKED).map((e) => ({
     type: "line", xref: "x", yref: "paper", x0: new Date(e.time_ms), x1: new Date(e.time_ms), y0: 0, y1: 1,
-    line: {color: e.kind === "Failover" ? "#ea580c" : "#b91c1c", dash: "dot", width: 2}}));
+    line: {color: MARKED[e.kind], dash: "dot", width: 2}}));
+  const groups = t.groups && t.groups.length ? ` with the rebalances of group ${t.groups.join(", ")}` : "";
+  const unit = t.group_id !== undefined ? "generations" : "events";
   Plotly.react("timeline-chart", traces, {
-    title: {text: "timeline of " + t.transactional_id +
-      (t.left_out ? ` (${t.left_out} earlier events left out)` : ""),
+    title: {text: "timeline of " + name + groups + (t.left_out ? ` (${t.left_out} earlier ${unit} left out)` : ""),
       font: {size: 14}}, margin: {t: 40, r: 10, b: 40, l: 120},
     yaxis: {type: "category", categoryorder: "array", categoryarray: [...t.lanes].reverse(), automargin: true},
     xaxis: {type: "date", tickformat: "%H:%M:%S.%L"}, shapes, legend: {orientation: "h"}},
@@ -171,12 +184,16 @@ function drawTimeline(t) {
   rows($("timeline-table").tBodies[0], t.events, (tr, e) => {
     tr.dataset.kind = e.kind;
     tr.dataset.lane = e.lane;
-    cell(tr, e.transaction || ""); cell(tr, clock(e.time_ms)); cell(tr, e.lane); cell(tr, e.kind); cell(tr, e.label);
-    cell(tr, e.producer_epoch >= 0 ? e.producer_epoch : ""); cell(tr, e.detail);
+    tr.dataset.generation = e.generation;
+    cell(tr, e.generation ? "gen " + e.generation : e.transaction || ""); cell(tr, clock(e.time_ms)); cell(tr, e.lane);
+    cell(tr, e.kind); cell(tr, e.label); cell(tr, e.producer_epoch >= 0 ? e.producer_epoch : ""); cell(tr, e.detail);
   });
 }
 $("timeline-last").onchange = pollTimeline;
-$("timeline-form").onsubmit = (ev) => { ev.preventDefault(); showTimeline($("timeline-id").value.trim()); };
+$("timeline-form").onsubmit = (ev) => {
+  ev.preventDefault();
+  showTimeline($("timeline-id").value.trim(), $("timeline-what").value);
+};
 
 // ------------------------------------------------------------------ groups
 function drawGroups(body) {
@@ -197,8 +214,15 @@ function drawGroups(body) {
     div.innerHTML = `<h3></h3><table class="list members"><thead><tr><th>member</th><th>client</th><th>assignment</th>
       </tr></thead><tbody></tbody></table><table class="list offsets"><thead><tr><th>partition</th><th>committed offset</th>
       <th>lag</th></tr></thead><tbody></tbody></table>`;
-    div.querySelector("h3").textContent = `${g.group_id}: ${g.state}, generation ${g.generation}, ` +
-      `${g.members.length} member(s), coordinator node ${g.coordinator_id}`;
+    const h3 = div.querySelector("h3");
+    const link = document.createElement("a");
+    link.href = "#timeline";
+    link.className = "group-timeline";
+    link.textContent = g.group_id;
+    link.title = "every generation of " + g.group_id + " on the timeline";
+    link.onclick = (ev) => { ev.preventDefault(); showTimeline(g.group_id, "group"); };
+    h3.append(link, `: ${g.state}, generation ${g.generation}, ` +
+      `${g.members.length} member(s), coordinator node ${g.coordinator_id}`);
     rows(div.querySelector(".members tbody"), g.members, (tr, m) => {
       cell(tr, m.member_id); cell(tr, m.client_id); cell(tr, m.assignment.join(", "));
     });
