@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from proto.structs import TopicPartition
 from tests.helpers import wait_until
 from txnsim import Admin, Consumer, LocalCluster, LocalTransactionState, Producer, TransactionListener
 from txnsim.ui.server import BackgroundUI
@@ -184,6 +185,13 @@ def test_a_group_rebalancing(cluster, page_url, browser):
         wait_for(browser, lambda b: attribute(b, group, "data-members") == ["1"], "billing with one member")
         generation = int(attribute(browser, group, "data-generation")[0])
         wait_for(browser, lambda b: "orders-0" in "".join(texts(b, f"{group} .offsets")), "billing's committed offsets")
+        # a copier: its transaction commits billing's offsets (TxnOffsetCommit), so billing's rebalances join its picture
+        with Producer(bootstrap_servers=cluster.bootstrap_servers, transactional_id="billing-copier") as copier:
+            copier.init_transactions()
+            copier.begin_transaction()
+            copier.send("orders", value=b"copied", partition=0)
+            copier.send_offsets_to_transaction({TopicPartition("orders", 0): 1}, "billing")
+            copier.commit_transaction()
         second = Member(cluster, "billing")
         second.start()
         wait_for(browser, lambda b: attribute(b, group, "data-members") == ["2"]
@@ -192,6 +200,27 @@ def test_a_group_rebalancing(cluster, page_url, browser):
                  "billing rebalanced to two members in a later generation")
         assert int(attribute(browser, group, "data-rebalances")[0]) >= 2, "both generations on the group's chart"
         screenshot(browser, "group-rebalanced", "groups")
+        latest = int(attribute(browser, group, "data-generation")[0])
+
+        click(browser, f"{group} a.group-timeline")
+        rebalances = '#timeline-table tr[data-kind="Rebalance"]'
+        wait_for(browser, lambda b: {generation, latest} <= {int(g) for g in attribute(b, rebalances, "data-generation")},
+                 "billing's first generation and the rebalance to the latest on the group's timeline")
+        assigned = f'#timeline-table tr[data-kind="Assignment"][data-generation="{latest}"]'
+        wait_for(browser, lambda b: len(set(attribute(b, assigned, "data-lane"))) == 2,
+                 f"generation {latest}'s assignment in two members' lanes")
+        assert all(lane.startswith("billing: ") for lane in attribute(browser, assigned, "data-lane"))
+        assert sorted(p.strip(",") for row in texts(browser, assigned) for p in row.split() if p.startswith("orders-")) == [
+            "orders-0", "orders-1", "orders-2"], "the three partitions split between the two members"
+        wait_for(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#timeline-chart .scatterlayer .point"),
+                 "the group's timeline drawn")
+        screenshot(browser, "group-timeline", "timeline")
+
+        browser.execute_script("showTimeline('billing-copier')")
+        wait_for(browser, lambda b: "Complete" in attribute(b, "#timeline-table tbody tr", "data-kind") and
+                 latest in {int(g) for g in attribute(b, rebalances, "data-generation")},
+                 "the copier's commit beside billing's rebalance")
+        screenshot(browser, "copier-timeline-with-rebalance", "timeline")
     finally:
         first.stop()
         if second is not None:

@@ -49,6 +49,11 @@ def assignment_text(member: Member) -> str:
     return ", ".join(partition_lane(tp) for tp in sorted(partitions)) or "nothing"
 
 
+def _client(m: Member) -> str:
+    where = f" on {m.client_host}" if m.client_host else ""
+    return f"client {m.client_id or '-'}{where}" + (f", instance {m.group_instance_id}" if m.group_instance_id else "")
+
+
 def build_group_timeline(group_id: str, shard: int, entries: Sequence[GroupEntry],
                          ownership: Sequence[OwnershipEvent],
                          first_owners: Mapping[tuple[str, int], int] | None = None) -> list[TimelineEvent]:
@@ -89,8 +94,7 @@ def build_group_timeline(group_id: str, shard: int, entries: Sequence[GroupEntry
         for m in changed:
             events.append(TimelineEvent(t, member_lane(group_id, m.member_id), "Assignment",
                                         f"assigned {assignment_text(m)}", node,
-                                        detail=f"client {m.client_id} on {m.client_host}" +
-                                               (f", instance {m.group_instance_id}" if m.group_instance_id else ""),
+                                        detail=_client(m),
                                         generation=g))
         for member_id in had.keys() - members.keys():
             events.append(TimelineEvent(t, member_lane(group_id, member_id), "MemberLeft",
