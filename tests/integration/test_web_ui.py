@@ -182,7 +182,8 @@ def test_a_group_rebalancing(cluster, page_url, browser):
     first.start()
     second = None
     try:
-        wait_for(browser, lambda b: attribute(b, group, "data-members") == ["1"], "billing with one member")
+        wait_for(browser, lambda b: attribute(b, group, "data-members") == ["1"]
+                 and "Stable" in "".join(texts(b, f"{group} h3")), "billing stable with one member")
         generation = int(attribute(browser, group, "data-generation")[0])
         wait_for(browser, lambda b: "orders-0" in "".join(texts(b, f"{group} .offsets")), "billing's committed offsets")
         # a copier: its transaction commits billing's offsets (TxnOffsetCommit), so billing's rebalances join its picture
@@ -262,6 +263,55 @@ def test_half_messages_awaiting_check_back_with_their_check_counts(cluster, page
         wait_for(browser, lambda b: [int(n) for n in attribute(b, row, "data-check-times")] >= [2],
                  "the half message checked back twice and still waiting")
         screenshot(browser, "half-messages", "half")
+
+
+def pushed_events(url: str, names: set[str], timeout_s: float = PATIENCE_S) -> dict[str, dict]:
+    """The first event of each section in `names` read from the live stream at `url` (then it is closed)."""
+    found: dict[str, dict] = {}
+    with urllib.request.urlopen(url + "api/live", timeout=timeout_s) as stream:
+        assert stream.headers["Content-Type"].startswith("text/event-stream")
+        name = None
+        for raw in stream:
+            line = raw.decode().rstrip("\n")
+            if line.startswith("event: "):
+                name = line.removeprefix("event: ")
+            elif line.startswith("data: ") and name is not None:
+                found.setdefault(name, json.loads(line.removeprefix("data: ")))
+            if names <= found.keys():
+                return found
+    raise AssertionError(f"the stream ended before sending {sorted(names - found.keys())}")
+
+
+def test_the_live_sections_are_pushed_and_polled_when_the_push_is_missing(cluster, page_url, browser):
+    pushed = pushed_events(page_url, {"cluster", "partitions", "transactions", "groups", "half-messages"})
+    assert [n["state"] for n in pushed["cluster"]["nodes"]] == ["up"] * 3
+    assert "orders" in {p["topic"] for p in pushed["partitions"]["partitions"]}
+    browser.get(page_url)
+    wait_for(browser, lambda b: b.find_element(By.TAG_NAME, "body").get_attribute("data-live") == "push" and
+             attribute(b, ".node", "data-state") == ["up"] * 3, "the nodes drawn from the push")
+    # a browser without EventSource (or a stream that stays quiet): the page polls the same sections
+    script = browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": "delete window.EventSource"})
+    try:
+        browser.get(page_url)
+        wait_for(browser, lambda b: b.find_element(By.TAG_NAME, "body").get_attribute("data-live") == "poll" and
+                 attribute(b, ".node", "data-state") == ["up"] * 3 and
+                 "(polled)" in b.find_element(By.ID, "updated").text, "the nodes drawn from polling")
+    finally:
+        browser.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": script["identifier"]})
+
+
+def test_stopping_the_view_ends_its_open_streams_at_once(cluster):
+    ui = BackgroundUI(cluster.data_dir, 0, interval_s=0.3).start()
+    stopped = threading.Event()
+    try:
+        with urllib.request.urlopen(ui.url + "api/live", timeout=PATIENCE_S) as stream:
+            assert stream.readline().startswith(b"retry: ")
+            threading.Thread(target=lambda: (ui.stop(), stopped.set()), daemon=True).start()
+            assert stopped.wait(4), "the web view waited on a browser's open stream to stop"
+            stream.read()  # the server ended the response: no hang
+    finally:
+        if not stopped.is_set():
+            ui.stop()
 
 
 def test_the_ui_command_serves_the_page_and_names_a_taken_port(cluster, tmp_path):

@@ -1,11 +1,18 @@
-"""The web view: one page (a Jinja2 template) that polls JSON endpoints every second and draws with Plotly.
+"""The web view: one page (a Jinja2 template) drawn with Plotly, kept live by a push of JSON every interval.
 
-Starlette runs the endpoints; plain `def` endpoints run in its thread pool, so the blocking admin
-calls never hold up the event loop. plotly.min.js comes from the installed `plotly` package and is
-served from here: the page needs no network beyond loopback.
+The live sections (cluster, partitions, transactions, groups, half messages) are pushed as Server-Sent
+Events on /api/live (Starlette's StreamingResponse; the browser's EventSource reconnects by itself);
+each also has its own JSON endpoint, which the page polls whenever the push has gone quiet. What the
+user picks (a timeline, a partition's records) is polled. Plain `def` endpoints and the sections run
+in Starlette's thread pool, so the blocking admin calls never hold up the event loop. plotly.min.js
+comes from the installed `plotly` package and is served from here: the page needs no network beyond
+loopback.
 """
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -13,8 +20,9 @@ from typing import Any
 
 import plotly
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -24,12 +32,35 @@ from proto.errors import KafkaError
 from txnsim.ui import queries
 from txnsim.ui.sampler import ClusterSampler
 
+log = logging.getLogger(__name__)
+
 HERE = Path(__file__).parent
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 
 
-def create_app(data_dir: Path, *, interval_s: float = 1.0) -> Starlette:
-    """The app for the cluster whose files are in `data_dir` (its nodes found through its cluster file)."""
+#: a section's HTTP status and JSON body
+Answer = tuple[int, dict[str, Any]]
+
+
+def attempt(fn: Callable[[], dict[str, Any]]) -> Answer:
+    """The query's answer, or its Kafka error as one line (the page shows it and stays live)."""
+    try:
+        return 200, fn()
+    except KafkaError as exc:
+        return 503, {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def sse_event(name: str, status: int, body: dict[str, Any]) -> str:
+    """One Server-Sent Event: the section's name, its JSON on one line (a failed query's body says so)."""
+    return f"event: {name}\ndata: {json.dumps(body if status == 200 else {**body, 'failed': True})}\n\n"
+
+
+def create_app(data_dir: Path, *, interval_s: float = 1.0, stopping: Callable[[], bool] = lambda: False) -> Starlette:
+    """The app for the cluster whose files are in `data_dir` (its nodes found through its cluster file).
+
+    `stopping`: true once the server shuts down; the live streams then end, so the shutdown need not
+    wait for browsers to go away.
+    """
     sampler = ClusterSampler(ClusterLayout(data_dir), interval_s=interval_s)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     rebalances = queries.RebalanceHistory()
@@ -50,31 +81,58 @@ def create_app(data_dir: Path, *, interval_s: float = 1.0) -> Starlette:
             "data_dir": str(data_dir), "bootstrap_servers": sampler.spec.bootstrap_servers,
             "interval_ms": int(interval_s * 1000)})
 
-    def answer(fn: Callable[[], Any]) -> JSONResponse:
-        """The query's answer, or its Kafka error as one line (the page shows it and keeps polling)."""
+    def described_groups() -> dict[str, Any]:
+        found = queries.groups(sampler.admin)
+        rebalances.observe(found)
+        return {"groups": found}
+
+    #: the live sections: name -> its answer now (each is pushed on /api/live and served at /api/<name>)
+    live: dict[str, Callable[[], Answer]] = {
+        "cluster": lambda: (200, sampler.cluster()),
+        "partitions": lambda: (200, sampler.partitions()),
+        "transactions": lambda: attempt(lambda: {"transactions": queries.transactions(sampler.admin)}),
+        "groups": lambda: attempt(described_groups),
+        "half-messages": lambda: attempt(lambda: {"half_messages": queries.half_messages(sampler.admin)}),
+    }
+
+    def answer(fn: Callable[[], dict[str, Any]]) -> JSONResponse:
+        status, body = attempt(fn)
+        return JSONResponse(body, status_code=status)
+
+    def section(request: Request) -> JSONResponse:
+        status, body = live[request.url.path.removeprefix("/api/")]()
+        return JSONResponse(body, status_code=status)
+
+    async def stream() -> AsyncIterator[str]:
+        """Every live section each interval, each sent as soon as it is answered: a slow one (a node that
+        does not answer within the request timeout) holds up only itself."""
+        yield f"retry: {int(interval_s * 1000)}\n\n"
+        loop = asyncio.get_running_loop()
+        running: dict[str, asyncio.Future[Answer]] = {}
         try:
-            return JSONResponse(fn())
-        except KafkaError as exc:
-            return JSONResponse({"error": f"{type(exc).__name__}: {exc}"}, status_code=503)
+            while not stopping():
+                tick = loop.time()
+                for name, fn in live.items():
+                    if name not in running:
+                        running[name] = asyncio.ensure_future(run_in_threadpool(fn))
+                await asyncio.wait(running.values(), timeout=interval_s)
+                for name, task in list(running.items()):
+                    if task.done():
+                        del running[name]
+                        try:
+                            status, body = task.result()
+                        except Exception as exc:  # one section's bug: said in its place, the others go on
+                            log.exception("the live section %s failed", name)
+                            status, body = 500, {"error": f"{type(exc).__name__}: {exc}"}
+                        yield sse_event(name, status, body)
+                await asyncio.sleep(max(0.0, interval_s - (loop.time() - tick)))
+        finally:
+            for task in running.values():
+                task.cancel()
 
-    def cluster(_request: Request) -> JSONResponse:
-        return JSONResponse(sampler.cluster())
-
-    def partitions(_request: Request) -> JSONResponse:
-        return JSONResponse(sampler.partitions())
-
-    def transactions(_request: Request) -> JSONResponse:
-        return answer(lambda: {"transactions": queries.transactions(sampler.admin)})
-
-    def groups(_request: Request) -> JSONResponse:
-        def described() -> dict[str, Any]:
-            found = queries.groups(sampler.admin)
-            rebalances.observe(found)
-            return {"groups": found}
-        return answer(described)
-
-    def half(_request: Request) -> JSONResponse:
-        return answer(lambda: {"half_messages": queries.half_messages(sampler.admin)})
+    def pushed(_request: Request) -> StreamingResponse:
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
     def last_of(request: Request, default: int) -> int | None:
         last = request.query_params.get("last", str(default))
@@ -107,13 +165,10 @@ def create_app(data_dir: Path, *, interval_s: float = 1.0) -> Starlette:
 
     routes = [
         Route("/", page),
-        Route("/api/cluster", cluster),
-        Route("/api/partitions", partitions),
-        Route("/api/transactions", transactions),
+        Route("/api/live", pushed),
+        *(Route(f"/api/{name}", section) for name in live),
         Route("/api/transactions/{transactional_id:path}/timeline", timeline),
-        Route("/api/groups", groups),
         Route("/api/groups/{group_id:path}/timeline", group_timeline),
-        Route("/api/half-messages", half),
         Route("/api/messages", messages),
         Route("/static/plotly.min.js", plotly_js),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),

@@ -38,8 +38,13 @@ def url(sock: socket.socket) -> str:
 
 
 def _server(data_dir: Path, interval_s: float) -> uvicorn.Server:
-    config = uvicorn.Config(create_app(data_dir, interval_s=interval_s), log_level="warning", lifespan="on")
-    return uvicorn.Server(config)
+    servers: list[uvicorn.Server] = []
+    # the live streams end once the server is told to stop (Ctrl-C, SIGTERM, BackgroundUI.stop), so its
+    # shutdown does not wait on open browsers; a stream stuck anyway is cancelled after a few seconds
+    app = create_app(data_dir, interval_s=interval_s, stopping=lambda: bool(servers) and servers[0].should_exit)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
+    servers.append(uvicorn.Server(config))
+    return servers[0]
 
 
 def serve_forever(data_dir: Path, sock: socket.socket, interval_s: float = 1.0) -> None:

@@ -1,4 +1,6 @@
-// txnsim's live view: every section polls its JSON endpoint and redraws; nothing needs a reload.
+// txnsim's live view: the server pushes the live sections every interval (Server-Sent Events on /api/live);
+// whenever that goes quiet (no EventSource, the stream reconnecting) the page polls their JSON endpoints
+// instead. What the user picks (a timeline, a partition's records) is polled. Nothing needs a reload.
 "use strict";
 
 const INTERVAL = Number(document.body.dataset.intervalMs) || 1000;
@@ -56,7 +58,8 @@ function every(fn) { fn(); setInterval(fn, INTERVAL); }
 
 // ------------------------------------------------------------------ cluster
 function drawCluster(c) {
-  $("updated").textContent = "updated " + clock(Date.now());
+  $("updated").textContent = "updated " + clock(Date.now()) +
+    (document.body.dataset.live === "push" ? " (pushed)" : " (polled)");
   $("nodes").replaceChildren(...c.nodes.map((n) => {
     const div = document.createElement("div");
     div.className = "node";
@@ -260,10 +263,32 @@ function pollMessages() {
 }
 $("messages-form").onsubmit = (ev) => { ev.preventDefault(); pollMessages(); };
 
-every(() => poll("/api/cluster", "cluster-error", drawCluster));
-every(() => poll("/api/partitions", "partitions-error", drawPartitions));
-every(() => poll("/api/transactions", "transactions-error", drawTransactions));
+// ------------------------------------------------------------------ live: pushed, polled as the fallback
+const LIVE = {
+  cluster: ["cluster-error", drawCluster], partitions: ["partitions-error", drawPartitions],
+  transactions: ["transactions-error", drawTransactions], groups: ["groups-error", drawGroups],
+  "half-messages": ["half-error", drawHalf],
+};
+let lastPush = 0;
+function listen() {
+  if (!window.EventSource) return;  // polling only
+  const source = new EventSource("/api/live");
+  for (const [name, [errorId, draw]] of Object.entries(LIVE)) {
+    source.addEventListener(name, (ev) => {
+      lastPush = Date.now();
+      document.body.dataset.live = "push";
+      const body = JSON.parse(ev.data);
+      $(errorId).textContent = body.error || "";
+      if (!body.failed) draw(body);
+    });
+  }
+}
+function pollIfQuiet() {
+  if (Date.now() - lastPush <= 3 * INTERVAL) return;
+  document.body.dataset.live = "poll";
+  for (const [name, [errorId, draw]] of Object.entries(LIVE)) poll("/api/" + name, errorId, draw);
+}
+listen();
+every(pollIfQuiet);
 every(pollTimeline);
-every(() => poll("/api/groups", "groups-error", drawGroups));
-every(() => poll("/api/half-messages", "half-error", drawHalf));
 every(pollMessages);
