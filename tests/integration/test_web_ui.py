@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -333,6 +334,11 @@ def test_the_ui_command_serves_the_page_and_names_a_taken_port(cluster, tmp_path
         assert taken.returncode == 1 and taken.stderr.strip().splitlines() == [
             f"error: KafkaConfigurationError: [INVALID_CONFIG] port {port} on 127.0.0.1 is already in use "
             "(pass another --port, or 0 for a free one)"]
+        with urllib.request.urlopen(line + "api/live", timeout=10) as stream:  # a browser still watching
+            assert stream.readline().startswith(b"retry: ")
+            ui.terminate()
+            # uvicorn shuts down, then re-raises the signal: the exit status is SIGTERM's, and it comes at once
+            assert ui.wait(timeout=4) == -signal.SIGTERM, "txnsim ui waited on an open stream to stop"
     finally:
         ui.terminate()
         ui.wait(timeout=20)
