@@ -136,3 +136,26 @@ def test_the_group_timeline_command_prints_json_and_names_an_unknown_group(clust
     assert unknown.returncode == 1 and unknown.stderr.strip().splitlines() == [
         f"error: GroupIdNotFoundError: [GROUP_ID_NOT_FOUND] no durable membership record of group 'nobody' in "
         f"{data_dir} (a group that only commits offsets has no generations)"]
+
+
+@pytest.mark.slow
+def test_the_transaction_timeline_command_shows_the_groups_rebalances_beside_the_copiers_steps(cluster):
+    offsets = Offsets(cluster)
+    offsets.generation(T0 - 10, 1, member("a", *ORDERS))
+    ongoing = begin(cluster)
+    cluster.state(ongoing.transit(S.ONGOING, T0 + 30, partitions=frozenset([*ORDERS, offsets.tp])), T0 + 30)
+    offsets.txn_offset_commit(T0 + 35, 5, ORDERS[0], 7)
+    offsets.generation(T0 + 40, 2, member("a", ORDERS[0]), member("b", ORDERS[1]))
+    data_dir = str(cluster.layout.root)
+    as_json = txnsim("transactions", "timeline", TID, "--data-dir", data_dir, "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    events = json.loads(as_json.stdout)
+    assert [e["generation"] for e in events if e["kind"] == "Rebalance"] == [1, 2]
+    assert events[0]["kind"] == "Rebalance" and events[1]["lane"] == "billing: a-id"
+    assert any(e["kind"] == "AddPartitions" and e["transaction"] == 1 for e in events)
+    table = txnsim("transactions", "timeline", TID, "--data-dir", data_dir)
+    assert table.returncode == 0 and f"timeline of {TID} with group billing" in table.stdout
+    assert "gen 2" in table.stdout and "generation 2: 2 member(s)" in table.stdout
+    # --group adds a group the id does not commit for; a group with no records adds nothing
+    other = txnsim("transactions", "timeline", TID, "--data-dir", data_dir, "--json", "--group", "nobody")
+    assert json.loads(other.stdout) == events
