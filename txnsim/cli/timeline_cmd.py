@@ -23,7 +23,7 @@ from txnsim.observe.log_reader import group_timeline_of, read_timeline
 from txnsim.observe.timeline import TimelineEvent, last_transactions
 
 
-def register(verbs: argparse._SubParsersAction) -> None:
+def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     timeline = verbs.add_parser("timeline", help="a transactional id's steps per node and partition, from the logs")
     timeline.add_argument("transactional_id")
     timeline.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR,
@@ -37,7 +37,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
     timeline.set_defaults(func=print_timeline)
 
 
-def register_group_timeline(verbs: argparse._SubParsersAction) -> None:
+def register_group_timeline(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`consumer-groups timeline GROUP` (the consumer-groups command adds this verb)."""
     timeline = verbs.add_parser("timeline", help="a group's generations: members, assignment and each rebalance, "
                                                  "from the __consumer_offsets log")
