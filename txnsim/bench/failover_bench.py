@@ -77,7 +77,8 @@ class ShardProbe:
 
     def find(self, transactional_id: str, ask: int) -> pb.FindCoordinatorResponse:
         request = pb.FindCoordinatorRequest(key_type=TRANSACTION, key=transactional_id)
-        return call(self._stubs(ask).cluster.FindCoordinator, request, RPC_TIMEOUT_S)
+        found: pb.FindCoordinatorResponse = call(self._stubs(ask).cluster.FindCoordinator, request, RPC_TIMEOUT_S)
+        return found
 
     def served_by(self, transactional_id: str, ask: int) -> int:
         """The node that answered InitProducerId for the id; NotServedYet if this attempt failed."""
@@ -93,7 +94,7 @@ class ShardProbe:
             raise NotServedYet(type(exc).__name__) from None
 
     def await_owner(self, transactional_id: str, accept: Callable[[int], bool], ask: list[int],
-                    reasons: Counter) -> float:
+                    reasons: Counter[str]) -> float:
         """Attempt until a node that `accept`s serves the id; the monotonic time of that success."""
         deadline = time.monotonic() + ROUND_TIMEOUT_S
         attempt = 0
@@ -131,7 +132,7 @@ class Round:
     restarted_at: float      # monotonic time of the restart (the next kill waits ROUND_SPACING_S from it)
 
 
-def one_round(cluster: LocalCluster, probe: ShardProbe, number: int, reasons: Counter, not_before: float,
+def one_round(cluster: LocalCluster, probe: ShardProbe, number: int, reasons: Counter[str], not_before: float,
               fault: str = "kill") -> Round:
     """Kill (or pause) the coordinator of a fresh id (no earlier than `not_before`), time the takeover
     and an in-flight commit, restart (or resume) the node and time the handback."""
@@ -169,7 +170,7 @@ def one_round(cluster: LocalCluster, probe: ShardProbe, number: int, reasons: Co
     (cluster.restart if fault == "kill" else cluster.resume)(victim)
     ready_at = time.monotonic()
     probe.reconnect(victim)
-    handback_reasons: Counter = Counter()
+    handback_reasons: Counter[str] = Counter()
     back_at = probe.await_owner(transactional_id, lambda node: node == victim, cluster.node_ids, handback_reasons)
     reasons.update({f"handback: {reason}": count for reason, count in handback_reasons.items()})
     return Round(fault, victim, served_at - killed_at, committed_at[0] - killed_at if committed_at else None,
@@ -182,7 +183,7 @@ def run(rounds: int = 20, progress: Progress | None = None, pause_rounds: int | 
     progress = progress or NullProgress()
     pause_rounds = max(3, rounds // 4) if pause_rounds is None else pause_rounds
     results: list[Round] = []
-    reasons: Counter = Counter()
+    reasons: Counter[str] = Counter()
     with bench_cluster({TOPIC: PARTITIONS}) as cluster, _quiet("producer"):
         probe = ShardProbe(cluster)
         not_before = time.monotonic() + ROUND_SPACING_S  # every node has just started
@@ -269,7 +270,7 @@ def pause_verdicts(results: list[Round]) -> tuple[Verdict, ...]:
     )
 
 
-def attempts_table(reasons: Counter, rounds: int) -> ResultTable:
+def attempts_table(reasons: Counter[str], rounds: int) -> ResultTable:
     rows = tuple((reason, str(count), f"{count / rounds:.1f}") for reason, count in reasons.most_common())
     return ResultTable("What the probe saw before the id was served as wanted (failed attempts, all rounds)",
                        ("failure", "attempts", "per round"), rows or (("none", "0", "0.0"),))

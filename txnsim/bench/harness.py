@@ -9,7 +9,7 @@ import contextlib
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from txnsim.admin import Admin
 from txnsim.cluster import LocalCluster
@@ -34,7 +34,7 @@ class NullProgress:
 
 
 @contextlib.contextmanager
-def bench_cluster(topics: dict[str, int] | None = None, **node_settings: object) -> Iterator[LocalCluster]:
+def bench_cluster(topics: dict[str, int] | None = None, **node_settings: Any) -> Iterator[LocalCluster]:
     """A 3-node LocalCluster of its own in a temp dir (deleted afterwards), with `topics` created."""
     with tempfile.TemporaryDirectory(prefix="txnsim-bench-") as tmp:
         with LocalCluster(nodes=NODES, data_dir=Path(tmp) / "cluster", txn_shards=TXN_SHARDS,

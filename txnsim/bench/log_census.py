@@ -144,7 +144,7 @@ class FsyncTrace:
     def __init__(self, pids: Sequence[int], workdir: Path) -> None:
         self._pids = pids
         self._out, self._err = workdir / "strace.out", workdir / "strace.err"
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
         self.fsyncs: list[Fsync] | None = None
 
     def __enter__(self) -> FsyncTrace:

@@ -119,7 +119,7 @@ def run(seconds: float = 3.0, repeat: int = 5, progress: Progress | None = None)
     runs: dict[str, list[PeerRun]] = {target: [] for target in TARGETS}
     with bench_cluster({TOPIC: PARTITIONS}, kafka_port=0) as cluster:
         node_pids = [pid for node in cluster.node_ids if (pid := cluster.pid(node)) is not None]
-        configs = {MOCK: ({"test.mock.num.brokers": 3}, []),
+        configs: dict[str, tuple[dict[str, Any], list[int]]] = {MOCK: ({"test.mock.num.brokers": 3}, []),
                    TXNSIM: ({"bootstrap.servers": cluster.kafka_bootstrap_servers}, node_pids)}
         progress.phase(f"peer workload: {len(TARGETS)} producers x {repeat} rounds x {seconds:g} s",
                        len(TARGETS) * repeat)

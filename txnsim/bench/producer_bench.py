@@ -71,7 +71,7 @@ class AckCounter:
     SWEEP_AT = 1_000_000
 
     def __init__(self) -> None:
-        self._pending: deque = deque()
+        self._pending: deque[FutureRecordMetadata] = deque()
         self.acknowledged = 0
         self.failed = 0
 
@@ -135,13 +135,13 @@ def measure_throughput(bootstrap_servers: str, variant: Variant, seconds: float,
 
 
 def measure_commit_cost(bootstrap_servers: str, progress: Progress,
-                        sizes: Sequence[tuple[int, int]] = COMMIT_COST_SIZES) -> dict[int, tuple[list, list]]:
+                        sizes: Sequence[tuple[int, int]] = COMMIT_COST_SIZES) -> dict[int, tuple[list[float], list[float]]]:
     """For each size: commit_transaction() latencies, and commit-until-LSO-moved latencies (markers written).
 
     Records go round-robin to every partition and are flushed (acknowledged) before the clock
     starts, so the clock sees the commit alone: EndTxn, and then the markers."""
     tps = [TopicPartition(COMMIT_COST_TOPIC, p) for p in range(PARTITIONS)]
-    latencies: dict[int, tuple[list, list]] = {size: ([], []) for size, _count in sizes}
+    latencies: dict[int, tuple[list[float], list[float]]] = {size: ([], []) for size, _count in sizes}
     schedule = interleaved(sizes)
     progress.phase("commit latency vs records per transaction", len(schedule))
     with Producer(bootstrap_servers=bootstrap_servers, transactional_id="bench-commit-cost") as producer, \
@@ -222,7 +222,7 @@ def throughput_table(runs: dict[Variant, list[ThroughputRun]], seconds: float, r
          "second of the run.",))
 
 
-def commit_cost_table(latencies: dict[int, tuple[list, list]]) -> ResultTable:
+def commit_cost_table(latencies: dict[int, tuple[list[float], list[float]]]) -> ResultTable:
     smallest = min(latencies)
     base = Summary.of(latencies[smallest][0]).p50
     rows = []
@@ -240,7 +240,7 @@ def commit_cost_table(latencies: dict[int, tuple[list, list]]) -> ResultTable:
          "passed the commit marker (markers written), polled every millisecond. Sizes interleaved.",))
 
 
-def verdicts(runs: dict[Variant, list[ThroughputRun]], latencies: dict[int, tuple[list, list]]) -> tuple[Verdict, ...]:
+def verdicts(runs: dict[Variant, list[ThroughputRun]], latencies: dict[int, tuple[list[float], list[float]]]) -> tuple[Verdict, ...]:
     at_100 = next(v for v in runs if v.commit_interval_s == 0.100)
     pairs = paired_ratios([r.records_per_s for r in runs[at_100]], [r.records_per_s for r in runs[BASELINE]])
     share, (low, high) = median(pairs), median_confidence_interval(pairs)

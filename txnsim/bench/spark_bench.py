@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pyspark.sql.datasource import WriterCommitMessage
+
 from producer import Producer
 from spark.jobs import copy_query
 from spark.source import TxnsimDataSource
@@ -57,7 +59,7 @@ class TimedStreamWriter(StreamWriter):
         super().__init__(options, schema, overwrite)
         self._timings = options[TIMINGS_OPTION]
 
-    def commit(self, messages: list[TaskCommit | None], batchId: int) -> None:  # noqa: N803 (Spark's name)
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 (Spark's name)
         started = time.monotonic()
         super().commit(messages, batchId)
         elapsed = time.monotonic() - started
@@ -200,7 +202,9 @@ def _stop_and_reap(spark: Any, timeout_s: float = 30.0) -> None:
     first; this process, a child subreaper, adopts their workers and reaps them when Spark stops them."""
     from pyspark import SparkContext
 
-    jvm = SparkContext._gateway.proc
+    gateway = SparkContext._gateway
+    assert gateway is not None, "a session is running, so its JVM gateway is open"
+    jvm = gateway.proc
     subreaper = _set_child_subreaper(True)
     try:
         descendants = _descendants(jvm.pid)
@@ -209,7 +213,7 @@ def _stop_and_reap(spark: Any, timeout_s: float = 30.0) -> None:
                 if _parent(pid) == jvm.pid and b"pyspark.daemon" in _cmdline(pid):
                     os.kill(pid, signal.SIGKILL)  # Spark's, started by this benchmark; the JVM reaps it
         spark.stop()
-        SparkContext._gateway.shutdown()
+        gateway.shutdown()
         jvm.stdin.close()  # the JVM exits when the pipe on its stdin closes
         jvm.wait(timeout=timeout_s)
         if subreaper:
@@ -224,7 +228,7 @@ def _set_child_subreaper(on: bool) -> bool:
     try:
         import ctypes
 
-        return ctypes.CDLL(None, use_errno=True).prctl(36, int(on), 0, 0, 0) == 0
+        return bool(ctypes.CDLL(None, use_errno=True).prctl(36, int(on), 0, 0, 0) == 0)
     except (OSError, AttributeError):
         return False
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from txnsim.bench import code_bench, consumer_bench, failover_bench, peer_bench, producer_bench, rocketmq_bench
 from txnsim.bench.machine import CpuShare, this_machine
@@ -39,7 +39,7 @@ DEFAULT_SPARK_ROWS = 200_000
 DEFAULT_BATCH_ROWS = 20_000
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     bench = sub.add_parser("bench", help="the benchmark suite (producer, consumer, failover, spark, rocketmq, peer), "
                                          "on embedded clusters; `all` runs all but spark, rocketmq and peer")
     bench.add_argument("benchmark", nargs="?", choices=(*BENCHMARKS, "all"), default="all")
@@ -81,7 +81,7 @@ class RichProgress:
 
     def __init__(self, progress: Progress) -> None:
         self._progress = progress
-        self._task = None
+        self._task: TaskID | None = None
 
     def phase(self, description: str, total: int) -> None:
         if self._task is not None:
