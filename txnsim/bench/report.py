@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 from rich.table import Table
 
+from txnsim.bench.chart_spec import ChartSpec, column_index, spec_columns
+
 
 @dataclass(frozen=True, slots=True)
 class ResultTable:
@@ -20,12 +22,17 @@ class ResultTable:
     columns: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
     notes: tuple[str, ...] = ()
+    #: what its chart shows (`--plot`); None: the default for its columns (chart_spec.default_spec)
+    chart: ChartSpec | None = None
 
     def __post_init__(self) -> None:
         for row in self.rows:
             if len(row) != len(self.columns):
                 raise ValueError(f"table {self.title!r}: row {row} has {len(row)} cells for "
                                  f"{len(self.columns)} columns")
+        if self.chart is not None:
+            for column in spec_columns(self.chart):
+                column_index(self.columns, column)  # a chart naming a missing column fails here, not when drawn
 
 
 @dataclass(frozen=True, slots=True)
