@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from txnsim.bench import code_run
+from txnsim.bench.chart_spec import RatioBars, RatioSeries
 from txnsim.bench.harness import NullProgress, Progress
 from txnsim.bench.report import BenchResult, ResultTable, Verdict, format_count, format_ratio
 from txnsim.bench.schedule import rotated
@@ -29,6 +30,9 @@ THIS_TREE = Path(__file__).resolve().parents[2]
 RUN_SCRIPT = Path(code_run.__file__).resolve()
 #: the issue's rate targets (records/s, txnsim's own producer, 100-byte records)
 TARGET_RATE = 150_000
+#: each scenario table's chart (`txnsim bench --plot`)
+CODE_CHART = RatioBars((RatioSeries("ratio to before", "95% CI of ratio"),),
+                       value_label="records/s over the older code's (same round)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +105,7 @@ def scenario_table(scenario: str, runs: dict[str, list[dict[str, dict[str, float
         ("Each round runs every variant once, in rotated order, each in a process and on a 3-node cluster of "
          "its own; the ratio is the median over rounds of the variant's rate over the older code's in the same "
          "round. records/s counts acknowledged (committed) records over the run, final flush or commit included. "
-         "client CPU: CPU-seconds of the producer's process per record.",))
+         "client CPU: CPU-seconds of the producer's process per record.",), chart=CODE_CHART)
 
 
 def verdicts(runs: dict[str, list[dict[str, dict[str, float]]]], after: str, baseline: str,

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from consumer import Consumer
 from producer import Producer
 from proto.structs import TopicPartition
+from txnsim.bench.chart_spec import RatioBars, RatioSeries, Target
 from txnsim.bench.harness import NullProgress, Progress, bench_cluster
 from txnsim.bench.report import BenchResult, ResultTable, Verdict, format_count, format_ratio
 from txnsim.bench.schedule import rotated
@@ -24,6 +25,10 @@ ISOLATION_LEVELS = ("read_uncommitted", "read_committed")  # the first is the ba
 #: the issue's target: read_committed reads at least this share of read_uncommitted's rate
 TARGET_SHARE = 0.95
 READ_TIMEOUT_S = 300.0
+#: the tables' chart (`txnsim bench --plot`)
+READ_CHART = RatioBars((RatioSeries("ratio to baseline", "95% CI of ratio"),),
+                       value_label="records/s over read_uncommitted's (same round)",
+                       targets=(Target(TARGET_SHARE, f"target {TARGET_SHARE:g}"),))
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,4 +150,5 @@ def read_table(title: str, runs: dict[str, list[ReadRun]]) -> ResultTable:
                        ("A fresh Consumer per run, timed from construction to the last expected record "
                         "(default fetch settings: max_poll_records=500, max_partition_fetch_bytes=1 MiB). The ratio "
                         "is the median over the rounds of read_committed's rate over read_uncommitted's in the same "
-                        "round, with a distribution-free 95% confidence interval for that median.",))
+                        "round, with a distribution-free 95% confidence interval for that median.",),
+                       chart=READ_CHART)

@@ -22,6 +22,7 @@ from coordinator.config import NodeConfig
 from producer import Producer
 from proto import txnsim_pb2 as pb
 from proto.errors import KafkaError
+from txnsim.bench.chart_spec import Bars, Target
 from txnsim.bench.harness import NullProgress, Progress, bench_cluster
 from txnsim.bench.report import BenchResult, ResultTable, Verdict, format_ms
 from txnsim.bench.stats import Summary
@@ -42,6 +43,11 @@ ROUND_TIMEOUT_S = 30.0
 ROUND_SPACING_S = 1.0
 #: broker_session_timeout_ms of the bench cluster (the node default)
 PAUSE_SESSION_TIMEOUT_S = NodeConfig().broker_session_timeout_ms / 1000
+#: the tables' charts (`txnsim bench --plot`): intervals from 10 ms to seconds, so a log scale
+KILL_CHART = Bars(("p50 ms", "p99 ms", "max ms"), value_label="milliseconds (log scale)", log_scale=True,
+                  targets=(Target(TARGET_S * 1000, f"target for a new owner: {TARGET_S:g} s"),))
+PAUSE_CHART = Bars(("p50 ms", "p99 ms", "max ms"), value_label="milliseconds (log scale)", log_scale=True)
+ATTEMPTS_CHART = Bars(("per round",), value_label="failed attempts per round")
 
 
 class NotServedYet(Exception):
@@ -237,7 +243,7 @@ def failover_table(results: list[Round]) -> ResultTable:
          "the process and waits until it answers Status. Each kill comes at least "
          f"{ROUND_SPACING_S:g} s after the previous restart (a node ignores failures for its first 0.5 s). "
          "Nodes killed: "
-         + ", ".join(f"node {n} x{c}" for n, c in sorted(victims.items())) + ".",))
+         + ", ".join(f"node {n} x{c}" for n, c in sorted(victims.items())) + ".",), chart=KILL_CHART)
 
 
 def pause_table(results: list[Round]) -> ResultTable:
@@ -253,7 +259,7 @@ def pause_table(results: list[Round]) -> ResultTable:
         (f"The paused node keeps its node lock; the others count it out after its heartbeat stood still for "
          f"the session timeout ({PAUSE_SESSION_TIMEOUT_S:g} s, broker_session_timeout_ms), then claim its shards "
          "at a higher epoch. After SIGCONT the woken node finds its logs fenced, drops them, and gets its shard "
-         "back once the others see its heartbeat and release it.",))
+         "back once the others see its heartbeat and release it.",), chart=PAUSE_CHART)
 
 
 def pause_verdicts(results: list[Round]) -> tuple[Verdict, ...]:
@@ -273,7 +279,8 @@ def pause_verdicts(results: list[Round]) -> tuple[Verdict, ...]:
 def attempts_table(reasons: Counter[str], rounds: int) -> ResultTable:
     rows = tuple((reason, str(count), f"{count / rounds:.1f}") for reason, count in reasons.most_common())
     return ResultTable("What the probe saw before the id was served as wanted (failed attempts, all rounds)",
-                       ("failure", "attempts", "per round"), rows or (("none", "0", "0.0"),))
+                       ("failure", "attempts", "per round"), rows or (("none", "0", "0.0"),),
+                       chart=ATTEMPTS_CHART)
 
 
 def verdicts(results: list[Round]) -> tuple[Verdict, ...]:

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from txnsim.bench.chart_spec import RatioBars, RatioSeries, Target
 from txnsim.bench.harness import NullProgress, Progress, bench_cluster
 from txnsim.bench.report import BenchResult, ResultTable, Verdict, format_count, format_ratio
 from txnsim.bench.schedule import rotated
@@ -27,6 +28,10 @@ TARGET_RATIO, AIM_RATIO = 0.3, 0.5
 MOCK, TXNSIM = "librdkafka mock cluster (in memory)", "txnsim, 3 nodes (fsynced)"
 OWN = "txnsim's own producer, 3 nodes (fsynced)"
 TARGETS = (MOCK, TXNSIM, OWN)
+#: the table's chart (`txnsim bench --plot`)
+PEER_CHART = RatioBars((RatioSeries("ratio to the mock", "95% CI of ratio"),),
+                       value_label="committed records/s over the mock cluster's (same round)",
+                       targets=(Target(TARGET_RATIO, f"target {TARGET_RATIO:g}"), Target(AIM_RATIO, f"aim {AIM_RATIO:g}")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +165,8 @@ def peer_table(runs: dict[str, list[PeerRun]], seconds: float, repeat: int) -> R
          "commit_transaction() every 1,000. committed records/s "
          "counts records of committed transactions over the run. The ratio is the median over rounds of "
          "txnsim's rate over the mock's in the same round. CPU per record: CPU-seconds of the client process "
-         "(for the mock, the mock brokers' threads too) and of the three node processes, per committed record.",))
+         "(for the mock, the mock brokers' threads too) and of the three node processes, per committed record.",),
+        chart=PEER_CHART)
 
 
 def verdicts(runs: dict[str, list[PeerRun]]) -> tuple[Verdict, ...]:

@@ -87,6 +87,11 @@ def _nan(value: float | None, log: bool = False) -> float:
     return math.nan if value is None or (log and value <= 0) else value
 
 
+def _legend(label: str) -> str:
+    """matplotlib leaves labels that start with "_" out of the legend (as "__transaction_state"): not these."""
+    return "\u00a0" + label if label.startswith("_") else label
+
+
 def _short(value: float) -> str:
     """A bar's label: three significant digits, thousands separated."""
     if value == 0:
@@ -108,7 +113,7 @@ def _horizontal_bars(axes: Axes, data: ChartData) -> None:
         positions = [row + offset for row in range(len(data.categories))]
         values = [_nan(v, log) for v in series.values]
         left = lefts if data.kind == "stacked" else None
-        axes.barh(positions, values, height=height * 0.9, left=left, label=series.label,
+        axes.barh(positions, values, height=height * 0.9, left=left, label=_legend(series.label),
                   color=COLOURS[number % len(COLOURS)])
         ends += _whiskers(axes, series, positions) if data.kind == "ratio" else []
         if data.kind == "stacked":
@@ -161,7 +166,7 @@ def _labels(axes: Axes, series: Series, positions: Sequence[float], whiskers: bo
 
 def _sweep(axes: Axes, data: ChartData) -> None:
     for number, series in enumerate(data.series):
-        axes.plot(data.x, [_nan(v, data.log_value) for v in series.values], marker="o", label=series.label,
+        axes.plot(data.x, [_nan(v, data.log_value) for v in series.values], marker="o", label=_legend(series.label),
                   color=COLOURS[number % len(COLOURS)])
     if data.log_x:
         axes.set_xscale("log")

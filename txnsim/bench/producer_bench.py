@@ -14,6 +14,7 @@ from producer import Producer
 from producer.future import FutureRecordMetadata
 from proto.structs import TopicPartition
 from txnsim.admin import Admin
+from txnsim.bench.chart_spec import RatioBars, RatioSeries, Sweep, Target
 from txnsim.bench.harness import NullProgress, Progress, bench_cluster
 from txnsim.bench.report import BenchResult, ResultTable, Verdict, format_count, format_ms, format_ratio
 from txnsim.bench.schedule import interleaved, rotated
@@ -29,6 +30,14 @@ TARGET_LOSS_AT_100_MS = 0.05
 COMMIT_COST_SIZES: tuple[tuple[int, int], ...] = ((10, 100), (1_000, 50), (10_000, 20))
 #: "does not grow": the p50 commit of the largest transactions within this factor of the smallest
 COMMIT_GROWTH_LIMIT = 1.5
+#: the tables' charts (`txnsim bench --plot`)
+THROUGHPUT_CHART = RatioBars((RatioSeries("ratio to baseline", "95% CI of ratio"),),
+                             value_label="records/s over the idempotent producer's (same round)",
+                             targets=(Target(1 - TARGET_LOSS_AT_100_MS,
+                                             f"target at 100 ms: {1 - TARGET_LOSS_AT_100_MS:g}"),))
+COMMIT_COST_CHART = Sweep("records per txn", ("commit p50 ms", "commit p99 ms", "until readable p50 ms",
+                                              "until readable p99 ms"),
+                          x_label="records per transaction (log scale)", value_label="milliseconds", log_x=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +228,7 @@ def throughput_table(runs: dict[Variant, list[ThroughputRun]], seconds: float, r
          "95% confidence interval for that median (the whole range when there are fewer than 6 rounds). "
          "time in commit or flush: share of the run the caller spent blocked in commit_transaction() (the "
          "baseline: in its final flush()). client CPU: CPU-seconds of the producer's process (all threads) per "
-         "second of the run.",))
+         "second of the run.",), chart=THROUGHPUT_CHART)
 
 
 def commit_cost_table(latencies: dict[int, tuple[list[float], list[float]]]) -> ResultTable:
@@ -237,7 +246,8 @@ def commit_cost_table(latencies: dict[int, tuple[list[float], list[float]]]) -> 
         tuple(rows),
         ("commit = commit_transaction() after the records were flushed and acknowledged (EndTxn: "
          "PrepareCommit made durable). until readable = from the same start until the LSO of every partition "
-         "passed the commit marker (markers written), polled every millisecond. Sizes interleaved.",))
+         "passed the commit marker (markers written), polled every millisecond. Sizes interleaved.",),
+        chart=COMMIT_COST_CHART)
 
 
 def verdicts(runs: dict[Variant, list[ThroughputRun]], latencies: dict[int, tuple[list[float], list[float]]]) -> tuple[Verdict, ...]:

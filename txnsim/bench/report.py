@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rich.table import Table
@@ -103,13 +103,28 @@ def to_markdown(table: ResultTable) -> str:
     return "\n".join(lines)
 
 
-def section_body(result: BenchResult, *, command: str, date: str, machine: str, cpu: str | None = None) -> str:
+def chart_link(table: ResultTable, path: str) -> str:
+    """A markdown image of the table's chart; `path` relative to the markdown file."""
+    return f"![{_cell(table.title.split(':', 1)[0])}]({path})"
+
+
+def tables_markdown(tables: Sequence[ResultTable], charts: Mapping[int, str] | None = None) -> list[str]:
+    """Each table in markdown, followed by its chart where `charts` has one (table index -> relative path)."""
+    parts: list[str] = []
+    for index, table in enumerate(tables):
+        parts += [to_markdown(table), ""]
+        if charts and index in charts:
+            parts += [chart_link(table, charts[index]), ""]
+    return parts
+
+
+def section_body(result: BenchResult, *, command: str, date: str, machine: str, cpu: str | None = None,
+                 charts: Mapping[int, str] | None = None) -> str:
     parts = [f"Command: `{command}`  ", f"Date: {date}  ", f"Machine: {machine}" + ("  " if cpu else "")]
     if cpu:
         parts.append(f"CPU: {cpu}")
     parts.append("")
-    for table in result.tables:
-        parts += [to_markdown(table), ""]
+    parts += tables_markdown(result.tables, charts)
     if result.verdicts:
         parts += [f"- {verdict.line()}" for verdict in result.verdicts]
     return "\n".join(parts).rstrip() + "\n"

@@ -21,6 +21,7 @@ from producer import Producer
 from producer.local_transaction import LocalTransactionState, SendStatus, TransactionListener, TransactionMessage
 from proto.structs import TopicPartition
 from txnsim.admin import Admin
+from txnsim.bench.chart_spec import Bars, RatioBars, RatioSeries
 from txnsim.bench.harness import NullProgress, Progress, bench_cluster
 from txnsim.bench.log_census import (
     DATA,
@@ -68,6 +69,16 @@ BASELINE = Design("Kafka transaction of 1 message (baseline)", None, "bench-rmq-
 DESIGNS = (ROCKETMQ, KAFKA, BASELINE)
 #: the check-back comparison writes topics of its own, so the consumer reads compare like with like
 CHECK_TOPICS = {ROCKETMQ: "bench-rmq-rocketmq-checks", KAFKA: "bench-rmq-kafka-checks"}
+#: the tables' charts (`txnsim bench --plot`); the throughput and check-back tables repeat their ratio
+#: headers, so their columns are named by index
+THROUGHPUT_CHART = RatioBars((RatioSeries(2, 3, "producer msgs/s"), RatioSeries(5, 6, "consumer msgs/s")),
+                             value_label="msgs/s over a Kafka transaction of 1 message (same round)")
+PHASES_CHART = Bars(("stored / acked p50 ms", "then returned p50 ms", "then visible p50 ms"),
+                    value_label="milliseconds from send to visible, p50 of each phase", stacked=True)
+WRITES_CHART = Bars(LOGS, value_label="batches appended per message, by log", stacked=True)
+CHECK_CHART = RatioBars((RatioSeries(3, 4, "producer msgs/s"), RatioSeries(6, 7, "with a consumer: msgs/s")),
+                        value_label="msgs/s over the same design with no undecided message (same round)",
+                        row_names=("design", "undecided"))
 #: (design, undecided every n-th, a read_committed consumer watching): runs of the check-back part; its
 #: unwatched 0% runs are the main throughput runs of the same round
 CheckVariant = tuple[Design, "int | None", bool]
@@ -491,7 +502,7 @@ def main_table(results: Results, seconds: float, repeat: int, latency_messages: 
          "begin_transaction) until a read_committed consumer polling the topic returned the message, "
          f"{latency_messages} messages per round one at a time, {repeat * latency_messages} in all. Ratios: "
          "median over the rounds of the design's figure over the baseline's in the same round, with a "
-         "distribution-free 95% confidence interval (the whole range below 6 rounds).",))
+         "distribution-free 95% confidence interval (the whole range below 6 rounds).",), chart=THROUGHPUT_CHART)
 
 
 def fsync_log_of(path: str, logs_dir: Path) -> str:
@@ -538,7 +549,7 @@ def time_table(results: Results, logs_dir: Path) -> ResultTable:
          "subtracted. fsyncs: every fsync and fdatasync of the node processes (strace -f) while "
          f"{results.fsyncs[BASELINE].messages} messages were sent and settled, and the time spent in them.",
          *(["fsyncs per message by file: " + "; ".join(by_log) + " (other: directories, snapshots, producer-id "
-            "blocks)."] if by_log else [])))
+            "blocks)."] if by_log else [])), chart=PHASES_CHART)
 
 
 def writes_table(results: Results, repeat: int) -> ResultTable:
@@ -559,7 +570,7 @@ def writes_table(results: Results, repeat: int) -> ResultTable:
          "sent. data partition: record batches of the topic; markers: COMMIT/ABORT control batches; "
          "__transaction_state: the baseline coordinator's state records; other: every other log. topic bytes: "
          "what the topic's partitions grew by per message (record batches and markers), what a consumer "
-         "reads.",))
+         "reads.",), chart=WRITES_CHART)
 
 
 def check_table(results: Results, seconds: float, repeat: int) -> ResultTable:
@@ -598,7 +609,7 @@ def check_table(results: Results, seconds: float, repeat: int) -> ResultTable:
          "the call until the consumer returned the message, decided (COMMIT_MESSAGE at once) and undecided "
          "(committed by check-back) apart. last send to all visible: from the return of the last send until the "
          "consumer had every message of the run. consumer polls: the consumer's polls that returned messages, "
-         "per message.",))
+         "per message.",), chart=CHECK_CHART)
 
 
 def verdicts(results: Results) -> tuple[Verdict, ...]:

@@ -24,6 +24,7 @@ from producer import Producer
 from spark.jobs import copy_query
 from spark.source import TxnsimDataSource
 from spark.writer import StreamWriter, TaskCommit
+from txnsim.bench.chart_spec import RatioBars, RatioSeries, Sweep, Target
 from txnsim.bench.harness import NullProgress, Progress, bench_cluster
 from txnsim.bench.report import BenchResult, ResultTable, Verdict, format_count, format_ms, format_ratio
 from txnsim.bench.schedule import rotated
@@ -42,6 +43,12 @@ TARGET_SHARE = 0.90
 COMMIT_COST_SIZES: tuple[tuple[int, int], ...] = ((1_000, 5), (10_000, 5), (100_000, 3))
 #: "does not grow": the p50 commit of the largest batches within this factor of the smallest
 COMMIT_GROWTH_LIMIT = 1.5
+#: the tables' charts (`txnsim bench --plot`)
+THROUGHPUT_CHART = RatioBars((RatioSeries("ratio to baseline", "95% CI of ratio"),),
+                             value_label="rows/s over at-least-once's (same round)",
+                             targets=(Target(TARGET_SHARE, f"target {TARGET_SHARE:g}"),))
+COMMIT_COST_CHART = Sweep("rows per batch", ("commit p50 ms", "commit p95 ms", "addBatch p50 ms"),
+                          x_label="rows per micro-batch (log scale)", value_label="milliseconds", log_x=True)
 #: option naming the file where the timed sink appends one JSON line per committed batch
 TIMINGS_OPTION = "bench.commit.timings"
 TIMED_FORMAT = "txnsim-timed"
@@ -379,7 +386,7 @@ def throughput_table(runs: Mapping[str, Sequence[CopyRun]], records: int, batch_
          "of exactly-once's rate over at-least-once's in the same round, with a distribution-free 95% confidence "
          "interval. addBatch: Spark's time writing one micro-batch (the write tasks, then the commit); sink commit: "
          "the sink's StreamWriter.commit, timed inside Spark's commit process (at-least-once has nothing to "
-         "commit).",))
+         "commit).",), chart=THROUGHPUT_CHART)
 
 
 def commit_cost_table(sized: Mapping[int, Sequence[CopyRun]]) -> ResultTable:
@@ -401,7 +408,7 @@ def commit_cost_table(sized: Mapping[int, Sequence[CopyRun]]) -> ResultTable:
          "calls it: a new cluster client finds the batch's coordinator, then EndBatchTxn names the tasks' producers "
          "as winners, is made durable at the coordinator and waits until the markers are written (the batch is "
          "readable on return). addBatch (query progress): the whole write of the batch, tasks and commit, for "
-         "comparison. Each round runs one query per size, in rotated order.",))
+         "comparison. Each round runs one query per size, in rotated order.",), chart=COMMIT_COST_CHART)
 
 
 def verdicts(runs: Mapping[str, Sequence[CopyRun]], sized: Mapping[int, Sequence[CopyRun]]) -> tuple[Verdict, ...]:
