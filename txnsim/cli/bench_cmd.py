@@ -1,11 +1,13 @@
 """`txnsim bench [producer|consumer|failover|spark|rocketmq|peer|code|all]`: the benchmark suite, each benchmark on a
-3-node cluster of its own, with progress, result tables, the issues' targets checked, and
-(with --output) the tables written into a markdown file's generated sections."""
+3-node cluster of its own, with progress, result tables, the issues' targets checked, (with --plot) a chart of
+each table worth one, and (with --output) the tables and their charts written into a markdown file's
+generated sections."""
 from __future__ import annotations
 
 import argparse
 import datetime
 import json
+import os
 import shlex
 import time
 from collections.abc import Callable
@@ -63,13 +65,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        help="print the results as one JSON object on stdout (progress goes to stderr)")
     bench.add_argument("--output", type=Path, default=None,
                        help="markdown file whose generated sections get the tables (e.g. docs/benchmarks.md)")
+    bench.add_argument("--plot", type=Path, default=None, metavar="DIR",
+                       help="write a PNG chart of each table worth one into DIR (e.g. docs/images/bench); with "
+                            "--output, the sections link them")
     bench.set_defaults(func=run_bench)
 
 
 def command_line(args: argparse.Namespace) -> str:
     """The command as given (options the user left out are left out), for the published tables."""
     words = ["txnsim", "bench", args.benchmark]
-    for option in ("seconds", "repeat", "failover_rounds", "records", "batch_rows", "before", "output"):
+    for option in ("seconds", "repeat", "failover_rounds", "records", "batch_rows", "before", "output", "plot"):
         value = getattr(args, option, None)
         if value is not None:
             words += [f"--{option.replace('_', '-')}", f"{value:g}" if isinstance(value, float) else str(value)]
@@ -122,6 +127,11 @@ def _validate(args: argparse.Namespace) -> None:
             raise SystemExit(f"error: --{option.replace('_', '-')} must be positive, not {value}")
     if args.benchmark == "code" and not args.before:
         raise SystemExit("error: txnsim bench code needs --before REVISION (the code to compare with)")
+    if args.plot is not None:  # before a run of minutes, not after it
+        try:
+            args.plot.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SystemExit(f"error: --plot {args.plot}: cannot make the directory ({exc.strerror})") from None
 
 
 @exits_cleanly
@@ -141,7 +151,8 @@ def run_bench(args: argparse.Namespace) -> int:
                       console=out, transient=False) as progress:
             result = _runner(name, args)(RichProgress(progress))
         cpu = cpu_share.describe(cpus)
-        results.append(_as_json(result, cpu))
+        charts = _plot(result, args.plot, out) if args.plot is not None else None
+        results.append(_as_json(result, cpu, charts))
         if not args.json:
             if cpu:
                 console.print(f"CPU: {cpu}")
@@ -151,19 +162,40 @@ def run_bench(args: argparse.Namespace) -> int:
                 colour = "green" if verdict.met else "red"
                 console.print(f"[{colour}]{verdict.line()}[/{colour}]")
         if args.output is not None:
-            _write_section(args.output, result, command=command, date=date, machine=machine.describe(), cpu=cpu)
+            links = {i: os.path.relpath(path, args.output.parent) for i, path in (charts or {}).items()}
+            _write_section(args.output, result, command=command, date=date, machine=machine.describe(), cpu=cpu,
+                           charts=links)
             out.print(f"updated the {name} section of {args.output}")
     if args.json:
         print(json.dumps({"command": command, "machine": machine.describe(), "benchmarks": results}, indent=2))
     return 0  # a missed target is a finding, reported above, not a failure of the command
 
 
-def _as_json(result: BenchResult, cpu: str | None) -> dict[str, object]:
-    """A benchmark's tables (rows as column -> cell) and verdicts, for --json."""
-    return {"name": result.name, "cpu": cpu,
-            "tables": [{"title": t.title, "rows": [dict(zip(t.columns, row, strict=True)) for row in t.rows],
-                        "notes": list(t.notes)} for t in result.tables],
-            "targets": [{"target": v.target, "met": v.met, "detail": v.detail} for v in result.verdicts]}
+def _plot(result: BenchResult, directory: Path, out: Console) -> dict[int, Path]:
+    """The result's charts, drawn into `directory`: each table's file, by the table's index."""
+    from txnsim.bench.plot import write_charts  # imports matplotlib: only when asked for
+
+    charts = write_charts(result, directory)
+    out.print(f"wrote {len(charts)} chart{'s' if len(charts) != 1 else ''} of {result.name} to {directory}")
+    return charts
+
+
+def _as_json(result: BenchResult, cpu: str | None, charts: dict[int, Path] | None = None) -> dict[str, object]:
+    """A benchmark's tables (rows as column -> cell, and with --plot the chart's file) and verdicts, for --json."""
+    tables: list[dict[str, object]] = []
+    for index, t in enumerate(result.tables):
+        table: dict[str, object] = {"title": t.title,
+                                    "rows": [dict(zip(t.columns, row, strict=True)) for row in t.rows],
+                                    "notes": list(t.notes)}
+        if charts is not None:
+            table["chart"] = str(charts[index]) if index in charts else None
+        tables.append(table)
+    found: dict[str, object] = {"name": result.name, "cpu": cpu, "tables": tables,
+                                "targets": [{"target": v.target, "met": v.met, "detail": v.detail}
+                                            for v in result.verdicts]}
+    if charts is not None:
+        found["charts"] = [str(path) for path in charts.values()]
+    return found
 
 
 def _warn_if_busy(cpus: int, out: Console, window_s: float = 1.0, threshold: float = 0.15) -> None:
@@ -177,9 +209,9 @@ def _warn_if_busy(cpus: int, out: Console, window_s: float = 1.0, threshold: flo
 
 
 def _write_section(path: Path, result: BenchResult, *, command: str, date: str, machine: str,
-                   cpu: str | None) -> None:
+                   cpu: str | None, charts: dict[int, str] | None = None) -> None:
     document = path.read_text() if path.exists() else "# Benchmarks\n"
-    body = section_body(result, command=command, date=date, machine=machine, cpu=cpu)
+    body = section_body(result, command=command, date=date, machine=machine, cpu=cpu, charts=charts)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(replace_section(document, result.name, body, heading=HEADINGS[result.name]))
 
