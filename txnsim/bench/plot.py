@@ -15,6 +15,7 @@ from pathlib import Path
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator
 
 from txnsim.bench.chart_spec import ChartData, Series, chart_data
 from txnsim.bench.report import BenchResult, ResultTable
@@ -24,6 +25,8 @@ WIDTH_IN, DPI = 8.0, 100
 #: matplotlib's default cycle (tab10) minus the red, kept for target lines
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 TARGET_COLOURS = ("#d62728", "#8b0000", "#ff9896")
+#: a value's label stays readable where it crosses a baseline or target line
+LABEL_BOX = {"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.8}
 
 
 def write_charts(result: BenchResult, directory: Path) -> dict[int, Path]:
@@ -105,7 +108,7 @@ def _horizontal_bars(axes: Axes, data: ChartData) -> None:
     count, log = len(data.series), data.log_value
     height = 0.8 / count if data.kind != "stacked" else 0.6
     if log:
-        axes.set_xscale("log")
+        _log_axis(axes, "x")
     lefts = [0.0] * len(data.categories)
     ends: list[float] = [0.0]
     for number, series in enumerate(data.series):
@@ -123,7 +126,7 @@ def _horizontal_bars(axes: Axes, data: ChartData) -> None:
     if data.kind == "stacked":
         for row, total in enumerate(lefts):
             axes.annotate(_short(total), (total, row), xytext=(3, 0), textcoords="offset points", va="center",
-                          fontsize=8)
+                          fontsize=8, bbox=LABEL_BOX)
         ends += lefts
     axes.set_yticks(range(len(data.categories)), [textwrap.fill(c, 30) for c in data.categories], fontsize=8.5)
     axes.invert_yaxis()  # the table's first row on top
@@ -132,8 +135,11 @@ def _horizontal_bars(axes: Axes, data: ChartData) -> None:
         ends.append(1.0)
     _target_lines(axes, data, vertical=True)
     ends += [t.value for t in data.targets]
-    if not log:
-        axes.set_xlim(0, max(e for e in ends if not math.isnan(e)) * 1.15 or 1.0)
+    drawn = [e for e in ends if not math.isnan(e) and (e > 0 or not log)]
+    if log and drawn:  # room for the labels past the longest bar, and the shortest bar visible
+        axes.set_xlim(min(drawn) / 2, max(drawn) * 1.8)
+    elif drawn:
+        axes.set_xlim(0, max(drawn) * 1.15 or 1.0)
     axes.set_xlabel(data.value_label)
 
 
@@ -159,7 +165,8 @@ def _labels(axes: Axes, series: Series, positions: Sequence[float], whiskers: bo
             continue
         end = max(value, interval[1]) if whiskers and interval is not None else value
         text = f"{value:.3f}" if whiskers else _short(value)
-        axes.annotate(text, (end, position), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8)
+        axes.annotate(text, (end, position), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8,
+                      bbox=LABEL_BOX)
         ends.append(end)
     return ends
 
@@ -171,7 +178,7 @@ def _sweep(axes: Axes, data: ChartData) -> None:
     if data.log_x:
         axes.set_xscale("log")
     if data.log_value:
-        axes.set_yscale("log")
+        _log_axis(axes, "y")
     else:
         axes.set_ylim(bottom=0)
     axes.set_xticks(data.x, list(data.categories), fontsize=8.5)
@@ -179,6 +186,15 @@ def _sweep(axes: Axes, data: ChartData) -> None:
     _target_lines(axes, data, vertical=False)
     axes.set_xlabel(data.x_label)
     axes.set_ylabel(data.value_label)
+
+
+def _log_axis(axes: Axes, which: str) -> None:
+    """A log scale ticked at 1, 2 and 5 of each decade, written as plain numbers (20, not 2x10^1)."""
+    axis = axes.xaxis if which == "x" else axes.yaxis
+    (axes.set_xscale if which == "x" else axes.set_yscale)("log")
+    axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda value, _position: f"{value:,g}"))
+    axis.set_minor_formatter(FuncFormatter(lambda _value, _position: ""))
 
 
 def _target_lines(axes: Axes, data: ChartData, vertical: bool) -> None:

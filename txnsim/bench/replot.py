@@ -12,14 +12,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from txnsim.bench import code_bench, consumer_bench, failover_bench, peer_bench, producer_bench, rocketmq_bench
+from txnsim.bench import (
+    code_bench,
+    consumer_bench,
+    failover_bench,
+    peer_bench,
+    producer_bench,
+    rocketmq_bench,
+    spark_bench,
+)
 from txnsim.bench.chart_spec import ChartSpec, column_index, spec_columns
 from txnsim.bench.markdown_tables import sections, tables
 from txnsim.bench.plot import write_charts
 from txnsim.bench.report import BenchResult, ResultTable, replace_section, tables_markdown
 
 #: the charts each benchmark declares for its tables, in table order (the last repeats: code has a table per
-#: scenario). spark's are left to the default: its module imports pyspark.
+#: scenario)
 DECLARED: Mapping[str, Sequence[ChartSpec]] = {
     "producer": (producer_bench.THROUGHPUT_CHART, producer_bench.COMMIT_COST_CHART),
     "consumer": (consumer_bench.READ_CHART,),
@@ -27,6 +35,7 @@ DECLARED: Mapping[str, Sequence[ChartSpec]] = {
     "rocketmq": (rocketmq_bench.THROUGHPUT_CHART, rocketmq_bench.PHASES_CHART, rocketmq_bench.WRITES_CHART,
                  rocketmq_bench.CHECK_CHART),
     "peer": (peer_bench.PEER_CHART,),
+    "spark": (spark_bench.THROUGHPUT_CHART, spark_bench.COMMIT_COST_CHART),
     "code": (code_bench.CODE_CHART,),
 }
 

@@ -48,7 +48,8 @@ THROUGHPUT_CHART = RatioBars((RatioSeries("ratio to baseline", "95% CI of ratio"
                              value_label="rows/s over at-least-once's (same round)",
                              targets=(Target(TARGET_SHARE, f"target {TARGET_SHARE:g}"),))
 COMMIT_COST_CHART = Sweep("rows per batch", ("commit p50 ms", "commit p95 ms", "addBatch p50 ms"),
-                          x_label="rows per micro-batch (log scale)", value_label="milliseconds", log_x=True)
+                          x_label="rows per micro-batch (log scale)", value_label="milliseconds (log scale)",
+                          log_x=True, log_y=True)  # commits of ms beside writes of a second
 #: option naming the file where the timed sink appends one JSON line per committed batch
 TIMINGS_OPTION = "bench.commit.timings"
 TIMED_FORMAT = "txnsim-timed"
