@@ -4,7 +4,8 @@ declares its charts without importing a plotting library, and the rules are test
 
 A table without a spec still gets a chart when one makes sense (`default_spec`): a "ratio to ..." column
 followed by a "... CI ..." column makes ratio bars with CI whiskers; a first column that is a number in
-every row makes a sweep of the table's "p50" columns against it. New benchmarks get charts without work.
+every row makes a sweep of the table's "p50" (else "/s") columns against it. New benchmarks get charts
+without work.
 """
 from __future__ import annotations
 
@@ -135,7 +136,8 @@ def _is_interval(header: str) -> bool:
 
 def default_spec(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> ChartSpec:
     """Ratio bars when a "ratio ..." column has a CI column after it (before the next ratio column); else a
-    sweep when the first column is a number in every row of two or more and some column is a p50; else none."""
+    sweep when the first column is a number in every row of two or more: of the p50 columns if there are
+    any, else of the rate columns ("/s"); else none."""
     series: list[RatioSeries] = []
     for index, header in enumerate(columns):
         if not _is_ratio(header):
@@ -148,15 +150,20 @@ def default_spec(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> Chart
                 break
     if series:
         return RatioBars(tuple(series), value_label=_ratio_label(columns[_index(series[0].ratio)]))
-    p50s = [i for i, header in enumerate(columns) if i > 0 and "p50" in header]
     xs = [parse_number(row[0]) for row in rows]
-    if len(rows) >= 2 and p50s and all(x is not None for x in xs):
-        unit = columns[p50s[0]].split()[-1]  # the p50 columns in the first one's unit ("ms"), not ratios
-        ys = tuple(i for i in p50s if columns[i].split()[-1] == unit)
-        known = [x for x in xs if x is not None]
-        wide = min(known) > 0 and max(known) / min(known) >= 100  # 10 .. 10,000: a log axis spreads them
-        return Sweep(0, ys, x_label=columns[0] + (" (log scale)" if wide else ""),
-                     value_label=f"p50 ({unit})" if unit != "p50" else "p50", log_x=wide)
+    if len(rows) < 2 or any(x is None for x in xs):
+        return NoChart()
+    known = [x for x in xs if x is not None]
+    wide = min(known) > 0 and max(known) / min(known) >= 100  # 10 .. 10,000: a log axis spreads them
+    x_label = columns[0] + (" (log scale)" if wide else "")
+    medians = [i for i, header in enumerate(columns) if i > 0 and "p50" in header]
+    if medians:  # in the first one's unit ("ms"): not a "p50 vs smallest" ratio beside them
+        unit = columns[medians[0]].split()[-1]
+        ys = tuple(i for i in medians if columns[i].split()[-1] == unit)
+        return Sweep(0, ys, x_label, f"p50 ({unit})" if unit != "p50" else "p50", log_x=wide)
+    rates = tuple(i for i, header in enumerate(columns) if i > 0 and header.endswith("/s"))
+    if rates:
+        return Sweep(0, rates, x_label, columns[rates[0]] if len(rates) == 1 else "per second", log_x=wide)
     return NoChart()
 
 

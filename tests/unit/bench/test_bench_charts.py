@@ -186,3 +186,11 @@ def test_every_published_table_gets_the_chart_its_benchmark_declares() -> None:
                 assert with_declared_chart(table, DECLARED[name], index).chart is not None, (name, table.title)
                 checked += 1
     assert checked >= 10
+
+
+def test_a_numeric_first_column_without_medians_gets_a_sweep_of_its_rates() -> None:
+    columns = ("nodes", "txns/s", "commits/s", "CPU µs/txn")
+    rows = (("1", "1,200", "1,100", "50"), ("2", "2,000", "1,900", "55"), ("3", "2,600", "2,500", "60"))
+    spec = default_spec(columns, rows)
+    assert spec == Sweep(0, (1, 2), x_label="nodes", value_label="per second")
+    assert default_spec(("nodes", "note"), (("1", "a"), ("2", "b"))) == NoChart()
