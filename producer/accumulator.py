@@ -115,6 +115,13 @@ class ProducerBatch:
                                           base_sequence=base_sequence, transactional=transactional)
         return self.payload
 
+    @property
+    def built(self) -> bytes:
+        """The v2 batch as sent: a batch is built before it is ever sent."""
+        if self.payload is None:
+            raise RuntimeError(f"the batch for {self.topic_partition} is sent before it was built")
+        return self.payload
+
     def split_in_halves(self) -> tuple[ProducerBatch, ProducerBatch]:
         """Two batches holding this one's records, first half first, with its producer id, epoch,
         sequences (the second starts where the first ends) and creation time, built and ready to

@@ -171,5 +171,5 @@ class FutureRecordMetadata:
             self._callbacks = self._errbacks = None
         for call in callbacks:
             self._run(call, True)
-        for call in errbacks:
-            self._run(call, False)
+        for errback in errbacks:
+            self._run(errback, False)

@@ -116,14 +116,15 @@ class HalfTransactions:
             return LocalTransactionState.UNKNOW
         return state
 
-    def end(self, transaction_id: str, message_id: str, state: LocalTransactionState, source: int) -> None:
+    def end(self, transaction_id: str, message_id: str, state: LocalTransactionState,
+            source: pb.TransactionSource) -> None:
         """One-way: tried briefly, never raised; a lost end is what check-back is for."""
         if source == pb.SOURCE_CLIENT and os.environ.get(LOSE_END_ENV) == "1":
             log.warning("fault injected: the end of %s (%s) is lost", transaction_id, state.value)
             return
         request = pb.EndHalfTransactionRequest(
             transaction_id=transaction_id, producer_group=self.producer_group, message_id=message_id,
-            resolution=_RESOLUTION[state], source=source)  # type: ignore[arg-type]
+            resolution=_RESOLUTION[state], source=source)
         try:
             self._to_coordinator(lambda stubs, t: call(stubs.half.EndHalfTransaction, request, t),
                                  Deadline(_END_DEADLINE_S))

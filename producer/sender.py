@@ -56,7 +56,7 @@ _jitter = random.Random()
 
 def retry_backoff_s(config: ProducerConfig, attempts: int) -> float:
     """Kafka's exponential backoff: retry_backoff_ms * 2^(attempts-1), capped, with 20% jitter."""
-    base = config.retry_backoff_ms * (2 ** max(attempts - 1, 0))
+    base: int = config.retry_backoff_ms * (2 ** max(attempts - 1, 0))  # int ** int is typed Any (a power may be <1)
     capped = min(base, max(config.retry_backoff_max_ms, config.retry_backoff_ms))
     return capped * _jitter.uniform(0.8, 1.2) / 1000
 
@@ -327,8 +327,8 @@ class Sender(threading.Thread):
         request = pb.ProduceRequest(acks=self._wire_acks, timeout_ms=self._config.request_timeout_ms,
                                     partitions=[pb.PartitionRecords(
                                         topic=tp.topic, partition=tp.partition,
-                                        records=group[0].payload if len(group) == 1 else
-                                        b"".join(b.payload for b in group))  # type: ignore[misc]
+                                        records=group[0].built if len(group) == 1 else
+                                        b"".join(b.built for b in group))
                                         for tp, group in by_partition.items()])
         if self._tm.transactional_id is not None:
             request.transactional_id = self._tm.transactional_id

@@ -143,8 +143,10 @@ class CoordinatorRequests:
 
     def join_batch(self, request: pb.JoinBatchTxnRequest, deadline: Deadline) -> pb.JoinBatchTxnResponse:
         """Batch transactions (txnsim extension): a fresh producer id in the batch's transaction."""
-        return self._guarded(TRANSACTION, self._tid, "JoinBatchTxn",
-                             lambda s, t: call(s.transactions.JoinBatchTxn, request, t), deadline)
+        response: pb.JoinBatchTxnResponse = self._guarded(
+            TRANSACTION, self._tid, "JoinBatchTxn", lambda s, t: call(s.transactions.JoinBatchTxn, request, t),
+            deadline)
+        return response
 
     # ------------------------------------------------------------ AddPartitionsToTxn (sent by the sender)
 
