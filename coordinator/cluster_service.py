@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from client.transport import call
+from client.transport import Stubs, call
 from coordinator.layout import ClusterSpec
 from coordinator.membership import Membership
 from coordinator.ownership_log import OwnershipLog
@@ -42,7 +42,7 @@ class ClusterServer:
     def __init__(self, *, node_id: int, spec: ClusterSpec, membership: Membership, ownership_log: OwnershipLog,
                  topics: TopicStore, owned_logs: Callable[[], list[tuple[str, int, int]]],
                  ready: Callable[[], bool], logs: LogManager | None = None,
-                 peer_stubs: Callable[[int], Any] | None = None) -> None:
+                 peer_stubs: Callable[[int], Stubs] | None = None) -> None:
         self.node_id = node_id
         #: this node's open logs, and the stubs of a peer by node id (topic deletion)
         self._logs = logs
@@ -145,29 +145,29 @@ class ClusterServicer(rpc.ClusterServicer):
         self._server = server
 
     @answers_with(pb.MetadataResponse)
-    def Metadata(self, request, context):
+    def Metadata(self, request: pb.MetadataRequest, context: Any) -> pb.MetadataResponse:
         return self._server.metadata(request)
 
     @answers_with(pb.FindCoordinatorResponse)
-    def FindCoordinator(self, request, context):
+    def FindCoordinator(self, request: pb.FindCoordinatorRequest, context: Any) -> pb.FindCoordinatorResponse:
         return self._server.find_coordinator(request)
 
     @answers_with(pb.CreateTopicResponse)
-    def CreateTopic(self, request, context):
+    def CreateTopic(self, request: pb.CreateTopicRequest, context: Any) -> pb.CreateTopicResponse:
         return self._server.create_topic(request)
 
     @answers_with(pb.ClusterStatusResponse)
-    def Status(self, request, context):
+    def Status(self, request: pb.ClusterStatusRequest, context: Any) -> pb.ClusterStatusResponse:
         return self._server.status(request)
 
     @answers_with(pb.DeleteTopicResponse)
-    def DeleteTopic(self, request, context):
+    def DeleteTopic(self, request: pb.DeleteTopicRequest, context: Any) -> pb.DeleteTopicResponse:
         return self._server.delete_topic(request)
 
     @answers_with(pb.AlterTopicResponse)
-    def AlterTopic(self, request, context):
+    def AlterTopic(self, request: pb.AlterTopicRequest, context: Any) -> pb.AlterTopicResponse:
         return self._server.alter_topic(request)
 
     @answers_with(pb.DropTopicLogsResponse)
-    def DropTopicLogs(self, request, context):
+    def DropTopicLogs(self, request: pb.DropTopicLogsRequest, context: Any) -> pb.DropTopicLogsResponse:
         return self._server.drop_topic_logs(request)

@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NotRequired, TypedDict
 
 from coordinator.layout import write_atomically
 from proto.errors import (
@@ -30,6 +31,16 @@ from proto.errors import (
     UnknownTopicOrPartitionError,
 )
 from proto.structs import INTERNAL_TOPICS, MAX_PARTITIONS_PER_TOPIC, validate_topic_name
+
+
+class TopicEntry(TypedDict):
+    """A topic with settings of its own, in topics.json (a topic without any is just its partition count)."""
+    partitions: int
+    configs: NotRequired[dict[str, str]]
+
+
+#: topics.json: topic -> its partition count, or its entry when it has settings
+TopicsFile = dict[str, int | TopicEntry]
 
 #: the settings a topic may have, with the values each accepts
 TOPIC_CONFIGS: dict[str, frozenset[str]] = {
@@ -203,7 +214,7 @@ class TopicStore:
             return [] if name in current else remove_log_dirs(self._logs_dir, name)
 
     @contextmanager
-    def _locked(self) -> Iterator[dict]:
+    def _locked(self) -> Iterator[TopicsFile]:
         """The topics file's current content, under the writers' flock."""
         with open(self._lock_path, "a+") as lock_file:
             fcntl.flock(lock_file, fcntl.LOCK_EX)

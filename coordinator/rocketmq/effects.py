@@ -34,7 +34,8 @@ class PartitionWriter:
             request.timeout_ms = int(timeout_s * 1000)
             if stubs is None:
                 return self._produce_locally(request)
-            return call(stubs.partitions.Produce, request, timeout_s, check=False)
+            answer: pb.ProduceResponse = call(stubs.partitions.Produce, request, timeout_s, check=False)
+            return answer
 
         try:
             response = self._router.call(tp.topic, tp.partition, on_owner)
@@ -52,7 +53,9 @@ class PartitionWriter:
         def on_owner(stubs: Stubs | None, timeout_s: float) -> pb.DescribeProducersResponse:
             if stubs is None:
                 return self._describe_locally(request)
-            return call(stubs.partitions.DescribeProducers, request, timeout_s, check=False)
+            answer: pb.DescribeProducersResponse = call(stubs.partitions.DescribeProducers, request, timeout_s,
+                                                        check=False)
+            return answer
 
         try:
             response = self._router.call(tp.topic, tp.partition, on_owner)

@@ -78,7 +78,7 @@ def client_id_of(context: Any) -> str:
     return next((value for key, value in context.invocation_metadata() if key == CLIENT_ID), "")
 
 
-class MessagingFrontDoor(rmq_grpc.MessagingServiceServicer):
+class MessagingFrontDoor(rmq_grpc.MessagingServiceServicer):  # type: ignore[misc]  # rocketmq ships no hints: Any
     def __init__(self, *, node_id: int, address_of: Callable[[int], str], membership: Membership,
                  topics: TopicStore, partitions: PartitionServer, half: HalfMessageCoordinator,
                  producers: ProducerRegistry, router: OwnerRouter, half_shards: int, message_max_bytes: int,
@@ -98,7 +98,7 @@ class MessagingFrontDoor(rmq_grpc.MessagingServiceServicer):
         self._pop = pop
         self._timeout_s = request_timeout_s
         self._router = router
-        self._turns: dict[str, itertools.count] = defaultdict(itertools.count)
+        self._turns: dict[str, itertools.count[int]] = defaultdict(itertools.count)
         self._lock = threading.Lock()
         self._sessions: dict[str, set[TelemetrySession]] = defaultdict(set)
 

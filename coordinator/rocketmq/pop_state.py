@@ -116,7 +116,7 @@ class PopQueue:
 
     def pop(self, now_ms: int, max_count: int, invisible_ms: int) -> list[Delivery]:
         """Up to `max_count` visible messages, oldest first, each now invisible until now + invisible_ms."""
-        out = []
+        out: list[Delivery] = []
         limit = self.committed + self.window
         for offset in sorted(self.messages):
             if len(out) >= max_count or offset >= limit:

@@ -43,7 +43,8 @@ def body_of(message: rmq.Message) -> bytes:
             raise InvalidRequestError(f"[INVALID_REQUEST] message body is not valid GZIP: {exc}") from None
     if encoding not in (rmq.IDENTITY, rmq.ENCODING_UNSPECIFIED):
         raise UnsupportedError(f"body encoding {encoding} is not supported; send IDENTITY or GZIP")
-    return message.body
+    body: bytes = message.body
+    return body
 
 
 def validate(message: rmq.Message) -> None:
@@ -66,7 +67,8 @@ def _user_headers(message: rmq.Message) -> list[Header]:
 
 def _millis(message: rmq.Message) -> int:
     born = message.system_properties.born_timestamp
-    return born.seconds * 1000 + born.nanos // 1_000_000
+    millis: int = born.seconds * 1000 + born.nanos // 1_000_000
+    return millis
 
 
 def record_of(message: rmq.Message, now_ms: int) -> tuple[int, bytes | None, bytes | None, list[Header]]:

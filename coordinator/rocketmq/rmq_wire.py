@@ -42,7 +42,9 @@ _CODES: tuple[tuple[type[BaseException], int], ...] = (
     (RequestTimedOutError, rmq.PROXY_TIMEOUT),
 )
 
-OK = rmq.OK
+#: the codes txnsim answers with itself, as the ints they are (the generated module ships no type hints)
+OK: int = rmq.OK
+INTERNAL_ERROR: int = rmq.INTERNAL_ERROR
 
 
 def code_for(error: BaseException) -> int:
@@ -53,7 +55,7 @@ def code_for(error: BaseException) -> int:
     for error_type, code in _CODES:
         if isinstance(error, error_type):
             return code
-    return rmq.INTERNAL_ERROR
+    return INTERNAL_ERROR
 
 
 def status(code: int = OK, message: str = "OK") -> rmq.Status:

@@ -19,7 +19,7 @@ from coordinator.rocketmq.copies import copied, copies_owed, copy_batches, split
 from coordinator.rocketmq.effects import PartitionWriter
 from coordinator.rocketmq.half_shard import Decision, HalfShard
 from coordinator.rocketmq.log_format import OpRecord, Resolution, Storage
-from coordinator.txn.markers import Marker
+from coordinator.txn.metadata import Marker
 from partitions import AppendOrigin, PartitionLog
 from proto.errors import KafkaError, NotCoordinatorError, OutOfOrderSequenceError
 from proto.structs import TopicPartition
@@ -36,7 +36,7 @@ WriteMarkers = Callable[..., bool]
 @dataclass
 class PendingEnd:
     op: OpRecord
-    decided: Future = field(default_factory=Future)     # the OP record is durable (or failed)
+    decided: Future[None] = field(default_factory=Future)     # the OP record is durable (or failed)
     finished: threading.Event = field(default_factory=threading.Event)
 
 
