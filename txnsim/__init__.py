@@ -2,6 +2,8 @@
 
 The public API in one import path (see API.md); the code lives in the design card's packages.
 """
+from consumer import Consumer
+from producer import Producer
 from producer.local_transaction import (
     LocalTransactionState,
     TransactionListener,
@@ -43,15 +45,6 @@ from proto.structs import (
 from txnsim import errors
 from txnsim.admin import Admin, NewTopic
 from txnsim.cluster import LocalCluster
-
-try:  # the clients land package by package; the facade must import while one is missing
-    from producer import Producer
-except ImportError:  # pragma: no cover
-    Producer = None  # type: ignore[assignment,misc]
-try:
-    from consumer import Consumer
-except ImportError:  # pragma: no cover
-    Consumer = None  # type: ignore[assignment,misc]
 
 __all__ = [
     "Admin",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypedDict
 
 from client.cluster import GROUP, TRANSACTION, ClusterClient
 from client.transport import Deadline, call, retrying
@@ -90,6 +90,25 @@ class NewTopic:
     topic_configs: dict[str, str] = field(default_factory=dict)
 
 
+class NewTopicOptions(TypedDict, total=False):
+    """A topic's options in create_topics' {name: options} form (kafka-python's dict form)."""
+
+    num_partitions: int
+    replication_factor: int
+    configs: dict[str, str]
+
+
+class KafkaPythonNewTopic(Protocol):
+    """kafka-python's NewTopic as create_topics reads it (its assignments and configs are read if present)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def num_partitions(self) -> int: ...
+    @property
+    def replication_factor(self) -> int: ...
+
+
 @dataclass(frozen=True, slots=True)
 class GroupListing:
     group_id: str
@@ -151,8 +170,8 @@ class Admin:
         self._client.any_node(lambda s: call(s.cluster.CreateTopic, request, self._timeout_s))
         self._client.refresh_metadata([name])
 
-    def create_topics(self, new_topics: Iterable[NewTopic | str] | dict[str, dict], validate_only: bool = False
-                      ) -> None:
+    def create_topics(self, new_topics: Iterable[NewTopic | KafkaPythonNewTopic | str] | dict[str, NewTopicOptions],
+                      validate_only: bool = False) -> None:
         """kafka-python's create_topics: NewTopic objects, names, or {name: {"num_partitions", "replication_factor",
         "configs"}}. Every topic is checked before any is created; `validate_only` stops there."""
         topics = [_as_new_topic(t) for t in (
@@ -187,7 +206,8 @@ class Admin:
         validate_topic_name(name)
         request = pb.DeleteTopicRequest(name=name)
         # the answer's error is raised only here: UNKNOWN_TOPIC_OR_PARTITION is retriable, and would be retried
-        response = self._client.any_node(lambda s: call(s.cluster.DeleteTopic, request, self._timeout_s, check=False))
+        response: pb.DeleteTopicResponse = self._client.any_node(
+            lambda s: call(s.cluster.DeleteTopic, request, self._timeout_s, check=False))
         self._client.refresh_metadata([name])  # forgets the topic's partition count and leaders
         raise_for(response.error_code, response.error_message)
         return response.partitions
@@ -219,7 +239,9 @@ class Admin:
 
     def cluster_status(self) -> pb.ClusterStatusResponse:
         """Any live node's view: nodes, the logs it owns, and the latest ownership changes."""
-        return self._client.any_node(lambda s: call(s.cluster.Status, pb.ClusterStatusRequest(), self._timeout_s))
+        status: pb.ClusterStatusResponse = self._client.any_node(
+            lambda s: call(s.cluster.Status, pb.ClusterStatusRequest(), self._timeout_s))
+        return status
 
     # ------------------------------------------------------------ offsets
 
@@ -488,12 +510,12 @@ class Admin:
         return groups
 
 
-def _as_new_topic(topic: NewTopic | str | object) -> NewTopic:
+def _as_new_topic(topic: NewTopic | KafkaPythonNewTopic | str) -> NewTopic:
     """A NewTopic from txnsim's, a name, or kafka-python's NewTopic (same attribute names)."""
     if isinstance(topic, NewTopic):
         return topic
     if isinstance(topic, str):
         return NewTopic(topic)
-    return NewTopic(topic.name, topic.num_partitions, topic.replication_factor,  # type: ignore[attr-defined]
+    return NewTopic(topic.name, topic.num_partitions, topic.replication_factor,
                     dict(getattr(topic, "replica_assignments", None) or {}),
                     dict(getattr(topic, "topic_configs", None) or {}))

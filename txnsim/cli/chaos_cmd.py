@@ -26,7 +26,7 @@ from txnsim.cli.common import (
 from txnsim.report import chaos_report, report_path, write_report
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     chaos = sub.add_parser("chaos", help="nemesis + checker: faults injected, anomalies counted",
                            description="Copy chaos-in to chaos-out in transactions while nodes are killed, paused "
                                        "and restarted; then count anomalies with Jepsen's names.",

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Literal, TypedDict
 
 from rich.markup import escape
 from rich.table import Table
@@ -37,7 +38,7 @@ from txnsim.cli.ui_cmd import port_number
 from txnsim.cluster import LocalCluster
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cluster = sub.add_parser("cluster", help="start a cluster or show its status")
     verbs = cluster.add_subparsers(dest="verb", required=True)
     start = verbs.add_parser("start", help="start N node processes and run until Ctrl-C")
@@ -134,17 +135,19 @@ def cluster_status(args: argparse.Namespace) -> int:
         for topic in metadata.topics:
             for p in topic.partitions:
                 led.setdefault(p.leader, set()).add((topic.name, p.partition))
-        nodes, any_status = [], None
+        nodes: list[NodeRow] = []
+        any_status: pb.ClusterStatusResponse | None = None
         for node in metadata.nodes:
-            row = {"node": node.node_id, "address": node.address, "alive": node.alive, "txn_shards": 0,
-                   "group_shards": 0, "data_partitions": 0, "not_yet_opened": [], "error": None}
+            row: NodeRow = {"node": node.node_id, "address": node.address, "alive": node.alive, "txn_shards": 0,
+                            "group_shards": 0, "data_partitions": 0, "not_yet_opened": [], "error": None}
             if node.alive:
                 try:
-                    status = call(client.stubs(node.address).cluster.Status, pb.ClusterStatusRequest(), 5.0)
+                    status: pb.ClusterStatusResponse = call(client.stubs(node.address).cluster.Status,
+                                                            pb.ClusterStatusRequest(), 5.0)
                     any_status = any_status or status
                     opened = {(owned.topic, owned.partition) for owned in status.logs}
-                    for topic, _partition in opened:
-                        row[_KINDS.get(topic, "data_partitions")] += 1  # type: ignore[operator]
+                    for owned_topic, _partition in opened:
+                        row[_KINDS.get(owned_topic, "data_partitions")] += 1
                     # just after a (re)start a node opens its logs one by one: say which are not open yet,
                     # rather than counting them as nothing
                     row["not_yet_opened"] = [_log_name(t, p) for t, p in sorted(led.get(node.node_id, set()) - opened)]
@@ -203,7 +206,22 @@ def _print_metrics_urls(urls: dict[int, str | None]) -> None:
         console.print(f"  node {node_id}  {escape(url) if url else '(not running)'}", soft_wrap=True)
 
 
-_KINDS = {TRANSACTION_STATE_TOPIC: "txn_shards", CONSUMER_OFFSETS_TOPIC: "group_shards"}
+class NodeRow(TypedDict):
+    """One node in `cluster status` (a table row, or an object of --json's "nodes")."""
+
+    node: int
+    address: str
+    alive: bool
+    txn_shards: int
+    group_shards: int
+    data_partitions: int
+    not_yet_opened: list[str]
+    error: str | None
+
+
+#: which count of a node's row an owned log adds to (any other topic's: data_partitions)
+LogKind = Literal["txn_shards", "group_shards", "data_partitions"]
+_KINDS: dict[str, LogKind] = {TRANSACTION_STATE_TOPIC: "txn_shards", CONSUMER_OFFSETS_TOPIC: "group_shards"}
 
 
 def _ownership_changes(status: pb.ClusterStatusResponse | None, limit: int) -> list[dict[str, object]]:

@@ -101,8 +101,9 @@ def port_arg(text: str) -> int:
 
 
 def bootstrap_servers(args: argparse.Namespace) -> str:
-    if args.bootstrap_servers:
-        return args.bootstrap_servers
+    given: str | None = args.bootstrap_servers
+    if given:
+        return given
     layout = ClusterLayout(args.data_dir)
     if not layout.cluster_file.is_file():
         raise SystemExit(f"error: no cluster at {args.data_dir} (start one with `txnsim cluster start "

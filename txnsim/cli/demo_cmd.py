@@ -18,7 +18,7 @@ from partitions.segment import segment_files
 from producer import Producer
 from proto.errors import KafkaError, ProducerFencedError
 from proto.hashing import partition_for
-from proto.structs import OffsetAndMetadata, TopicPartition
+from proto.structs import ConsumerRecord, OffsetAndMetadata, TopicPartition
 from txnsim.admin import Admin
 from txnsim.cli.common import console, exits_cleanly, scratch_dir
 from txnsim.cli.demo_confluent import run_confluent_demo
@@ -28,7 +28,7 @@ from txnsim.cluster import LocalCluster
 from txnsim.demo_orders.runner import run_orders_demo
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo = sub.add_parser("demo", help="the transaction protocol, scene by scene, on an embedded cluster")
     demo.add_argument("which", nargs="?", choices=["orders"], default=None,
                       help="orders: RocketMQ-style transactional messages, order service and points service on "
@@ -41,12 +41,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     demo.set_defaults(func=run_demo)
 
 
-def read_all(bs: str, topic: str, partitions: int, isolation: str) -> list:
+def read_all(bs: str, topic: str, partitions: int, isolation: str) -> list[ConsumerRecord]:
     """Everything a fresh consumer of `isolation` can read now (stops when a poll returns nothing)."""
     with Consumer(bootstrap_servers=bs, isolation_level=isolation, auto_offset_reset="earliest",
                   enable_auto_commit=False) as c:
         c.assign([TopicPartition(topic, p) for p in range(partitions)])
-        records = []
+        records: list[list[ConsumerRecord]] = []
         while True:
             batch = c.poll(timeout_ms=500)
             if not batch:

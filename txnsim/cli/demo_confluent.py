@@ -12,7 +12,7 @@ import logging
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.rule import Rule
 from rich.table import Table
@@ -24,6 +24,9 @@ from txnsim.cli.demo_views import scene as _scene
 from txnsim.cli.demo_views import show_side_by_side
 from txnsim.cluster import LocalCluster
 
+if TYPE_CHECKING:  # imported where used: the other commands start without loading librdkafka
+    from confluent_kafka import Producer
+
 #: patience for one client call (the nodes answer in milliseconds; a failover takes about a second)
 CALL_TIMEOUT_S = 30.0
 #: librdkafka's log lines (a node killed on purpose, the zombie's fatal error the scene prints itself) would
@@ -33,7 +36,7 @@ _LIBRDKAFKA_LOG.setLevel(logging.CRITICAL + 1)
 QUIET = {"logger": _LIBRDKAFKA_LOG}
 
 
-def _producer(kafka: str, transactional_id: str, **extra: Any) -> Any:
+def _producer(kafka: str, transactional_id: str, **extra: Any) -> Producer:
     from confluent_kafka import Producer
     producer = Producer({"bootstrap.servers": kafka, "transactional.id": transactional_id, "linger.ms": 5,
                          **QUIET, **extra})
@@ -59,16 +62,26 @@ def _read_all(kafka: str, topic: str, partitions: int, isolation: str) -> list[t
             message = consumer.poll(0.1)
             if message is None:
                 continue
-            if message.error() is not None:
-                if message.error().code() != KafkaError._PARTITION_EOF:
-                    raise SystemExit(f"error: {message.error()}")
-                at_end.add(message.partition())
+            failure = message.error()
+            if failure is not None:
+                if failure.code() != KafkaError._PARTITION_EOF:
+                    raise SystemExit(f"error: {failure}")
+                at_end.add(_known(message.partition(), "partition"))
                 continue
-            at_end.discard(message.partition())
-            seen.append((message.partition(), message.offset(), message.value() or b""))
+            at_end.discard(_known(message.partition(), "partition"))
+            seen.append((_known(message.partition(), "partition"), _known(message.offset(), "offset"),
+                         message.value() or b""))
         return sorted(seen)
     finally:
         consumer.close()
+
+
+def _known(value: int | None, what: str) -> int:
+    """A consumed message's partition or offset: confluent-kafka types both optional (a message being
+    produced has neither yet); one a consumer returned always has them."""
+    if value is None:
+        raise SystemExit(f"error: librdkafka returned a consumed message without its {what}")
+    return value
 
 
 def _side_by_side(kafka: str, topic: str, partitions: int, title: str) -> None:
@@ -180,7 +193,7 @@ def _consume_transform_produce(kafka: str) -> None:
         if message is None:
             continue
         if message.error() is not None:
-            at_end.add(message.partition())
+            at_end.add(_known(message.partition(), "partition"))
             continue
         producer.produce("audit", value=b"invoice-for-" + (message.value() or b""))
     positions = consumer.position([TopicPartition("orders", p) for p in range(3)])

@@ -18,7 +18,7 @@ from txnsim.cli.common import add_data_dir_arg, exits_cleanly, partition_arg, pr
 from txnsim.cli.internal_log_decoders import describe_offsets_record, describe_transaction_log_record
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dump = sub.add_parser("dump-log", help="print the batches of one partition's log, like kafka-dump-log")
     dump.add_argument("topic")
     dump.add_argument("partition", type=partition_arg)

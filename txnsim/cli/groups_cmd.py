@@ -14,8 +14,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from proto.errors import IllegalArgumentError, UnknownTopicOrPartitionError
-from proto.structs import TopicPartition
-from txnsim.admin import Admin, GroupDescription
+from proto.structs import OffsetAndMetadata, TopicPartition
+from txnsim.admin import Admin, GroupDescription, GroupMember
 from txnsim.cli import timeline_cmd
 from txnsim.cli.common import add_cluster_args, add_json_arg, admin_client, console, exits_cleanly, offset_arg
 from txnsim.cli.output import print_json
@@ -23,7 +23,7 @@ from txnsim.cli.output import print_json
 INACTIVE_STATES = ("Empty", "Dead")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     groups = sub.add_parser("consumer-groups", help="list, describe, reset the offsets of, and delete consumer groups")
     verbs = groups.add_subparsers(dest="verb", required=True)
     listing = verbs.add_parser("list", help="every group, its state and protocol type")
@@ -114,8 +114,9 @@ def describe_group(args: argparse.Namespace) -> int:
     return 0
 
 
-def _group_json(group: GroupDescription, partitions: list[TopicPartition], committed: dict,
-                owners: dict, ends: dict[TopicPartition, int]) -> dict[str, object]:
+def _group_json(group: GroupDescription, partitions: list[TopicPartition],
+                committed: dict[TopicPartition, OffsetAndMetadata], owners: dict[TopicPartition, GroupMember],
+                ends: dict[TopicPartition, int]) -> dict[str, object]:
     def offsets(tp: TopicPartition) -> dict[str, object]:
         offset = committed[tp].offset if tp in committed else None
         member = owners.get(tp)
@@ -161,7 +162,7 @@ def _timestamp_ms(text: str) -> int:
 
 
 def _targets(admin: Admin, args: argparse.Namespace, tps: list[TopicPartition],
-             committed: dict) -> dict[TopicPartition, int]:
+             committed: dict[TopicPartition, OffsetAndMetadata]) -> dict[TopicPartition, int]:
     earliest, latest = admin.beginning_offsets(tps), admin.end_offsets(tps)
     if args.to_earliest:
         return earliest
@@ -170,7 +171,7 @@ def _targets(admin: Admin, args: argparse.Namespace, tps: list[TopicPartition],
     if args.to_datetime is not None:
         stamp = _timestamp_ms(args.to_datetime)
         found = admin.offsets_for_times({tp: stamp for tp in tps})
-        return {tp: latest[tp] if found[tp] is None else found[tp] for tp in tps}
+        return {tp: latest[tp] if (offset := found[tp]) is None else offset for tp in tps}
     if args.to_offset is not None:
         if args.to_offset < 0:
             raise IllegalArgumentError(f"[INVALID_REQUEST] --to-offset {args.to_offset} is negative")

@@ -10,13 +10,14 @@ import json
 import sys
 from typing import Any
 
+from rich.console import JustifyMethod
 from rich.table import Table
 
 
-def new_table(title: str, *columns: str, justify: str = "left") -> Table:
+def new_table(title: str, *columns: str, justify: JustifyMethod = "left") -> Table:
     table = Table(title=title)
     for column in columns:
-        table.add_column(column, overflow="fold", justify=justify)  # type: ignore[arg-type]
+        table.add_column(column, overflow="fold", justify=justify)
     return table
 
 

@@ -20,7 +20,7 @@ from txnsim.pipeline.runner import Progress as RunProgress
 from txnsim.report import pipeline_report, report_path, write_report
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cmd = sub.add_parser("pipeline", help="the Spark exactly-once demo: income per minute under crashes",
                          description="Orders stream into txnsim; a Spark Structured Streaming query sums income "
                                      "per event-time minute into the income topic, exactly once, while the Spark "

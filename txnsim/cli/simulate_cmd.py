@@ -38,7 +38,7 @@ from txnsim.simulate.trace import hash_lines, load_trace, print_timeline, save_t
 DEFAULT_SECONDS = 10.0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "simulate", help="the cluster in one process on simulated time: faults from a seed, replayable",
         description="Run a model of the system on a simulated clock, network and disk under a fault schedule drawn "
@@ -69,7 +69,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help=f"re-runs the shrinker may spend on a violation, 0 for none (default {DEFAULT_MAX_RUNS})")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     parser.set_defaults(func=run_simulate_command)
-    # a bad argument is one line, like every other error of this command (usage is one --help away)
+    # a bad argument is one line, like every other error of this command (usage is one --help away); assigned,
+    # as add_parser cannot give one subcommand a parser class of its own (hence the ignore)
     parser.error = functools.partial(_one_line_error, parser)  # type: ignore[method-assign]
 
 

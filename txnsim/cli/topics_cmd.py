@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import TypedDict
 
 from proto import txnsim_pb2 as pb
 from proto.errors import InvalidConfigError, UnknownTopicOrPartitionError, raise_for
@@ -19,7 +20,7 @@ from txnsim.cli.common import (
 from txnsim.cli.output import new_table, print_json
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     topics = sub.add_parser("topics", help="create, delete, list and describe topics")
     verbs = topics.add_subparsers(dest="verb", required=True)
     create = verbs.add_parser("create")
@@ -125,19 +126,37 @@ def describe_topic(args: argparse.Namespace) -> int:
         print_json(described if args.name is None else described[0])
         return 0
     for d in described:
-        configs = ", ".join(f"{k}={v}" for k, v in sorted(d["configs"].items()))  # type: ignore[attr-defined]
+        configs = ", ".join(f"{k}={v}" for k, v in sorted(d["configs"].items()))
         table = new_table(f"topic {d['topic']}" + (f" ({configs})" if configs else ""), "partition", "leader",
                           "log start", "high watermark", "last stable offset", justify="right")
-        for p in d["partitions"]:  # type: ignore[attr-defined]
-            table.add_row(*(str(p[k]) for k in ("partition", "leader", "log_start_offset", "high_watermark",
-                                                "last_stable_offset")))
+        for p in d["partitions"]:
+            table.add_row(str(p["partition"]), str(p["leader"]), str(p["log_start_offset"]), str(p["high_watermark"]),
+                          str(p["last_stable_offset"]))
         console.print(table)
     if not described:
         console.print("no topics")
     return 0
 
 
-def _describe(admin: Admin, topic: pb.TopicMetadata) -> dict[str, object]:
+class PartitionDescription(TypedDict):
+    """One partition in `topics describe` (a table row, or an object of --json's "partitions")."""
+
+    partition: int
+    leader: int
+    log_start_offset: int
+    high_watermark: int
+    last_stable_offset: int
+
+
+class TopicDescription(TypedDict):
+    """One topic in `topics describe`: its settings and partitions."""
+
+    topic: str
+    configs: dict[str, str]
+    partitions: list[PartitionDescription]
+
+
+def _describe(admin: Admin, topic: pb.TopicMetadata) -> TopicDescription:
     tps = [TopicPartition(topic.name, p.partition) for p in topic.partitions]
     start, end, stable = admin.beginning_offsets(tps), admin.end_offsets(tps), admin.last_stable_offsets(tps)
     return {"topic": topic.name, "configs": dict(topic.configs), "partitions": [

@@ -24,7 +24,7 @@ from txnsim.cli.common import (
 from txnsim.cli.output import new_table, print_json
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     txns = sub.add_parser("transactions", help="list, describe, find hanging and abort transactions")
     verbs = txns.add_subparsers(dest="verb", required=True)
     listing = verbs.add_parser("list")

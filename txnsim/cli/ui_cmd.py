@@ -15,7 +15,7 @@ def port_number(text: str) -> int:
     return value
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ui = sub.add_parser("ui", help="serve a live web view of a running cluster on loopback (Ctrl-C stops it)")
     ui.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR,
                     help="data directory of a `txnsim cluster start` cluster (default: ./txnsim-data)")
