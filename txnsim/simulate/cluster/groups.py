@@ -194,17 +194,28 @@ class SimGroupCoordinator:
             shard = shard_of_group(group.group_id)
             log = self.shards[shard]
             try:
-                appended = log.append(write.batch, origin=AppendOrigin.COORDINATOR)
+                appended = log.append(write.batch, origin=AppendOrigin.COORDINATOR, wait_durable=False)
             except KafkaError as exc:
-                error = NotCoordinatorError(f"[NOT_COORDINATOR] writing __consumer_offsets-{shard} failed: {exc}")
-                self.node.net.reply(env, pb.TxnOffsetCommitResponse(error_code=code_of(error),
-                                                                    error_message=str(error)))
-                return
+                return self._refuse_offsets(env, shard, exc)
             self.model.appended(self.node.name, log, appended.base_offset, appended.last_offset)
             self._txn_groups.setdefault(req.producer_id, {}).setdefault(shard, set()).add(group.group_id)
             add_pending(group, req.producer_id, write, appended.base_offset)
+
+            def durable() -> None:  # the fsync happens when its time has passed (a power loss before it loses
+                try:                # the offsets, unacknowledged)
+                    log.make_durable(appended.last_offset + 1)
+                except KafkaError as exc:
+                    return self._refuse_offsets(env, shard, exc)
+                self.node.net.reply(env, pb.TxnOffsetCommitResponse(results=write.results))
+
+            self.node.net.set_timer(self.node.name, self.node.fsync_ms, durable, label="fsync")
+            return
         self.node.net.set_timer(self.node.name, self.node.fsync_ms, self.node.net.reply, env,
                                 pb.TxnOffsetCommitResponse(results=write.results), label="fsync")
+
+    def _refuse_offsets(self, env: Envelope, shard: int, exc: KafkaError) -> None:
+        error = NotCoordinatorError(f"[NOT_COORDINATOR] writing __consumer_offsets-{shard} failed: {exc}")
+        self.node.net.reply(env, pb.TxnOffsetCommitResponse(error_code=code_of(error), error_message=str(error)))
 
     def _partition_exists(self, tp: TopicPartition) -> bool:
         count = self.model.partitions_for(tp.topic)
@@ -238,18 +249,19 @@ class SimGroupCoordinator:
             elif isinstance(effect, StoreGroup):
                 self._store(group, effect)
 
-    def _append_record(self, group: GroupMetadata, effect: StoreGroup) -> bool:
+    def _append_record(self, group: GroupMetadata, effect: StoreGroup) -> tuple[PartitionLog, int] | None:
+        """Write the group's record (not yet durable): the log and the end offset to make durable, or None."""
         log = self.shards.get(shard_of_group(group.group_id))
         if log is None:
-            return False
+            return None
         batch = encode_batch([(self.node.now(), log_format.group_key(group.group_id),
                                log_format.encode_group(effect.record), ())])
         try:
-            appended = log.append(batch, origin=AppendOrigin.COORDINATOR)
+            appended = log.append(batch, origin=AppendOrigin.COORDINATOR, wait_durable=False)
         except KafkaError:
-            return False
+            return None
         self.model.appended(self.node.name, log, appended.base_offset, appended.last_offset)
-        return True
+        return log, appended.last_offset + 1
 
     def _store(self, group: GroupMetadata, effect: StoreGroup) -> None:
         classic = group.classic
@@ -261,17 +273,25 @@ class SimGroupCoordinator:
             self._unwritten[group.group_id] = effect
             self._carry_out(group, classic.store_completed(self.node.now(), effect.record.generation, None))
             return
-        if not self._append_record(group, effect):
+        written = self._append_record(group, effect)
+        if written is None:
             error = NotCoordinatorError(f"[NOT_COORDINATOR] {self.node.name} cannot write {group.group_id!r}")
             self._carry_out(group, classic.store_completed(self.node.now(), effect.record.generation, error))
             return
         self.node.net.set_timer(self.node.name, self.node.fsync_ms,
-                                functools.partial(self._stored, group, effect.record.generation), label="fsync")
+                                functools.partial(self._stored, group, effect.record.generation, *written),
+                                label="fsync")
 
-    def _stored(self, group: GroupMetadata, generation: int) -> None:
+    def _stored(self, group: GroupMetadata, generation: int, log: PartitionLog, end: int) -> None:
+        """The fsync's time has passed: make the record durable, then let the group go on."""
         if self.groups.get(group.group_id) is not group:
             return  # the shard moved away meanwhile
-        self._carry_out(group, group.classic.store_completed(self.node.now(), generation, None))
+        error: KafkaError | None = None
+        try:
+            log.make_durable(end)
+        except KafkaError as exc:
+            error = NotCoordinatorError(f"[NOT_COORDINATOR] {self.node.name} cannot write {group.group_id!r}: {exc}")
+        self._carry_out(group, group.classic.store_completed(self.node.now(), generation, error))
         self._arm(group)
 
     def _arm(self, group: GroupMetadata) -> None:
