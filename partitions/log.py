@@ -237,9 +237,11 @@ class PartitionLog:
             return self._state.needs_verification(headers)
 
     def append_marker(self, *, producer_id: int, producer_epoch: int, committed: bool, coordinator_epoch: int,
-                      timestamp_ms: int | None = None, transaction_version: int = 0) -> AppendResult:
+                      timestamp_ms: int | None = None, transaction_version: int = 0,
+                      wait_durable: bool = True) -> AppendResult:
         """Write a COMMIT or ABORT marker for `producer_id`, closing its open transaction if it has one
-        (`transaction_version` 2: the marker's epoch was bumped past its data's; see check_marker)."""
+        (`transaction_version` 2: the marker's epoch was bumped past its data's; see check_marker).
+        `wait_durable` as for append()."""
         if producer_id < 0 or producer_epoch < 0:
             raise InvalidRequestError(f"a marker needs a producer id and epoch, not {producer_id}/{producer_epoch}")
         timestamp = self._now_ms() if timestamp_ms is None else timestamp_ms
@@ -258,7 +260,8 @@ class PartitionLog:
                                                  committed=committed, coordinator_epoch=coordinator_epoch,
                                                  offset=offset, timestamp=timestamp)
             index_abort(self._aborted, completed)
-        self._committer.wait_until_durable(offset + 1)
+        if wait_durable:
+            self._committer.wait_until_durable(offset + 1)
         return AppendResult(offset, offset, log_start_offset=self.log_start_offset)
 
     def _write(self, chunks: list[bytes], offsets: list[tuple[int, int]]) -> None:
@@ -317,7 +320,7 @@ class PartitionLog:
         """One group-commit flush: fsync what is written now, then advance the high watermark to it."""
         with self._lock:
             if self._files_closed:
-                raise NotLeaderOrFollowerError(f"log {self.topic}-{self.partition} is closed")
+                raise NotLeaderOrFollowerError(f"[NOT_LEADER_OR_FOLLOWER] log {self.topic}-{self.partition} is closed")
             self._check_not_fenced()
             end = self._log_end_offset
             # segments are fsynced when rolled, so only the newest can hold unsynced bytes; -2 is cheap insurance
@@ -488,7 +491,8 @@ class PartitionLog:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise NotLeaderOrFollowerError(f"log {self.topic}-{self.partition} is closed on this node")
+            raise NotLeaderOrFollowerError(f"[NOT_LEADER_OR_FOLLOWER] log {self.topic}-{self.partition} is closed on "
+                                           "this node")
         self._check_not_fenced()
 
     def _check_not_fenced(self) -> None:

@@ -124,7 +124,7 @@ class MemoryStorage(Storage):
         #: directory -> name -> inode, now and as of that directory's last fsync
         self._entries: dict[str, dict[str, Inode]] = {}
         self._durable: dict[str, dict[str, Inode]] = {}
-        #: files opened and not yet closed or lost, so a partial power loss can kill its own
+        #: files opened and not yet garbage (closed ones too: a power loss marking them lost changes nothing)
         self._open_files: weakref.WeakSet[_MemoryFile] = weakref.WeakSet()
 
     # ------------------------------------------------------------ hooks for subclasses

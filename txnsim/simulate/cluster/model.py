@@ -76,6 +76,8 @@ class ClusterModel(Model):
         "lso-ignores-open-transactions": "the last stable offset is the high watermark: read_committed sees undecided records",
         "no-epoch-bump": "EndTxn (V2) keeps the producer epoch, so a late write of the last transaction is not fenced",
         "no-fencing": "a log opened by a new leader does not fence the old one: a paused owner keeps writing",
+        "ack-before-fsync": "a produce is acknowledged as soon as it is written, before its fsync: a power loss "
+                            "in between loses acknowledged records",
         "ack-group-before-fsync": "a group's new assignment is handed out before its membership record is durable "
                                   "(written only with the next one)",
         "no-generation-fence": "TxnOffsetCommit skips the member and generation check (KIP-447): a copier whose "
@@ -160,6 +162,8 @@ class ClusterModel(Model):
         #: transaction id -> how many checks of it were sent
         self._rmq_sent_checks: dict[str, int] = {}
         self._copy_producer_ids = 0
+        #: nodes crashed and not yet restarted: their old LogManagers hold nothing a power loss must spare
+        self._powered_off: set[str] = set()
 
     # ------------------------------------------------------------ the Model interface
 
@@ -322,8 +326,9 @@ class ClusterModel(Model):
         fsync to the logs only it has open (as if on a disk of its own; a torn tail may survive, drawn from the
         seed).
         A plain kill -9 keeps unsynced pages in the operating system's cache: this is the harder case."""
-        elsewhere = {log.directory for name, other in self.sim_nodes.items() if name != node
-                     for log in other.logs.open_logs()}
+        self._powered_off.add(node)
+        elsewhere = {log.directory for name, other in self.sim_nodes.items() if name not in self._powered_off
+                     for log in other.logs.open_logs()}  # a crashed node's logs died with it
         # a log another node has open too (a new owner, or a stale one still holding it) is left alone: in the
         # shared data directory its pages are that node's as much as this one's
         directories = sorted(log.directory for log in self.sim_nodes[node].logs.open_logs()
@@ -333,6 +338,7 @@ class ClusterModel(Model):
         self._down_since[int(node[1:])] = self.world.now_ms
 
     def restart(self, node: str) -> None:
+        self._powered_off.discard(node)
         self._down_since.pop(int(node[1:]), None)
         self.sim_nodes[node].start()
 

@@ -163,7 +163,7 @@ class SimNode:
         elif isinstance(message, pb.ProduceRequest):
             self._produce(env, message)
         elif isinstance(message, pb.WriteTxnMarkersRequest):
-            self.net.reply(env, self._write_markers(message))
+            self._write_markers(env, message)
         elif isinstance(message, pb.FetchRequest):
             self.net.reply(env, self._fetch(message))
         elif isinstance(message, GROUP_REQUESTS):
@@ -206,16 +206,21 @@ class SimNode:
             except KafkaError as error:
                 return answer(error)
             self.model.appended(self.name, log, appended.base_offset, appended.last_offset)
-            result.base_offset = appended.base_offset
 
             def durable() -> None:  # the fsync's time has passed: now it happens (a power loss before it loses
                 try:                # the write, unacknowledged), then the answer
                     log.make_durable(appended.last_offset + 1)
                 except KafkaError as error:
-                    return answer(error)
+                    return None if acked_early else answer(error)
                 self.model.appended(self.name, log, appended.base_offset, appended.last_offset)
-                answer()
+                if not acked_early:
+                    result.base_offset = appended.base_offset  # an error answer carries -1, as Kafka's does
+                    answer()
 
+            acked_early = self.model.bug == "ack-before-fsync"
+            if acked_early:  # the planted bug: acknowledged before the fsync
+                result.base_offset = appended.base_offset
+                answer()
             self.net.set_timer(self.name, self.fsync_ms, durable, label="fsync")
 
         try:
@@ -245,27 +250,44 @@ class SimNode:
 
         self.net.call(self.name, f"n{coordinator}", check, NODE_REQUEST_TIMEOUT_MS, verified)
 
-    def _write_markers(self, req: pb.WriteTxnMarkersRequest) -> pb.WriteTxnMarkersResponse:
-        out = []
+    def _write_markers(self, env: Envelope, req: pb.WriteTxnMarkersRequest) -> None:
+        """Append every marker now; when the fsync's time has passed make them durable, apply the offsets
+        markers to the groups (as the node does once a marker is on disk), and answer."""
+        out: list[pb.TxnMarkerResult] = []
+        written: list[tuple[pb.PartitionError, PartitionLog, int, pb.TxnMarker]] = []
         for marker in req.markers:
             result = pb.TxnMarkerResult(producer_id=marker.producer_id)
             for part in marker.partitions:
-                error = pb.PartitionError(topic=part.topic, partition=part.partition)
+                # add() returns the response's own element (append() would copy it): durable() may set its error
+                error = result.partitions.add(topic=part.topic, partition=part.partition)
                 try:
                     log = self._marker_log(part.topic, part.partition)
                     appended = log.append_marker(
                         producer_id=marker.producer_id, producer_epoch=marker.producer_epoch,
-                        committed=marker.committed,
-                        coordinator_epoch=marker.coordinator_epoch, transaction_version=marker.transaction_version)
+                        committed=marker.committed, coordinator_epoch=marker.coordinator_epoch,
+                        transaction_version=marker.transaction_version, wait_durable=False)
                     self.model.appended(self.name, log, appended.base_offset, appended.last_offset)
-                    if part.topic == CONSUMER_OFFSETS_TOPIC:
-                        self.groups.complete_transaction(part.partition, marker.producer_id, marker.committed,
-                                                         appended.base_offset)
+                    written.append((error, log, appended.base_offset, marker))
                 except KafkaError as exc:
                     error.error_code, error.error_message = code_of(exc), str(exc)
-                result.partitions.append(error)
             out.append(result)
-        return pb.WriteTxnMarkersResponse(markers=out)
+
+        def durable() -> None:
+            for error, log, offset, marker in written:
+                try:
+                    log.make_durable(offset + 1)
+                except KafkaError as exc:
+                    error.error_code, error.error_message = code_of(exc), str(exc)
+                    continue
+                self.model.appended(self.name, log, offset, offset)
+                if error.topic == CONSUMER_OFFSETS_TOPIC:
+                    self.groups.complete_transaction(error.partition, marker.producer_id, marker.committed, offset)
+            self.net.reply(env, pb.WriteTxnMarkersResponse(markers=out))
+
+        if written:
+            self.net.set_timer(self.name, self.fsync_ms, durable, label="fsync")
+        else:
+            self.net.reply(env, pb.WriteTxnMarkersResponse(markers=out))
 
     def _marker_log(self, topic: str, partition: int) -> PartitionLog:
         """A data partition's log, or an offsets shard's as the group coordinator holds it."""
