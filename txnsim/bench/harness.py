@@ -34,10 +34,11 @@ class NullProgress:
 
 
 @contextlib.contextmanager
-def bench_cluster(topics: dict[str, int] | None = None, **node_settings: Any) -> Iterator[LocalCluster]:
-    """A 3-node LocalCluster of its own in a temp dir (deleted afterwards), with `topics` created."""
+def bench_cluster(topics: dict[str, int] | None = None, nodes: int = NODES,
+                  **node_settings: Any) -> Iterator[LocalCluster]:
+    """A LocalCluster of `nodes` (3 unless told) of its own in a temp dir (deleted afterwards), with `topics` created."""
     with tempfile.TemporaryDirectory(prefix="txnsim-bench-") as tmp:
-        with LocalCluster(nodes=NODES, data_dir=Path(tmp) / "cluster", txn_shards=TXN_SHARDS,
+        with LocalCluster(nodes=nodes, data_dir=Path(tmp) / "cluster", txn_shards=TXN_SHARDS,
                           **node_settings) as cluster:
             if topics:
                 with Admin(cluster.bootstrap_servers) as admin:

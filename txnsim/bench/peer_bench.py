@@ -8,13 +8,13 @@ committed record, and the time the caller spent blocked in commit_transaction().
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from txnsim.bench.chart_spec import RatioBars, RatioSeries, Target
 from txnsim.bench.harness import NullProgress, Progress, bench_cluster
+from txnsim.bench.proc_stats import process_cpu_s as _process_cpu_s
 from txnsim.bench.report import BenchResult, ResultTable, Verdict, format_count, format_ratio
 from txnsim.bench.schedule import rotated
 from txnsim.bench.stats import Summary, median, median_confidence_interval, paired_ratios
@@ -47,15 +47,6 @@ class PeerRun:
     @property
     def records_per_s(self) -> float:
         return self.committed / self.elapsed_s
-
-
-def _process_cpu_s(pid: int) -> float:
-    """utime + stime of a process from /proc (0 if it is gone)."""
-    try:
-        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def measure(config: dict[str, Any], seconds: float, transactional_id: str, node_pids: list[int]) -> PeerRun:
