@@ -1,6 +1,7 @@
 """Consumer throughput: a fresh Consumer reading a topic of committed transactions with
-read_uncommitted (the baseline) and read_committed, alternating in one process; then a
-topic where every tenth transaction was aborted, where read_committed must drop records.
+read_uncommitted (the baseline) and read_committed, alternating in one process; then topics
+where every tenth and every second transaction was aborted, where read_committed must drop
+records; then the memory of a read_committed consumer behind a transaction left open.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from consumer import Consumer
 from producer import Producer
 from proto.structs import TopicPartition
+from txnsim.bench import consumer_memory
 from txnsim.bench.chart_spec import RatioBars, RatioSeries, Target
 from txnsim.bench.harness import NullProgress, Progress, bench_cluster
 from txnsim.bench.report import BenchResult, ResultTable, Verdict, format_count, format_ratio
@@ -18,6 +20,7 @@ from txnsim.bench.stats import median, median_confidence_interval, paired_ratios
 
 COMMITTED_TOPIC = "bench-consume"
 MIXED_TOPIC = "bench-consume-aborts"
+HALF_ABORTED_TOPIC = "bench-consume-half-aborted"
 PARTITIONS = 3
 COMMITTED_VALUE = b"c" * 100
 ABORTED_VALUE = b"a" * 100
@@ -106,18 +109,27 @@ def read_rounds(bootstrap_servers: str, topic: str, filled: Filled, repeat: int,
 
 
 def run(records: int = 300_000, txn_size: int = 1_000, repeat: int = 3, abort_every: int = 10,
-        progress: Progress | None = None) -> BenchResult:
+        progress: Progress | None = None, half_abort_every: int = 2,
+        behind_records: int = consumer_memory.BEHIND_RECORDS) -> BenchResult:
     progress = progress or NullProgress()
-    with bench_cluster({COMMITTED_TOPIC: PARTITIONS, MIXED_TOPIC: PARTITIONS}) as cluster:
+    with bench_cluster({COMMITTED_TOPIC: PARTITIONS, MIXED_TOPIC: PARTITIONS, HALF_ABORTED_TOPIC: PARTITIONS,
+                        consumer_memory.TOPIC: consumer_memory.PARTITIONS}) as cluster:
         bs = cluster.bootstrap_servers
         committed = fill(bs, COMMITTED_TOPIC, records, txn_size, None, progress)
         committed_runs = read_rounds(bs, COMMITTED_TOPIC, committed, repeat, progress)
         mixed = fill(bs, MIXED_TOPIC, records, txn_size, abort_every, progress)
         mixed_runs = read_rounds(bs, MIXED_TOPIC, mixed, repeat, progress)
+        half = fill(bs, HALF_ABORTED_TOPIC, records, txn_size, half_abort_every, progress)
+        half_runs = read_rounds(bs, HALF_ABORTED_TOPIC, half, repeat, progress)
+        samples, behind_returned = consumer_memory.measure(bs, progress, behind_records)
     pairs = paired_ratios([r.records_per_s for r in committed_runs["read_committed"]],
                           [r.records_per_s for r in committed_runs["read_uncommitted"]])
     share, (low, high) = median(pairs), median_confidence_interval(pairs)
-    aborted_leaks = sum(r.aborted_returned for r in mixed_runs["read_committed"])
+    aborted_leaks = sum(r.aborted_returned for runs in (mixed_runs, half_runs) for r in runs["read_committed"])
+    # with aborts the levels return different records: compare the time each takes to read the topic to its end
+    half_pairs = paired_ratios([1 / r.elapsed_s for r in half_runs["read_committed"]],
+                               [1 / r.elapsed_s for r in half_runs["read_uncommitted"]])
+    half_share, (half_low, half_high) = median(half_pairs), median_confidence_interval(half_pairs)
     return BenchResult("consumer", (
         read_table(f"Consumer throughput: {committed.committed_records:,} committed records "
                    f"(transactions of {txn_size:,}, 100-byte values, 3 partitions), median of {repeat} "
@@ -125,12 +137,21 @@ def run(records: int = 300_000, txn_size: int = 1_000, repeat: int = 3, abort_ev
         read_table(f"With aborted transactions: {mixed.committed_records:,} committed and "
                    f"{mixed.aborted_records:,} aborted records (every {abort_every}th transaction aborted), "
                    f"median of {repeat} alternating rounds", mixed_runs),
+        read_table(f"Half the transactions aborted: {half.committed_records:,} committed and "
+                   f"{half.aborted_records:,} aborted records (one transaction in {half_abort_every} aborted), "
+                   f"median of {repeat} alternating rounds", half_runs),
+        consumer_memory.memory_table(samples),
     ), (
         Verdict(f"read_committed reads at least {TARGET_SHARE:.0%} of read_uncommitted's records/s",
                 share >= TARGET_SHARE,
                 f"median ratio {format_ratio(share)}, 95% CI {low:.3f} .. {high:.3f}, {len(pairs)} rounds"),
         Verdict("read_committed returns no record of an aborted transaction", aborted_leaks == 0,
                 f"{aborted_leaks:,} returned"),
+        Verdict(f"with half the transactions aborted, read_committed reads the topic to its end in at most "
+                f"1/{TARGET_SHARE} of read_uncommitted's time", half_share >= TARGET_SHARE,
+                f"median ratio of speeds {format_ratio(half_share)}, 95% CI {half_low:.3f} .. {half_high:.3f}, "
+                f"{len(half_pairs)} rounds"),
+        *consumer_memory.verdicts(samples, behind_returned),
     ))
 
 
