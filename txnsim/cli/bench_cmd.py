@@ -21,20 +21,24 @@ from txnsim.bench.machine import CpuShare, this_machine
 from txnsim.bench.report import BenchResult, replace_section, section_body, to_rich
 from txnsim.cli.common import console, exits_cleanly
 
-BENCHMARKS = ("producer", "consumer", "failover", "spark", "rocketmq", "peer", "code")
+BENCHMARKS = ("producer", "consumer", "failover", "spark", "rocketmq", "peer", "code", "rpw", "scaling", "commit",
+              "nodecpu")
 #: what `all` runs: spark is left out, as it would nearly double the time of `all` (a JVM, about 2.5 minutes),
 #: and rocketmq, which would take `all` past 4 minutes (it runs about 2 on its own)
 IN_ALL = ("producer", "consumer", "failover")
 HEADINGS = {"producer": "Producer throughput and commit cost", "consumer": "Consumer throughput",
             "failover": "Failover", "spark": "Spark sink", "rocketmq": "RocketMQ-style transactions",
             "peer": "confluent-kafka against txnsim and against librdkafka's mock cluster",
-            "code": "Producer before and after"}
+            "code": "Producer before and after", "rpw": "Read-process-write: exactly-once against at-least-once",
+            "scaling": "Coordinator scaling: 100 transactional ids on 1, 2 and 3 nodes",
+            "commit": "Commit latency vs partitions per transaction", "nodecpu": "Node CPU per record"}
 DEFAULT_SECONDS = 2.0
 #: rocketmq's runs are shorter: it makes 9 of them per round, so 6 rounds stay within about 2 minutes
 DEFAULT_ROCKETMQ_SECONDS = 1.25
 #: rounds each benchmark runs unless --repeat says otherwise: enough for a median worth reading
 #: while `txnsim bench all` stays under about 3 minutes on 2 CPUs
-DEFAULT_REPEAT = {"producer": 6, "consumer": 7, "failover": 20, "spark": 7, "rocketmq": 6, "peer": 6, "code": 3}
+DEFAULT_REPEAT = {"producer": 6, "consumer": 7, "failover": 20, "spark": 7, "rocketmq": 6, "peer": 6, "code": 3,
+                  "rpw": 3, "scaling": 3, "commit": 100, "nodecpu": 3}  # commit: transactions per partition count
 DEFAULT_RECORDS = 300_000
 #: rows the spark benchmark copies per run, and its maxOffsetsPerTrigger: 10 micro-batches of about 0.35 s
 DEFAULT_SPARK_ROWS = 200_000
@@ -106,6 +110,8 @@ def _runner(name: str, args: argparse.Namespace) -> Callable[[RichProgress], Ben
         return lambda p: consumer_bench.run(records=args.records or DEFAULT_RECORDS, repeat=repeat, progress=p)
     if name == "peer":
         return lambda p: peer_bench.run(seconds=args.seconds or DEFAULT_SECONDS, repeat=repeat, progress=p)
+    if name in ("rpw", "scaling", "commit", "nodecpu"):
+        return _issue14_runner(name, args, repeat)
     if name == "code":
         return lambda p: code_bench.run(before=args.before, seconds=args.seconds or DEFAULT_SECONDS, repeat=repeat,
                                         progress=p)
@@ -118,6 +124,19 @@ def _runner(name: str, args: argparse.Namespace) -> Callable[[RichProgress], Ben
                                          batch_rows=args.batch_rows or DEFAULT_BATCH_ROWS, repeat=repeat, progress=p)
     rounds = args.failover_rounds or repeat
     return lambda p: failover_bench.run(rounds=rounds, progress=p)
+
+
+def _issue14_runner(name: str, args: argparse.Namespace, repeat: int) -> Callable[[RichProgress], BenchResult]:
+    """The scenarios issue 14 added, imported when asked for."""
+    from txnsim.bench import commit_bench, nodecpu_bench, rpw_bench, scaling_bench
+
+    if name == "rpw":
+        return lambda p: rpw_bench.run(records=args.records or 200_000, repeat=repeat, progress=p)
+    if name == "scaling":
+        return lambda p: scaling_bench.run(seconds=args.seconds or 3.0, repeat=repeat, progress=p)
+    if name == "commit":  # --repeat: transactions timed per partition count
+        return lambda p: commit_bench.run(transactions=repeat, progress=p)
+    return lambda p: nodecpu_bench.run(records=args.records or 200_000, repeat=repeat, progress=p)
 
 
 def _validate(args: argparse.Namespace) -> None:
