@@ -36,7 +36,7 @@ class NullProgress:
 @contextlib.contextmanager
 def bench_cluster(topics: dict[str, int] | None = None, nodes: int = NODES,
                   **node_settings: Any) -> Iterator[LocalCluster]:
-    """A LocalCluster of `nodes` (3 unless told) of its own in a temp dir (deleted afterwards), with `topics` created."""
+    """A LocalCluster of `nodes` (3 unless told) in a temp dir of its own (deleted afterwards), `topics` created."""
     with tempfile.TemporaryDirectory(prefix="txnsim-bench-") as tmp:
         with LocalCluster(nodes=nodes, data_dir=Path(tmp) / "cluster", txn_shards=TXN_SHARDS,
                           **node_settings) as cluster:

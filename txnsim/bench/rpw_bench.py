@@ -33,6 +33,9 @@ TARGET_RATIO = 2.0
 RUN_TIMEOUT_S = 300.0
 
 Batch = dict[TopicPartition, list[ConsumerRecord]]
+#: where the caller's time goes, per poll: poll(), the send() calls, the offsets (send_offsets_to_transaction or
+#: consumer.commit), the wait for the output (commit_transaction or flush)
+PARTS = ("poll", "send", "offsets", "commit_transaction / flush")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +44,8 @@ class LoopRun:
     polls: int
     elapsed_s: float
     client_cpu_s: float
+    #: seconds the caller spent in each part of the loop, summed over the polls: see PARTS
+    parts_s: tuple[float, ...]
     #: the exactly-once check (EOS runs only): output records read back with read_committed, and distinct ones
     output_records: int | None = None
     distinct_output: int | None = None
@@ -81,25 +86,30 @@ def _consumer(bootstrap_servers: str, group: str) -> Consumer:
     return consumer
 
 
-def _loop(consumer: Consumer, records: int, step: Callable[[Batch], None]) -> LoopRun:
+def _loop(consumer: Consumer, records: int, step: Callable[[Batch], tuple[float, float, float]]) -> LoopRun:
     """Poll and `step` each non-empty batch until `records` were processed; the clock starts at the first
     batch (the group join is left out: both loops pay it alike, once)."""
     done = polls = 0
     start = cpu_start = None
+    parts = [0.0] * len(PARTS)
     deadline = time.monotonic() + RUN_TIMEOUT_S
     while done < records:
+        polling = time.monotonic()
         batch = consumer.poll(timeout_ms=1000)
+        if start is not None:
+            parts[0] += time.monotonic() - polling
         if time.monotonic() > deadline:
             raise TimeoutError(f"read-process-write processed {done:,} of {records:,} records in {RUN_TIMEOUT_S:.0f} s")
         if not batch:
             continue
         if start is None:
             start, cpu_start = time.monotonic(), time.process_time()
-        step(batch)
+        for i, seconds in enumerate(step(batch), start=1):
+            parts[i] += seconds
         polls += 1
         done += sum(len(records_) for records_ in batch.values())
     assert start is not None and cpu_start is not None
-    return LoopRun(done, polls, time.monotonic() - start, time.process_time() - cpu_start)
+    return LoopRun(done, polls, time.monotonic() - start, time.process_time() - cpu_start, tuple(parts))
 
 
 def run_exactly_once(bootstrap_servers: str, records: int, run_id: str) -> LoopRun:
@@ -109,19 +119,24 @@ def run_exactly_once(bootstrap_servers: str, records: int, run_id: str) -> LoopR
         producer.init_transactions()
         send = producer.send
 
-        def step(batch: Batch) -> None:
+        def step(batch: Batch) -> tuple[float, float, float]:
+            t0 = time.monotonic()
             producer.begin_transaction()
             for tp, batch_records in batch.items():
                 for record in batch_records:
                     send(output, value=transform(record.value), partition=tp.partition)
+            t1 = time.monotonic()
             producer.send_offsets_to_transaction(
                 {tp: OffsetAndMetadata(batch_records[-1].offset + 1) for tp, batch_records in batch.items()},
                 consumer.group_metadata())
+            t2 = time.monotonic()
             producer.commit_transaction()
+            return t1 - t0, t2 - t1, time.monotonic() - t2
 
         loop = _loop(consumer, records, step)
     output_records, distinct = read_back(bootstrap_servers, output, records)
-    return LoopRun(loop.records, loop.polls, loop.elapsed_s, loop.client_cpu_s, output_records, distinct)
+    return LoopRun(loop.records, loop.polls, loop.elapsed_s, loop.client_cpu_s, loop.parts_s, output_records,
+                   distinct)
 
 
 def run_at_least_once(bootstrap_servers: str, records: int, run_id: str) -> LoopRun:
@@ -130,13 +145,17 @@ def run_at_least_once(bootstrap_servers: str, records: int, run_id: str) -> Loop
             _consumer(bootstrap_servers, f"bench-rpw-{run_id}") as consumer:
         send = producer.send
 
-        def step(batch: Batch) -> None:
+        def step(batch: Batch) -> tuple[float, float, float]:
+            t0 = time.monotonic()
             for tp, batch_records in batch.items():
                 for record in batch_records:
                     send(output, value=transform(record.value), partition=tp.partition)
+            t1 = time.monotonic()
             producer.flush()
+            t2 = time.monotonic()
             consumer.commit({tp: OffsetAndMetadata(batch_records[-1].offset + 1)
                              for tp, batch_records in batch.items()})
+            return t1 - t0, time.monotonic() - t2, t2 - t1
 
         return _loop(consumer, records, step)
 
@@ -192,17 +211,22 @@ def rpw_table(runs: dict[str, list[LoopRun]], records: int, repeat: int) -> Resu
                      format_ratio(median(pairs)), "%.3f .. %.3f" % median_confidence_interval(pairs),
                      f"{median([r.commits_per_s for r in loop_runs]):,.1f}",
                      f"{median([r.records / r.polls for r in loop_runs]):,.0f}",
+                     *(f"{median([r.parts_s[i] / r.polls for r in loop_runs]) * 1000:.1f}"
+                       for i in range(len(PARTS))),
                      f"{median([r.client_cpu_s / r.elapsed_s for r in loop_runs]):.2f}", output))
     return ResultTable(
         f"Read-process-write: {records:,} 100-byte input records over {PARTITIONS} partitions, each loop reading "
         f"all of them, median of {repeat} interleaved rounds",
         ("loop", "records/s", "ratio to baseline", "95% CI of ratio", "commits/s", "records per poll",
-         "client CPU (cores)", "output read back / distinct"),
+         *(f"{part} ms/poll" for part in PARTS), "client CPU (cores)", "output read back / distinct"),
         tuple(rows),
         ("Both loops: one process, txnsim's Consumer (read_committed, in a group of its own, max_poll_records=500) "
          "and Producer, each output record sent to the partition its input came from. records/s: input records "
          "processed from the first batch returned to the last commit. commits/s: transactions (exactly-once) or "
-         "synchronous OffsetCommits (at-least-once) per second, one per poll. output read back: the exactly-once "
+         "synchronous OffsetCommits (at-least-once) per second, one per poll. ms/poll: the caller's time per poll in "
+         "poll(), in the send() calls (begin_transaction included), in the offsets (send_offsets_to_transaction: "
+         "AddOffsetsToTxn and TxnOffsetCommit; or consumer.commit: OffsetCommit) and in the wait for the output "
+         "(commit_transaction, which flushes first; or flush). output read back: the exactly-once "
          "runs' output topics read afterwards with read_committed (records / distinct values, summed over the "
          "runs); equal to the input records of all runs is exactly once.",))
 

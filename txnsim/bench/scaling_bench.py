@@ -182,7 +182,8 @@ def measure(cluster: LocalCluster, seconds: float, run_id: str, processes: int) 
         before = [process_cpu_s(pid) for pid in node_pids]
         results = fleet.run(seconds)
         node_cpu = tuple(process_cpu_s(pid) - b for pid, b in zip(node_pids, before))
-        end_txn, complete = histogram_total(urls, *END_TXN) - end_txn, histogram_total(urls, *COMMIT_COMPLETE) - complete
+        end_txn = histogram_total(urls, *END_TXN) - end_txn
+        complete = histogram_total(urls, *COMMIT_COMPLETE) - complete
     finally:
         fleet.close()
     errors = [r.first_error for r in results if r.first_error]
