@@ -17,6 +17,7 @@ from producer import Producer
 from proto.structs import TopicPartition
 from txnsim.admin import Admin
 from txnsim.bench.harness import NullProgress, Progress, bench_cluster
+from txnsim.bench.node_metrics import histogram_total
 from txnsim.bench.producer_bench import VALUE, _await_stable_past
 from txnsim.bench.report import BenchResult, ResultTable, Verdict, format_ms, format_ratio
 from txnsim.bench.schedule import interleaved
@@ -31,13 +32,17 @@ TARGET_PARTITIONS, TARGET_COMMIT_P50_S, TARGET_READABLE_P50_S = 4, 0.0025, 0.005
 #: multiple of what it brings between the two smallest (a superlinear cost grows it), or under SLOPE_FLOOR_S
 SLOPE_GROWTH_LIMIT, SLOPE_FLOOR_S = 1.5, 0.000_05
 
-Latencies = dict[int, tuple[list[float], list[float]]]
+#: the node's own histogram of a commit: EndTxn received until every marker acknowledged and CompleteCommit durable
+COMMIT_COMPLETE = "txnsim_transaction_commit_latency_seconds"
+
+#: per partition count: commit latencies, until-readable latencies, the node's EndTxn-to-complete latencies
+Latencies = dict[int, tuple[list[float], list[float], list[float]]]
 
 
-def measure(bootstrap_servers: str, transactions: int, progress: Progress,
+def measure(bootstrap_servers: str, metrics_urls: Sequence[str], transactions: int, progress: Progress,
             counts: Sequence[int] = PARTITION_COUNTS) -> Latencies:
     """For each partition count: commit_transaction() latencies and commit-until-readable latencies."""
-    latencies: Latencies = {n: ([], []) for n in counts}
+    latencies: Latencies = {n: ([], [], []) for n in counts}
     schedule = interleaved([(n, transactions) for n in counts])
     progress.phase(f"commit latency vs partitions per transaction: {len(schedule)} transactions", len(schedule))
     with Producer(bootstrap_servers=bootstrap_servers, transactional_id="bench-commit-partitions") as producer, \
@@ -45,9 +50,12 @@ def measure(bootstrap_servers: str, transactions: int, progress: Progress,
         producer.init_transactions()
         _transaction(producer, admin, max(counts))  # metadata, connections and every partition seen, untimed
         for n in schedule:
+            before = histogram_total(metrics_urls, COMMIT_COMPLETE)
             commit_s, readable_s = _transaction(producer, admin, n)
+            node = histogram_total(metrics_urls, COMMIT_COMPLETE) - before
             latencies[n][0].append(commit_s)
             latencies[n][1].append(readable_s)
+            latencies[n][2].append(node.mean_s)
             progress.advance()
     return latencies
 
@@ -71,7 +79,8 @@ def _transaction(producer: Producer, admin: Admin, partitions: int) -> tuple[flo
 def run(transactions: int = 100, progress: Progress | None = None) -> BenchResult:
     progress = progress or NullProgress()
     with bench_cluster({TOPIC: max(PARTITION_COUNTS)}) as cluster:
-        latencies = measure(cluster.bootstrap_servers, transactions, progress)
+        urls = [url for node in cluster.node_ids if (url := cluster.metrics_url(node)) is not None]
+        latencies = measure(cluster.bootstrap_servers, urls, transactions, progress)
     return BenchResult("commit", (commit_table(latencies),), verdicts(latencies))
 
 
@@ -85,22 +94,25 @@ def commit_table(latencies: Latencies) -> ResultTable:
     base = Summary.of(latencies[smallest][0]).p50
     rows = []
     previous: int | None = None
-    for n, (commit, readable) in latencies.items():
+    for n, (commit, readable, node) in latencies.items():
         c, r = Summary.of(commit), Summary.of(readable)
         slope = "-" if previous is None else f"{_slope_s(latencies, previous, n) * 1e6:,.0f}"
         rows.append((str(n), str(c.count), format_ms(c.p50), format_ms(c.p99), format_ratio(ratio(c.p50, base)),
-                     slope, format_ms(r.p50), format_ms(r.p99)))
+                     slope, format_ms(Summary.of(node).p50), format_ms(r.p50), format_ms(r.p99)))
         previous = n
     return ResultTable(
         f"Commit latency vs partitions per transaction ({RECORDS_PER_PARTITION} records of 100 bytes on each "
         f"partition, 3 nodes)",
         ("partitions per txn", "txns", "commit p50 ms", "commit p99 ms", "p50 vs 1 partition",
-         "µs per added partition (p50, from the row above)", "until readable p50 ms", "until readable p99 ms"),
+         "µs per added partition (p50, from the row above)", "node: EndTxn to complete p50 ms",
+         "until readable p50 ms", "until readable p99 ms"),
         tuple(rows),
         ("commit = commit_transaction() after the records were flushed and acknowledged (so it times EndTxn: "
          "PrepareCommit made durable, and the partitions' registration). until readable = from the same start "
          "until the LSO of every partition of the transaction passed its commit marker, polled every millisecond "
-         "through ListOffsets (the poll's own round trip is in the figure). Sizes interleaved, one producer.",))
+         "through ListOffsets (the poll's own round trip is in the figure). node: the coordinator's own "
+         "histogram (scraped around each transaction): EndTxn received until every marker is acknowledged and "
+         "CompleteCommit durable. Sizes interleaved, one producer.",))
 
 
 def verdicts(latencies: Latencies) -> tuple[Verdict, ...]:
