@@ -18,6 +18,7 @@ from multiprocessing.connection import Connection
 from consumer import Consumer
 from producer import Producer
 from proto.structs import TopicPartition
+from txnsim.bench.chart_spec import Sweep
 from txnsim.bench.harness import Progress
 from txnsim.bench.proc_stats import process_rss_bytes
 from txnsim.bench.report import ResultTable, Verdict, format_count
@@ -103,6 +104,11 @@ def measure(bootstrap_servers: str, progress: Progress,
     return samples, returned
 
 
+#: the table's chart (`txnsim bench --plot`): flat is the finding
+MEMORY_CHART = Sweep("their values MiB", ("consumer RSS MiB",), x_label="MiB of records written behind the open "
+                     "transaction", value_label="consumer RSS (MiB)")
+
+
 def memory_table(samples: list[Sample]) -> ResultTable:
     first = samples[0].rss_bytes
     rows = tuple((format_count(s.behind), f"{s.behind * len(VALUE) / MiB:.1f}", f"{s.seconds:.1f}",
@@ -114,7 +120,8 @@ def memory_table(samples: list[Sample]) -> ResultTable:
         rows,
         ("The consumer is a fresh process polling in a loop (read_committed, from offset 0, default fetch "
          "sizes); an idempotent producer in this process writes records after the open transaction in "
-         f"{CHUNKS} flushed chunks, and the consumer process's RSS (VmRSS from /proc) is read after each.",))
+         f"{CHUNKS} flushed chunks, and the consumer process's RSS (VmRSS from /proc) is read after each.",),
+        chart=MEMORY_CHART)
 
 
 def verdicts(samples: list[Sample], returned: int) -> tuple[Verdict, ...]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from txnsim.bench import (
     code_bench,
     consumer_bench,
+    consumer_memory,
     failover_bench,
     peer_bench,
     producer_bench,
@@ -30,7 +31,8 @@ from txnsim.bench.report import BenchResult, ResultTable, replace_section, table
 #: scenario)
 DECLARED: Mapping[str, Sequence[ChartSpec]] = {
     "producer": (producer_bench.THROUGHPUT_CHART, producer_bench.COMMIT_COST_CHART),
-    "consumer": (consumer_bench.READ_CHART,),
+    "consumer": (consumer_bench.READ_CHART, consumer_bench.READ_CHART, consumer_bench.READ_CHART,
+                 consumer_memory.MEMORY_CHART),
     "failover": (failover_bench.KILL_CHART, failover_bench.PAUSE_CHART, failover_bench.ATTEMPTS_CHART),
     "rocketmq": (rocketmq_bench.THROUGHPUT_CHART, rocketmq_bench.PHASES_CHART, rocketmq_bench.WRITES_CHART,
                  rocketmq_bench.CHECK_CHART),

@@ -170,9 +170,7 @@ def run_bench(args: argparse.Namespace) -> int:
                       console=out, transient=False) as progress:
             result = _runner(name, args)(RichProgress(progress))
         cpu = cpu_share.describe(cpus)
-        charts = _plot(result, args.plot, out) if args.plot is not None else None
-        results.append(_as_json(result, cpu, charts))
-        if not args.json:
+        if not args.json:  # the tables first: a failed chart must not cost the minutes of the run
             if cpu:
                 console.print(f"CPU: {cpu}")
             for table in result.tables:
@@ -180,6 +178,8 @@ def run_bench(args: argparse.Namespace) -> int:
             for verdict in result.verdicts:
                 colour = "green" if verdict.met else "red"
                 console.print(f"[{colour}]{verdict.line()}[/{colour}]")
+        charts = _plot(result, args.plot, out) if args.plot is not None else None
+        results.append(_as_json(result, cpu, charts))
         if args.output is not None:
             links = {i: os.path.relpath(path, args.output.parent) for i, path in (charts or {}).items()}
             _write_section(args.output, result, command=command, date=date, machine=machine.describe(), cpu=cpu,
@@ -194,7 +194,11 @@ def _plot(result: BenchResult, directory: Path, out: Console) -> dict[int, Path]
     """The result's charts, drawn into `directory`: each table's file, by the table's index."""
     from txnsim.bench.plot import write_charts  # imports matplotlib: only when asked for
 
-    charts = write_charts(result, directory)
+    try:
+        charts = write_charts(result, directory)
+    except (OSError, ValueError) as exc:  # the run's tables are printed and written all the same
+        out.print(f"[red]error: could not draw the charts of {result.name} in {directory}: {exc}[/red]")
+        return {}
     out.print(f"wrote {len(charts)} chart{'s' if len(charts) != 1 else ''} of {result.name} to {directory}")
     return charts
 
