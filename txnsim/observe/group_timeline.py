@@ -104,21 +104,30 @@ def build_group_timeline(group_id: str, shard: int, entries: Sequence[GroupEntry
     return events
 
 
+def _runs(events: Sequence[TimelineEvent]) -> list[list[TimelineEvent]]:
+    """The events cut into generations as they happened: a new run at each change of generation and after a
+    deletion, so a group deleted and created again (its numbers starting over) keeps its incarnations apart."""
+    runs: list[list[TimelineEvent]] = []
+    for event in events:
+        if not runs or event.generation != runs[-1][-1].generation or runs[-1][-1].kind == "GroupDeleted":
+            runs.append([])
+        runs[-1].append(event)
+    return runs
+
+
 def last_generations(events: Sequence[TimelineEvent], count: int) -> list[TimelineEvent]:
-    """The events of the group's last `count` generations (negative: all)."""
+    """The events of the group's last `count` generations, in the order they happened (negative: all)."""
     if count < 0:
         return list(events)
-    newest = max((e.generation for e in events), default=0)
-    return [e for e in events if e.generation > newest - count]
+    return [e for run in (_runs(events)[-count:] if count else []) for e in run]
 
 
 def generations_since(events: Sequence[TimelineEvent], start_ms: int) -> list[TimelineEvent]:
     """The group's events from `start_ms` on, with the generation in force at `start_ms` (what a
     transaction's picture shows beside it: who held which partition when its first step happened)."""
-    before = [e.generation for e in events if e.time_ms < start_ms]
-    current = before[-1] if before else None
-    return [e for e in events if e.time_ms >= start_ms or (current is not None and e.generation == current
-                                                          and e.kind != "GroupDeleted")]
+    before = [[e for e in run if e.time_ms < start_ms] for run in _runs(events) if run[0].time_ms < start_ms]
+    current = before[-1] if before and before[-1][-1].kind != "GroupDeleted" else []
+    return [*current, *(e for e in events if e.time_ms >= start_ms)]
 
 
 def beside_transactions(events: Sequence[TimelineEvent],

@@ -173,19 +173,28 @@ class GroupTimelines:
 
 
 class RebalanceHistory:
-    """Each group's generations as the page's polls saw them: a rebalance is a new generation (the
-    coordinator keeps only the current one, so what happened before the view started is not shown)."""
+    """Each group's generations as this server's describes saw them (every poll and every live stream
+    feeds it): a rebalance is a new generation. The coordinator keeps only the current one, so what happened
+    before the view started is not shown here (the group's timeline, read from its log, has it all).
+
+    Streams and polls call observe() from several threads at once, and a slow describe may answer after a
+    faster, newer one: one lock, and a generation lower than the last seen is taken for that late answer
+    unless the group was emptied or recreated (its generation then starts over at 0 or 1)."""
 
     def __init__(self, limit: int = 50) -> None:
         self._limit = limit
         self._seen: dict[str, list[dict[str, Any]]] = {}
+        self._lock = threading.Lock()
 
     def observe(self, described: list[dict[str, Any]]) -> None:
         now = int(time.time() * 1000)
-        for g in described:
-            history = self._seen.setdefault(g["group_id"], [])
-            if not history or history[-1]["generation"] != g["generation"]:
-                history.append({"time_ms": now, "generation": g["generation"], "state": g["state"],
-                                "members": len(g["members"])})
-                del history[:-self._limit]
-            g["rebalances"] = list(history)
+        with self._lock:
+            for g in described:
+                history = self._seen.setdefault(g["group_id"], [])
+                last = history[-1]["generation"] if history else None
+                late = last is not None and 1 < g["generation"] < last
+                if not late and last != g["generation"]:
+                    history.append({"time_ms": now, "generation": g["generation"], "state": g["state"],
+                                    "members": len(g["members"])})
+                    del history[:-self._limit]
+                g["rebalances"] = list(history)

@@ -92,6 +92,10 @@ def test_each_generation_with_its_members_and_assignment_and_each_rebalance(clus
     assert lanes(events) == ["group billing", "billing: a-id", "billing: b-id"]
     assert [e.generation for e in last_generations(events, 1)] == [4, 4, 4]
     assert last_generations(events, -1) == events
+    offsets.generation(T0 + 500, 1, member("c", *ORDERS))  # created again: its generations start over
+    again = group_timeline_of(cluster.layout.root, GROUP)
+    assert [(e.kind, e.generation) for e in last_generations(again, 2)] == [
+        ("Rebalance", 4), ("MemberLeft", 4), ("GroupDeleted", 4), ("Rebalance", 1), ("Assignment", 1)]
 
 
 def test_a_copiers_transactions_show_beside_the_rebalances_of_the_group_they_commit_for(cluster):
