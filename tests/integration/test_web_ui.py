@@ -308,7 +308,7 @@ def test_stopping_the_view_ends_its_open_streams_at_once(cluster):
         with urllib.request.urlopen(ui.url + "api/live", timeout=PATIENCE_S) as stream:
             assert stream.readline().startswith(b"retry: ")
             threading.Thread(target=lambda: (ui.stop(), stopped.set()), daemon=True).start()
-            assert stopped.wait(4), "the web view waited on a browser's open stream to stop"
+            assert stopped.wait(6), "the web view waited on a browser's open stream to stop"
             stream.read()  # the server ended the response: no hang
     finally:
         if not stopped.is_set():
@@ -338,7 +338,7 @@ def test_the_ui_command_serves_the_page_and_names_a_taken_port(cluster, tmp_path
             assert stream.readline().startswith(b"retry: ")
             ui.terminate()
             # uvicorn shuts down, then re-raises the signal: the exit status is SIGTERM's, and it comes at once
-            assert ui.wait(timeout=4) == -signal.SIGTERM, "txnsim ui waited on an open stream to stop"
+            assert ui.wait(timeout=6) == -signal.SIGTERM, "txnsim ui waited on an open stream to stop"
     finally:
         ui.terminate()
         ui.wait(timeout=20)

@@ -16,6 +16,10 @@ from txnsim.ui.app import create_app
 HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 
+#: how long uvicorn lets open requests finish when told to stop (the live streams end at once; this bounds a
+#: request that does not). Tests tell "ended at once" from "waited this out" with a margin on either side.
+GRACEFUL_SHUTDOWN_S = 10
+
 
 def bind(port: int) -> socket.socket:
     """The listening socket, bound before uvicorn starts so a taken port is one clear line."""
@@ -42,7 +46,7 @@ def _server(data_dir: Path, interval_s: float) -> uvicorn.Server:
     # the live streams end once the server is told to stop (Ctrl-C, SIGTERM, BackgroundUI.stop), so its
     # shutdown does not wait on open browsers; a stream stuck anyway is cancelled after a few seconds
     app = create_app(data_dir, interval_s=interval_s, stopping=lambda: bool(servers) and servers[0].should_exit)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
     servers.append(uvicorn.Server(config))
     return servers[0]
 
