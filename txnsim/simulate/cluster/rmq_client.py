@@ -28,7 +28,7 @@ RETRY_BACKOFF_MS = 50
 END_TRIES = 3
 #: the local database's states of a message's transaction
 COMMITTED, ROLLED_BACK, RUNNING = "committed", "rolled back", "running"
-_ANSWERS = {COMMITTED: pb.RESOLUTION_COMMIT, ROLLED_BACK: pb.RESOLUTION_ROLLBACK, RUNNING: pb.RESOLUTION_UNKNOWN}
+_ANSWERS: dict[str, pb.TransactionResolution] = {COMMITTED: pb.RESOLUTION_COMMIT, ROLLED_BACK: pb.RESOLUTION_ROLLBACK, RUNNING: pb.RESOLUTION_UNKNOWN}
 
 
 class RmqProducer:
@@ -95,9 +95,10 @@ class RmqProducer:
         resolution = pb.RESOLUTION_UNKNOWN if end < 0.3 else _ANSWERS[state]
         self.end(message_id, tid, resolution, pb.SOURCE_CLIENT, END_TRIES)
 
-    def end(self, message_id: str, tid: str, resolution: int, source: int, tries: int) -> None:
+    def end(self, message_id: str, tid: str, resolution: pb.TransactionResolution, source: pb.TransactionSource,
+            tries: int) -> None:
         request = pb.EndHalfTransactionRequest(transaction_id=tid, producer_group=PRODUCER_GROUP,
-                                               message_id=message_id, resolution=resolution, source=source)  # type: ignore[arg-type]
+                                               message_id=message_id, resolution=resolution, source=source)
 
         def answered(response: Any) -> None:
             if (response is TIMED_OUT or response.error_code) and tries > 1:
