@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from consumer import Consumer
 from producer import Producer
 from proto.structs import TopicPartition
+from txnsim.bench.chart_spec import Bars
 from txnsim.bench.harness import NullProgress, Progress, bench_cluster
 from txnsim.bench.proc_stats import process_cpu_s
 from txnsim.bench.report import BenchResult, ResultTable, Verdict, format_count
@@ -23,6 +24,8 @@ PARTITIONS = 4
 VALUE = b"v" * 100
 IDLE_WINDOW_S = 1.0
 READ_TIMEOUT_S = 300.0
+#: the table's chart (`txnsim bench --plot`): what a record costs the nodes and the client, side by side
+CPU_CHART = Bars(("node CPU µs/record (3 nodes)", "client CPU µs/record"), value_label="CPU µs per record")
 PHASES = ("produce (per acknowledged record)", "read_committed fetch (per served record)")
 
 
@@ -119,7 +122,8 @@ def cpu_table(runs: dict[str, list[PhaseRun]], records: int, repeat: int, idle_p
          "returned (a fresh read_committed consumer from offset 0, default fetch sizes). of which idle: what the "
          f"nodes burn with no client ({idle_per_s * 1000:.1f} ms of CPU per second for the three, measured for "
          f"{IDLE_WINDOW_S:g} s before the rounds) over the phase's length. client CPU: this process, every "
-         "thread.",))
+         "thread.",),
+        chart=CPU_CHART)
 
 
 def verdicts(runs: dict[str, list[PhaseRun]], records: int) -> tuple[Verdict, ...]:

@@ -17,6 +17,7 @@ from txnsim.bench import (
     consumer_bench,
     consumer_memory,
     failover_bench,
+    nodecpu_bench,
     peer_bench,
     producer_bench,
     rocketmq_bench,
@@ -39,6 +40,7 @@ DECLARED: Mapping[str, Sequence[ChartSpec]] = {
     "peer": (peer_bench.PEER_CHART,),
     "spark": (spark_bench.THROUGHPUT_CHART, spark_bench.COMMIT_COST_CHART),
     "code": (code_bench.CODE_CHART,),
+    "nodecpu": (nodecpu_bench.CPU_CHART,),
 }
 
 
