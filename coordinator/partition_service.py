@@ -180,6 +180,7 @@ class PartitionServer:
                 partition_log = self.owned_log(part.topic, part.partition)
                 max_bytes = part.max_bytes if part.max_bytes > 0 else 1024 * 1024
                 data = partition_log.read(part.fetch_offset, min(max_bytes, max(budget, 1)), isolation)
+                partition_log.check_still_leader()
                 result.records = data.records
                 result.high_watermark = data.high_watermark
                 result.last_stable_offset = data.last_stable_offset
@@ -218,6 +219,7 @@ class PartitionServer:
                          partition_log.offset_of_max_timestamp(isolation) if timestamp == MAX_TIMESTAMP else None)
                 if found is not None:
                     result.offset_for_timestamp, result.timestamp = found
+                partition_log.check_still_leader()
             except KafkaError as exc:
                 result.error_code = code_of(exc)
                 result.error_message = str(exc)
@@ -263,7 +265,9 @@ class PartitionServer:
             result = pb.PartitionProducers(topic=part.topic, partition=part.partition)
             try:
                 partition_log = self.owned_log(part.topic, part.partition)
-                for p in partition_log.producer_snapshots():
+                producers = partition_log.producer_snapshots()
+                partition_log.check_still_leader()
+                for p in producers:
                     result.active_producers.append(pb.ProducerStateInfo(
                         producer_id=p.producer_id, producer_epoch=p.producer_epoch, last_sequence=p.last_sequence,
                         last_timestamp=p.last_timestamp, coordinator_epoch=p.coordinator_epoch,

@@ -506,6 +506,18 @@ class PartitionLog:
             return False
         return self._epochs is not None and self._epochs.superseded(self.leader_epoch)
 
+    def check_still_leader(self) -> None:
+        """NOT_LEADER_OR_FOLLOWER once a later epoch was claimed; call it after reading what a client is told.
+
+        Writes are fenced by their acknowledgement check, but a leader stalled past its session (a
+        long pause, SIGSTOP) wakes up still holding the log as it was when a new leader took over:
+        without this it would answer fetches and offsets from there, an end offset behind a commit
+        the new leader already marked. A read confirmed after it was taken is one no later leader
+        had changed yet (the claim comes before the new leader's first write). One stat() per call.
+        """
+        if self.fenced:
+            self._check_not_fenced()
+
     @property
     def fenced(self) -> bool:
         """True once a later leader epoch was claimed (checked now, not only at the next write)."""

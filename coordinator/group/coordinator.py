@@ -185,6 +185,14 @@ class GroupCoordinator(GroupMembership):
                 raise NotCoordinatorError(f"[NOT_COORDINATOR] __consumer_offsets-{shard.number} moved away; "
                                           f"find the coordinator again")
 
+    def _check_still_leader(self, shard: Shard) -> None:
+        """NOT_COORDINATOR if a later owner claimed the shard's log: a node woken from a stall past its
+        session would otherwise answer from offsets the new owner has moved on from (a copier that
+        restarted from them would copy twice). After the read, so the answer was current when read."""
+        if getattr(shard.log, "fenced", False):
+            raise NotCoordinatorError(f"[NOT_COORDINATOR] __consumer_offsets-{shard.number} was taken over by "
+                                      "another node; find the coordinator again")
+
     def _append(self, shard: Shard, batch: bytes, records: int, *, offsets: bool = False) -> int | None:
         """Write `batch` (of `records` records) durably; returns its base offset. Failures map to
         coordinator errors (§2)."""
@@ -271,7 +279,9 @@ class GroupCoordinator(GroupMembership):
             return fetch_offsets(None, req)
         with group.lock:
             self._check_serving(shard)
-            return fetch_offsets(group, req)
+            answer = fetch_offsets(group, req)
+        self._check_still_leader(shard)
+        return answer
 
     def _partition_exists(self, tp: TopicPartition) -> bool:
         if not tp.topic or tp.partition < 0:

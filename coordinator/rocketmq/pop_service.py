@@ -86,7 +86,12 @@ class PopService:
                 first = first or queue
                 with queue.lock:
                     self._fill(queue, matches)
-                    out += queue.state.pop(self._now_ms(), max_count - len(out), invisible_ms)
+                    popped = queue.state.pop(self._now_ms(), max_count - len(out), invisible_ms)
+                try:  # a node woken from a long stall must not hand out what a new owner saw acked meanwhile
+                    queue.log.check_still_leader()
+                except NotLeaderOrFollowerError:
+                    continue
+                out += popped
                 if len(out) >= max_count:
                     break
             remaining = deadline - time.monotonic()

@@ -172,7 +172,17 @@ class TransactionCoordinator:
     def describe_transactions(self, req: pb.DescribeTransactionsRequest,
                               node_id: int) -> pb.DescribeTransactionsResponse:
         with self._lock:
-            return self.core.describe_transactions(req, node_id)
+            answer = self.core.describe_transactions(req, node_id)
+            logs = dict(self._logs)
+        for i, description in enumerate(answer.transactions):  # after the read: see PartitionLog.check_still_leader
+            tid = description.transactional_id
+            shard_log = logs.get(self.core.shard_of(tid))
+            if description.error_code == 0 and (shard_log is None or shard_log.fenced):
+                answer.transactions[i].CopyFrom(pb.TransactionDescription(
+                    transactional_id=tid, error_code=NotCoordinatorError.errno,
+                    error_message=f"[NOT_COORDINATOR] the shard of {tid!r} was taken over by another node; "
+                                  "find the coordinator again"))
+        return answer
 
     # ------------------------------------------------------------ periodic work
 

@@ -166,3 +166,25 @@ def test_a_stale_claimant_never_cuts_the_file_a_newer_leader_is_writing(tmp_path
     new.append(batch(b"acked-3"))
     assert values(new) == [b"acked-%d" % i for i in range(4)]
     new_manager.close_all()
+
+
+def test_a_woken_leader_refuses_to_answer_reads_from_the_log_it_held_before_the_takeover(tmp_path: Path):
+    """A leader paused past its session wakes up still holding an open transaction that the new
+    leader has since committed: what it holds would put the LSO below that commit, so a
+    read_committed consumer asking it would stop short. Checked after the read, it refuses instead."""
+    old_manager = LogManager(tmp_path, node_id=1)
+    old = old_manager.open_as_leader("t", 0)
+    old.append(records.encode_batch([(1000, None, b"in-txn", ())], producer_id=7, producer_epoch=0,
+                                    base_sequence=0, transactional=True), verified_producer_ids=frozenset({7}))
+    old.check_still_leader()  # the leader it is: reads are answered
+    new_manager, new = take_over(tmp_path)
+    new.append_marker(producer_id=7, producer_epoch=1, committed=True, coordinator_epoch=0, timestamp_ms=5000)
+    assert new.last_stable_offset == 2
+    assert old.last_stable_offset == 0  # the stale view the woken node would have answered from
+
+    with pytest.raises(NotLeaderOrFollowerError, match="superseded"):
+        old.check_still_leader()
+    with pytest.raises(NotLeaderOrFollowerError):
+        old.read(0, 1 << 20, IsolationLevel.READ_COMMITTED)  # and, once it knows, nothing is read at all
+    new_manager.close_all()
+    old_manager.close_all()
