@@ -419,7 +419,8 @@ class ClassicGroup:
                   if m.awaiting_join is None and m.awaiting_sync is None]
         if self.state is GroupState.PREPARING_REBALANCE:
             times += [t for t in (self.initial_delay_until_ms, self.rebalance_deadline_ms) if t is not None]
-        if self.state is GroupState.COMPLETING_REBALANCE and self.sync_deadline_ms is not None:
+        if self.state is GroupState.COMPLETING_REBALANCE and self.sync_deadline_ms is not None \
+                and self.storing_generation is None:  # as _sync_overdue: a deadline tick() would not act on
             times.append(self.sync_deadline_ms)
         return min(times, default=None)
 

@@ -24,7 +24,7 @@ from txnsim.simulate.model import Model, Report, Violation
 from txnsim.simulate.network import Network
 from txnsim.simulate.registry import DEFAULT_MODEL, MODELS
 from txnsim.simulate.trace import Trace
-from txnsim.simulate.world import World
+from txnsim.simulate.world import Livelock, World
 
 #: the schedule's horizon when the run is limited by steps only
 DEFAULT_HORIZON_MS = 60_000
@@ -103,6 +103,8 @@ class SimResult:
 
 #: the invariant a run violates when the simulated system raises instead of answering
 UNHANDLED = "unhandled-exception"
+#: the invariant a run violates when simulated time stops moving (World.run's Livelock)
+LIVELOCK = "livelock"
 
 
 def _where(exc: BaseException) -> str:
@@ -159,6 +161,8 @@ def simulate(config: SimConfig) -> SimResult:
             final = True
             report = model.finish(world)
             found.extend(report.violations)
+    except Livelock as exc:  # a real node would spin on the same deadline: a finding, not a hung sweep
+        found.append(Violation(LIVELOCK, str(exc)))
     except Exception as exc:  # the system under test raised where it should have answered: that is a finding
         found.append(Violation(UNHANDLED, f"{type(exc).__name__}: {exc} ({_where(exc)})"))
     failure = None

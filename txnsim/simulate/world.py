@@ -17,6 +17,14 @@ from typing import Any
 #: an event: a callback and its arguments, run when its time comes
 Handler = Callable[..., object]
 
+#: this many events in a row at one instant is a livelock (a timer due in the past that nothing acts on,
+#: re-armed at once): time would never move again, so the run stops with a finding instead of hanging
+LIVELOCK_STEPS = 100_000
+
+
+class Livelock(Exception):
+    """The simulated clock stopped moving: every event schedules another at the same instant."""
+
 
 class Timer:
     """A scheduled event that can be cancelled; cancelling leaves a tombstone the queue skips."""
@@ -95,6 +103,7 @@ class World:
         queue, pop = self._queue, heapq.heappop
         limit = self.steps + max_steps if max_steps is not None else None
         start = self.steps
+        same_instant = 0
         while queue:
             if limit is not None and self.steps >= limit:
                 break
@@ -106,6 +115,13 @@ class World:
             handler = entry[2]
             if handler is None:  # cancelled
                 continue
+            if entry[0] == self.now_ms:
+                same_instant += 1
+                if same_instant > LIVELOCK_STEPS:
+                    raise Livelock(f"{LIVELOCK_STEPS:,} events in a row at {self.now_ms} ms without the clock "
+                                   f"moving; the last was {getattr(handler, '__qualname__', handler)}{entry[3]!r:.120}")
+            else:
+                same_instant = 0
             self.now_ms = entry[0]
             self.steps += 1
             handler(*entry[3])

@@ -1,7 +1,9 @@
 """The engine: events in (time, sequence) order, limits, cancellation, named random streams."""
 from __future__ import annotations
 
-from txnsim.simulate.world import World
+import pytest
+
+from txnsim.simulate.world import LIVELOCK_STEPS, Livelock, World
 
 
 def test_events_at_the_same_millisecond_run_in_the_order_they_were_scheduled():
@@ -44,3 +46,22 @@ def test_named_streams_do_not_depend_on_each_other_or_on_creation_order():
     second = [b.rng("workload").randrange(1000) for _ in range(5)]
     assert first == second  # ... leaves the others as they were
     assert World(seed=8).rng("workload").randrange(10**9) != World(seed=7).rng("workload").randrange(10**9)
+
+
+def test_events_that_keep_the_clock_at_one_instant_stop_the_run_as_a_livelock_not_a_hang():
+    """A timer due in the past that nothing acts on, re-armed at once: a real driver would spin, the
+    simulator would never return. Many events at one instant are fine; endless ones are a finding."""
+    world = World(seed=1)
+    world.schedule(0, lambda: None)
+    for _ in range(1000):  # a busy instant is not a livelock
+        world.schedule(7, lambda: None)
+    world.schedule(8, lambda: None)
+    world.run()
+    assert world.now_ms == 8
+
+    def rearm() -> None:
+        world.after(0, rearm)
+
+    world.after(0, rearm)
+    with pytest.raises(Livelock, match=f"{LIVELOCK_STEPS:,} events in a row at 8 ms"):
+        world.run()

@@ -286,6 +286,23 @@ def test_no_timer_stays_due_while_the_barrier_waits_for_a_member():
     assert h.answers["ja"].generation_id == 1
 
 
+def test_no_timer_stays_due_while_the_leaders_assignment_is_being_stored():
+    """A store slower than the sync deadline (a slow fsync, a coordinator paused mid-write) leaves nothing
+    for tick() to do until it completes, so the deadline must not stay due meanwhile: a driver sleeping
+    until next_deadline_ms() would spin (the simulator hung at one instant on this, seed 70)."""
+    h = Harness()
+    leader = h.new_member("ja", rebalance_ms=5_000)
+    h.tick(DELAY)
+    effects = h.group.sync(h.now, leader, None, 1, None, None, {leader: b"A"}, "sa")
+    (store,) = [e for e in effects if isinstance(e, StoreGroup)]  # not completed: the write is in flight
+    h.now += 10_000  # past the sync deadline
+    assert h.group.tick(h.now) == []
+    deadline = h.group.next_deadline_ms()
+    assert deadline is None or deadline > h.now
+    h.run(h.group.store_completed(h.now, store.record.generation, None))
+    assert h.answers["sa"].error_code == 0 and h.group.state is GroupState.STABLE
+
+
 def test_a_static_member_that_does_not_rejoin_stays_until_its_session_ends_and_keeps_its_share():
     """KIP-345: the rebalance timeout removes dynamic members only; the leader still assigns the static one."""
     h = Harness()
