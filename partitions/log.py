@@ -356,13 +356,18 @@ class PartitionLog:
         with self._lock:
             self._check_open()
             high_watermark, lso = self._high_watermark, self._last_stable_offset()
-            if fetch_offset < self.log_start_offset or fetch_offset > high_watermark:
-                raise OffsetOutOfRangeError(
-                    f"offset {fetch_offset} is outside {self.topic}-{self.partition}'s range "
-                    f"[{self.log_start_offset}, {high_watermark}]")
-            committed = isolation == IsolationLevel.READ_COMMITTED
-            spans, end = self._spans(fetch_offset, lso if committed else high_watermark, max_bytes)
-            aborted = self._aborted.collect(fetch_offset, end) if committed and spans else []
+            out_of_range = fetch_offset < self.log_start_offset or fetch_offset > high_watermark
+            if not out_of_range:
+                committed = isolation == IsolationLevel.READ_COMMITTED
+                spans, end = self._spans(fetch_offset, lso if committed else high_watermark, max_bytes)
+                aborted = self._aborted.collect(fetch_offset, end) if committed and spans else []
+        if out_of_range:
+            # a consumer resets its position on this answer: a leader that was taken over must not give it
+            # from the shorter log it held (see check_still_leader)
+            self.check_still_leader()
+            raise OffsetOutOfRangeError(
+                f"offset {fetch_offset} is outside {self.topic}-{self.partition}'s range "
+                f"[{self.log_start_offset}, {high_watermark}]")
         data = b"".join(segment.read(start, stop) for segment, start, stop in spans)
         return FetchData(data, high_watermark, lso, self.log_start_offset, aborted)
 
@@ -515,6 +520,8 @@ class PartitionLog:
         the new leader already marked. A read confirmed after it was taken is one no later leader
         had changed yet (the claim comes before the new leader's first write). One stat() per call.
         """
+        if self.config.planted_bug == "stale-reads":
+            return
         if self.fenced:
             self._check_not_fenced()
 

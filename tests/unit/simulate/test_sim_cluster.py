@@ -73,6 +73,7 @@ def test_a_crashed_coordinator_s_shards_move_and_transactions_go_on():
     ("unstable-offset-fetch", ("late",)),
     ("commit-every-attempt", None),
     ("check-count-in-memory", None),
+    ("stale-reads", ("pause",)),
 ])
 def test_every_planted_bug_is_found(bug: str, faults: tuple[str, ...] | None):
     found = first_failure(bug, faults=faults)

@@ -23,7 +23,7 @@ from consumer.fetcher import PartitionRecords
 from proto import consumer_protocol
 from proto import records as codec
 from proto import txnsim_pb2 as pb
-from proto.errors import ERRORS_BY_CODE, CorruptMessageError, UnknownServerError
+from proto.errors import ERRORS_BY_CODE, CorruptMessageError, OffsetOutOfRangeError, UnknownServerError
 from proto.structs import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, IsolationLevel, TopicPartition
 from txnsim.chaos.history import TXN_HEADER, Outcome
 from txnsim.simulate.cluster.groups import shard_of_group
@@ -214,6 +214,8 @@ class CommittedReader:
         self.net = model.network
         self.positions = {tp: 0 for tp in model.data_partitions}
         self.in_flight: set[TopicPartition] = set()  # one fetch per partition at a time, as a consumer does
+        #: the furthest end (LSO) any fetch of the partition answered
+        self.told = {tp: 0 for tp in model.data_partitions}
         self.stopped = False
 
     def start(self) -> None:
@@ -230,17 +232,23 @@ class CommittedReader:
                                       partitions=[pb.FetchPartition(topic=tp.topic, partition=tp.partition,
                                                                     fetch_offset=self.positions[tp])])
             owner = self.model.owner_now(tp.topic, tp.partition)
-            self.net.call(self.name, f"n{owner}", request, REQUEST_TIMEOUT_MS, functools.partial(self.fetched, tp))
+            self.net.call(self.name, f"n{owner}", request, REQUEST_TIMEOUT_MS,
+                          functools.partial(self.fetched, tp, f"n{owner}"))
         if not self.stopped:
             self.net.set_timer(self.name, self.POLL_INTERVAL_MS, self.poll, label="poll")
 
-    def fetched(self, tp: TopicPartition, response: Any) -> None:
+    def fetched(self, tp: TopicPartition, node: str, response: Any) -> None:
         self.in_flight.discard(tp)
         if response is TIMED_OUT:
             return
         part = response.partitions[0]
+        if part.error_code == OffsetOutOfRangeError.errno:  # a real consumer would reset its position now
+            self.model.stale_read(self.name, tp, node, self.told[tp], f"OFFSET_OUT_OF_RANGE at {self.positions[tp]}")
         if part.error_code:
             return
+        if part.last_stable_offset < self.told[tp]:
+            self.model.stale_read(self.name, tp, node, self.told[tp], f"LSO {part.last_stable_offset}")
+        self.told[tp] = max(self.told[tp], part.last_stable_offset)
         fetch_offset = self.positions[tp]
         records = PartitionRecords(tp, fetch_offset, part.records, isolation_level=IsolationLevel.READ_COMMITTED,
                                    aborted_transactions=[(a.producer_id, a.first_offset)

@@ -141,7 +141,12 @@ class SimGroupCoordinator:
             self.node.net.reply(env, response_type(error_code=code_of(error), error_message=str(error)))
             return
         if isinstance(message, pb.OffsetFetchRequest):
-            self.node.net.reply(env, self._offset_fetch(message))
+            answer = self._offset_fetch(message)
+            shard_log = self.shards[shard_of_group(group_id)]
+            if self.model.bug != "stale-reads" and shard_log.fenced:  # as coordinator/group/coordinator.py
+                answer = pb.OffsetFetchResponse(error_code=NotCoordinatorError.errno, error_message=(
+                    f"[NOT_COORDINATOR] {self.node.name}'s shard of {group_id!r} was taken over"))
+            self.node.net.reply(env, answer)
             return
         now = self.node.now()
         group = self.groups.get(group_id)

@@ -88,6 +88,8 @@ class ClusterModel(Model):
                                 "the driver named",
         "accept-late-markers": "a V2 marker at the epoch of an open transaction's data ends it, though it is a late "
                                "copy from the previous transaction (KAFKA-19446)",
+        "stale-reads": "a node woken from a pause answers reads from the logs it held before the takeover "
+                       "(no claim check after a read): a copier restarts from offsets a new coordinator moved on from",
         "check-count-in-memory": "a half message's check count moves on in memory only (not appended again): after "
                                  "a crash or a failover it starts again, so the message is checked too often",
     }
@@ -112,6 +114,9 @@ class ClusterModel(Model):
         "committed-offsets-monotonic": "a group's committed offset of a partition never moves backwards, "
                                        "failovers included",
         "no-corrupt-read": "a fetch never returns bytes that do not decode",
+        "no-stale-read": "a read_committed consumer is never told a partition ends before where it was told it "
+                         "ended earlier (an LSO gone back, or its position called out of range): no answer from a "
+                         "leader that was taken over",
         "batch-exactly-once": "each task of a Spark-style batch is visible once: one attempt's output, never two",
         "batch-atomic": "a batch is visible whole (every task) or not at all",
         "rmq-check-max": "a half message is checked back at most check_max times, crashes and failovers included",
@@ -180,6 +185,9 @@ class ClusterModel(Model):
         self.network = network
         self.history = History(clock=lambda: world.now_ms / 1000)
         self.disk = FaultyStorage(world.rng("disk"), torn_writes=True)
+        self._wake_rng = world.rng("wake")
+        #: node -> when a node woken from a pause notices what changed meanwhile
+        self._notices_at: dict[str, int] = {}
         self.disk.mkdir(DATA_ROOT)
         self.sim_nodes: dict[str, SimNode] = {}
         for name in self.nodes():
@@ -327,6 +335,7 @@ class ClusterModel(Model):
         seed).
         A plain kill -9 keeps unsynced pages in the operating system's cache: this is the harder case."""
         self._powered_off.add(node)
+        self._notices_at.pop(node, None)
         elsewhere = {log.directory for name, other in self.sim_nodes.items() if name not in self._powered_off
                      for log in other.logs.open_logs()}  # a crashed node's logs died with it
         # a log another node has open too (a new owner, or a stale one still holding it) is left alone: in the
@@ -347,7 +356,16 @@ class ClusterModel(Model):
 
     def resume(self, node: str) -> None:
         self._down_since.pop(int(node[1:]), None)
-        self.network.set_timer(node, 0, self.sim_nodes[node].reconcile, label="reconcile")
+        # A real node serves what reaches it the moment it wakes and notices a takeover only at its own next
+        # probe (and lets go of its logs one by one), while its peers may already send clients back to it:
+        # that window, drawn per wake-up.
+        delay = self._wake_rng.randint(0, 2 * MEMBERSHIP_TICK_MS)
+        self._notices_at[node] = self.world.now_ms + delay
+        self.network.set_timer(node, delay, self._woken, node, label="reconcile")
+
+    def _woken(self, node: str) -> None:
+        self._notices_at.pop(node, None)
+        self.sim_nodes[node].reconcile()
 
     def flip_bit(self, node: str, rng: random.Random) -> None:
         """A bit of a sealed segment's stored bytes flips (the disk rotted): recovery must cut there and say so."""
@@ -412,6 +430,11 @@ class ClusterModel(Model):
     def corrupt_read(self, reader: str, tp: TopicPartition, offset: int, error: Exception) -> None:
         """A consumer's fetch from `offset` returned bytes that do not decode: what two writers do to one log."""
         self._violations.append(Violation("no-corrupt-read", f"{reader} fetching {tp} at {offset}: {error}"))
+
+    def stale_read(self, reader: str, tp: TopicPartition, node: str, told: int, answer: str) -> None:
+        """A fetch answered that `tp` ends before `told`, where an earlier answer said it ended."""
+        self._violations.append(Violation("no-stale-read", f"{reader}: {node} answered {answer} for {tp}, which an "
+                                                           f"earlier fetch said ends at {told} or later"))
 
     def offset_committed(self, group: str, tp: TopicPartition, offset: int) -> None:
         """A group coordinator made `offset` the group's committed offset of `tp` (a commit, or a load)."""
@@ -498,7 +521,7 @@ class ClusterModel(Model):
             self.live_view = view
             self.network._trace.record(now, "membership", "world", "*", f"live {sorted(view)}")
             for i, name in enumerate(self.nodes()):
-                if i in view:
+                if i in view and name not in self._notices_at:  # a node just woken reconciles on its own time
                     self.network.set_timer(name, 0, self.sim_nodes[name].reconcile, label="reconcile")
         self.world.after(MEMBERSHIP_TICK_MS, self._membership_tick)
 
