@@ -89,7 +89,8 @@ class ClusterModel(Model):
         "accept-late-markers": "a V2 marker at the epoch of an open transaction's data ends it, though it is a late "
                                "copy from the previous transaction (KAFKA-19446)",
         "stale-reads": "a node woken from a pause answers reads from the logs it held before the takeover "
-                       "(no claim check after a read): a copier restarts from offsets a new coordinator moved on from",
+                       "(no claim check after a read): a consumer is told a partition ends before where it was "
+                       "told it ended",
         "check-count-in-memory": "a half message's check count moves on in memory only (not appended again): after "
                                  "a crash or a failover it starts again, so the message is checked too often",
     }
