@@ -75,6 +75,7 @@ class GroupMembership:
     if TYPE_CHECKING:  # provided by GroupCoordinator
         def _group(self, group_id: str, *, create: bool) -> tuple[Shard, GroupMetadata | None]: ...
         def _check_serving(self, shard: Shard) -> None: ...
+        def _check_still_leader(self, shard: Shard) -> None: ...
         def _append(self, shard: Shard, batch: bytes, records: int, *, offsets: bool = False) -> int | None: ...
 
     def _start_timers(self) -> None:
@@ -119,6 +120,7 @@ class GroupMembership:
         with group.lock:
             self._check_serving(shard)
             group.classic.heartbeat(self._now_ms(), member_id, instance_id, generation_id)
+        self._check_still_leader(shard)  # an "OK" from a coordinator taken over would delay the rejoin
 
     def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> list[KafkaError | None]:
         """LeaveGroup of (member id, instance id) pairs: an error or None for each."""
@@ -268,7 +270,7 @@ class GroupMembership:
         described = []
         for group_id in req.group_ids:
             try:
-                _, group = self._group(group_id, create=False)
+                shard, group = self._group(group_id, create=False)
             except KafkaError as exc:
                 described.append(pb.DescribedGroup(group_id=group_id, error_code=code_of(exc),
                                                    error_message=wire_message(str(exc)), state="Dead"))
@@ -289,6 +291,11 @@ class GroupMembership:
                         client_host=m.client_host, metadata=m.metadata(g.protocol_name),
                         assignment=m.assignment if g.state is GroupState.STABLE else b"")
                         for m in g.members.values()]))
+            try:
+                self._check_still_leader(shard)
+            except KafkaError as exc:
+                described[-1] = pb.DescribedGroup(group_id=group_id, error_code=code_of(exc),
+                                                  error_message=wire_message(str(exc)), state="Dead")
         return pb.DescribeGroupsResponse(groups=described)
 
     def list_groups(self, req: pb.ListGroupsRequest) -> pb.ListGroupsResponse:

@@ -589,3 +589,30 @@ def test_a_commit_with_a_generation_to_a_group_that_does_not_exist_is_illegal_ge
         commit(gc, {T0: 1}, generation_id=3, member_id="m")
     assert fetch(gc, [T0]) == {T0: -1}
     assert gc.list_groups(pb.ListGroupsRequest()).groups == []  # and it created none
+
+
+def test_a_coordinator_whose_shard_was_taken_over_answers_no_read_from_its_memory(tmp_path: Path, clock: ManualClock):
+    """A node woken from a pause still holds the group as it was when another node took the shard's log
+    over: its OffsetFetch, Heartbeat and DescribeGroups are refused (NOT_COORDINATOR, find the
+    coordinator again) instead of answered from there, once a later leader epoch is claimed."""
+    from partitions import LogManager
+    old_logs = LogManager(tmp_path, node_id=1)
+    gc = make_coordinator(clock, old_logs.open_as_leader("__consumer_offsets", SHARD))
+    joined = join(gc, ["orders"])
+    sync(gc, joined)
+    commit(gc, {TopicPartition("orders", 0): 7}, joined.generation_id, joined.member_id)
+    heartbeat(gc, joined.member_id, joined.generation_id)  # the owner it is: answered
+    fetch = pb.OffsetFetchRequest(group_id=GROUP, partitions=[pb.TopicPartitionRef(topic="orders", partition=0)])
+    assert gc.offset_fetch(fetch).results[0].offset == 7
+
+    new_logs = LogManager(tmp_path, node_id=2)
+    new_logs.open_as_leader("__consumer_offsets", SHARD, may_cut_off=lambda node: node == 1)
+    with pytest.raises(NotCoordinatorError, match="taken over"):
+        gc.offset_fetch(fetch)
+    with pytest.raises(NotCoordinatorError):
+        heartbeat(gc, joined.member_id, joined.generation_id)
+    (described,) = gc.describe_groups(pb.DescribeGroupsRequest(group_ids=[GROUP])).groups
+    assert described.error_code == NotCoordinatorError.errno and not described.members
+    gc.close()
+    new_logs.close_all()
+    old_logs.close_all()
