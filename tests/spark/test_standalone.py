@@ -56,7 +56,7 @@ class Standalone:
     def status(self) -> str:
         try:
             return self.state()["status"]
-        except OSError:  # the UI is not listening yet
+        except (OSError, ValueError):  # the UI is not listening yet, or answers before it has a page (no JSON)
             return "DOWN"
 
     def alive_workers(self) -> int:
