@@ -20,7 +20,6 @@ from typing import Any
 
 import plotly
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
@@ -31,15 +30,13 @@ from coordinator.layout import ClusterLayout
 from proto.errors import KafkaError
 from txnsim.ui import queries
 from txnsim.ui.sampler import ClusterSampler
+from txnsim.ui.shared import Answer, SharedSections
 
 log = logging.getLogger(__name__)
 
 HERE = Path(__file__).parent
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 
-
-#: a section's HTTP status and JSON body
-Answer = tuple[int, dict[str, Any]]
 
 
 def attempt(fn: Callable[[], dict[str, Any]]) -> Answer:
@@ -86,21 +83,22 @@ def create_app(data_dir: Path, *, interval_s: float = 1.0, stopping: Callable[[]
         rebalances.observe(found)
         return {"groups": found}
 
-    #: the live sections: name -> its answer now (each is pushed on /api/live and served at /api/<name>)
-    live: dict[str, Callable[[], Answer]] = {
+    #: the live sections: name -> its answer now (each is pushed on /api/live and served at /api/<name>),
+    #: computed at most about twice an interval whatever the number of open pages
+    live = SharedSections({
         "cluster": lambda: (200, sampler.cluster()),
         "partitions": lambda: (200, sampler.partitions()),
         "transactions": lambda: attempt(lambda: {"transactions": queries.transactions(sampler.admin)}),
         "groups": lambda: attempt(described_groups),
         "half-messages": lambda: attempt(lambda: {"half_messages": queries.half_messages(sampler.admin)}),
-    }
+    }, max_age_s=interval_s / 2)
 
     def answer(fn: Callable[[], dict[str, Any]]) -> JSONResponse:
         status, body = attempt(fn)
         return JSONResponse(body, status_code=status)
 
-    def section(request: Request) -> JSONResponse:
-        status, body = live[request.url.path.removeprefix("/api/")]()
+    async def section(request: Request) -> JSONResponse:
+        status, body = await live.get(request.url.path.removeprefix("/api/"))
         return JSONResponse(body, status_code=status)
 
     async def stream() -> AsyncIterator[str]:
@@ -112,9 +110,9 @@ def create_app(data_dir: Path, *, interval_s: float = 1.0, stopping: Callable[[]
         try:
             while not stopping():
                 tick = loop.time()
-                for name, fn in live.items():
+                for name in live.names():
                     if name not in running:
-                        running[name] = asyncio.ensure_future(run_in_threadpool(fn))
+                        running[name] = asyncio.ensure_future(live.get(name))
                 await asyncio.wait(running.values(), timeout=interval_s)
                 for name, task in list(running.items()):
                     if task.done():
@@ -166,7 +164,7 @@ def create_app(data_dir: Path, *, interval_s: float = 1.0, stopping: Callable[[]
     routes = [
         Route("/", page),
         Route("/api/live", pushed),
-        *(Route(f"/api/{name}", section) for name in live),
+        *(Route(f"/api/{name}", section) for name in live.names()),
         Route("/api/transactions/{transactional_id:path}/timeline", timeline),
         Route("/api/groups/{group_id:path}/timeline", group_timeline),
         Route("/api/messages", messages),
