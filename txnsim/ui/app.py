@@ -38,7 +38,6 @@ HERE = Path(__file__).parent
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 
 
-
 def attempt(fn: Callable[[], dict[str, Any]]) -> Answer:
     """The query's answer, or its Kafka error as one line (the page shows it and stays live)."""
     try:

@@ -32,6 +32,7 @@ from proto import txnsim_pb2 as pb
 from proto.errors import (
     KafkaError,
     NotCoordinatorError,
+    NotLeaderOrFollowerError,
     UnknownMemberIdError,
     code_of,
 )
@@ -142,8 +143,9 @@ class SimGroupCoordinator:
             return
         if isinstance(message, pb.OffsetFetchRequest):
             answer = self._offset_fetch(message)
-            shard_log = self.shards[shard_of_group(group_id)]
-            if self.model.bug != "stale-reads" and shard_log.fenced:  # as coordinator/group/coordinator.py
+            try:  # after the read, as coordinator/group/coordinator.py
+                self.shards[shard_of_group(group_id)].check_still_leader()
+            except NotLeaderOrFollowerError:
                 answer = pb.OffsetFetchResponse(error_code=NotCoordinatorError.errno, error_message=(
                     f"[NOT_COORDINATOR] {self.node.name}'s shard of {group_id!r} was taken over"))
             self.node.net.reply(env, answer)

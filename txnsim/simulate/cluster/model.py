@@ -187,8 +187,8 @@ class ClusterModel(Model):
         self.history = History(clock=lambda: world.now_ms / 1000)
         self.disk = FaultyStorage(world.rng("disk"), torn_writes=True)
         self._wake_rng = world.rng("wake")
-        #: node -> when a node woken from a pause notices what changed meanwhile
-        self._notices_at: dict[str, int] = {}
+        #: nodes woken from a pause that have not yet noticed what changed meanwhile
+        self._waking: set[str] = set()
         self.disk.mkdir(DATA_ROOT)
         self.sim_nodes: dict[str, SimNode] = {}
         for name in self.nodes():
@@ -336,7 +336,7 @@ class ClusterModel(Model):
         seed).
         A plain kill -9 keeps unsynced pages in the operating system's cache: this is the harder case."""
         self._powered_off.add(node)
-        self._notices_at.pop(node, None)
+        self._waking.discard(node)
         elsewhere = {log.directory for name, other in self.sim_nodes.items() if name not in self._powered_off
                      for log in other.logs.open_logs()}  # a crashed node's logs died with it
         # a log another node has open too (a new owner, or a stale one still holding it) is left alone: in the
@@ -361,11 +361,11 @@ class ClusterModel(Model):
         # probe (and lets go of its logs one by one), while its peers may already send clients back to it:
         # that window, drawn per wake-up.
         delay = self._wake_rng.randint(0, 2 * MEMBERSHIP_TICK_MS)
-        self._notices_at[node] = self.world.now_ms + delay
+        self._waking.add(node)
         self.network.set_timer(node, delay, self._woken, node, label="reconcile")
 
     def _woken(self, node: str) -> None:
-        self._notices_at.pop(node, None)
+        self._waking.discard(node)
         self.sim_nodes[node].reconcile()
 
     def flip_bit(self, node: str, rng: random.Random) -> None:
@@ -522,7 +522,7 @@ class ClusterModel(Model):
             self.live_view = view
             self.network._trace.record(now, "membership", "world", "*", f"live {sorted(view)}")
             for i, name in enumerate(self.nodes()):
-                if i in view and name not in self._notices_at:  # a node just woken reconciles on its own time
+                if i in view and name not in self._waking:  # a node just woken reconciles on its own time
                     self.network.set_timer(name, 0, self.sim_nodes[name].reconcile, label="reconcile")
         self.world.after(MEMBERSHIP_TICK_MS, self._membership_tick)
 

@@ -173,10 +173,6 @@ class SimNode:
         elif isinstance(message, pb.DescribeProducersRequest):
             self.net.reply(env, self._describe_producers(message))
 
-    def confirm_leader(self, log: PartitionLog) -> None:
-        """After a read: refuse it if a later leader claimed the log (the real node's rule, PartitionLog.check_still_leader)."""
-        log.check_still_leader()
-
     def _owned_log(self, topic: str, partition: int) -> PartitionLog:
         count = self.model.partitions_for(topic)
         if count is None or not 0 <= partition < count:
@@ -311,7 +307,7 @@ class SimNode:
             try:
                 log = self._owned_log(part.topic, part.partition)
                 data = log.read(part.fetch_offset, 64 * 1024, isolation)
-                self.confirm_leader(log)
+                log.check_still_leader()  # after the read, as the real node
                 result.records = data.records
                 result.high_watermark = data.high_watermark
                 result.last_stable_offset = data.last_stable_offset
@@ -331,7 +327,7 @@ class SimNode:
             try:
                 log = self._owned_log(part.topic, part.partition)
                 producers = log.producer_snapshots()
-                self.confirm_leader(log)
+                log.check_still_leader()  # after the read, as the real node
                 for p in producers:
                     result.active_producers.append(pb.ProducerStateInfo(
                         producer_id=p.producer_id, producer_epoch=p.producer_epoch, last_sequence=p.last_sequence))
