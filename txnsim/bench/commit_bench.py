@@ -10,7 +10,6 @@ partitions instead of by records.
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 from producer import Producer
@@ -18,7 +17,7 @@ from proto.structs import TopicPartition
 from txnsim.admin import Admin
 from txnsim.bench.harness import NullProgress, Progress, bench_cluster
 from txnsim.bench.node_metrics import histogram_total
-from txnsim.bench.producer_bench import VALUE, _await_stable_past
+from txnsim.bench.producer_bench import VALUE, timed_commit
 from txnsim.bench.report import BenchResult, ResultTable, Verdict, format_ms, format_ratio
 from txnsim.bench.schedule import interleaved
 from txnsim.bench.stats import Summary, ratio
@@ -67,13 +66,7 @@ def _transaction(producer: Producer, admin: Admin, partitions: int) -> tuple[flo
     for tp in tps:
         for _ in range(RECORDS_PER_PARTITION):
             producer.send(TOPIC, value=VALUE, partition=tp.partition)
-    producer.flush()
-    high_watermarks = admin.end_offsets(tps)
-    start = time.monotonic()
-    producer.commit_transaction()
-    committed = time.monotonic()
-    _await_stable_past(admin, high_watermarks)
-    return committed - start, time.monotonic() - start
+    return timed_commit(producer, admin, tps)
 
 
 def run(transactions: int = 100, progress: Progress | None = None) -> BenchResult:
