@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -46,6 +47,18 @@ LATEST_TIMESTAMP, EARLIEST_TIMESTAMP, MAX_TIMESTAMP = -1, -2, -3
 
 #: (transactional_id, producer_id, producer_epoch, partition) -> error code (0 = the partition is in the txn)
 Verifier = Callable[[str, int, int, TopicPartition], int]
+
+
+@dataclass(frozen=True)
+class _PendingMarker:
+    """A marker written to `log` at `offset`, not yet known durable."""
+
+    log: PartitionLog
+    offset: int
+
+    @property
+    def end(self) -> int:
+        return self.offset + 1
 
 
 class PartitionServer:
@@ -227,37 +240,66 @@ class PartitionServer:
         return pb.ListOffsetsResponse(partitions=out)
 
     def write_txn_markers(self, req: pb.WriteTxnMarkersRequest) -> pb.WriteTxnMarkersResponse:
-        # every (producer, partition) at once: the fsyncs of one request share a group commit
-        jobs = [(marker, p) for marker in req.markers for p in marker.partitions]
-        written = iter(self._pool.map(lambda job: self._write_marker(*job), jobs))
+        """Write every marker of the request, then make each touched log durable once, the logs' fsyncs in
+        parallel: one request's markers share their logs' group commits instead of each waiting alone."""
+        written = [self._append_marker(marker, part) for marker in req.markers for part in marker.partitions]
+        ends: dict[PartitionLog, int] = {}
+        for _result, appended in written:
+            if appended is not None:
+                ends[appended.log] = max(ends.get(appended.log, 0), appended.end)
+        failed = self._make_durable(ends)
+        results = iter(written)
         out = []
         for marker in req.markers:
-            result = pb.TxnMarkerResult(producer_id=marker.producer_id)
-            result.partitions.extend(next(written) for _ in marker.partitions)
-            out.append(result)
+            answer = pb.TxnMarkerResult(producer_id=marker.producer_id)
+            for part in marker.partitions:
+                result, appended = next(results)
+                if appended is not None:
+                    error = failed.get(appended.log)
+                    if error is not None:
+                        result.error_code, result.error_message = code_of(error), str(error)
+                    elif part.topic == CONSUMER_OFFSETS_TOPIC:  # durable now: the group's offsets may show it
+                        self._on_offsets_marker(part.partition, marker.producer_id, marker.committed, appended.offset)
+                answer.partitions.append(result)
+            out.append(answer)
         self.notify_appended()
         return pb.WriteTxnMarkersResponse(markers=out)
 
-    def _write_marker(self, marker: pb.TxnMarker, part: pb.TopicPartitionRef) -> pb.PartitionError:
+    def _append_marker(self, marker: pb.TxnMarker, part: pb.TopicPartitionRef) -> tuple[pb.PartitionError,
+                                                                                         _PendingMarker | None]:
+        """Write one marker without waiting for its fsync: its result, and where it went unless it failed."""
         result = pb.PartitionError(topic=part.topic, partition=part.partition)
         if self.partition_count(part.topic) is None:
             # the topic was deleted: nothing is left to mark, and a retried marker would hold its transaction
             # in Prepare* for good (Kafka's marker channel drops markers for deleted partitions too)
             result.error_message = f"{part.topic} was deleted; no marker written"
-            return result
+            return result, None
         try:
             partition_log = self.owned_log(part.topic, part.partition)
             if marker.HasField("admin_abort_start_offset"):
                 check_admin_abort(partition_log.producer_snapshots(), marker, part)
             appended = partition_log.append_marker(
                 producer_id=marker.producer_id, producer_epoch=marker.producer_epoch, committed=marker.committed,
-                coordinator_epoch=marker.coordinator_epoch, transaction_version=marker.transaction_version)
-            if part.topic == CONSUMER_OFFSETS_TOPIC:
-                self._on_offsets_marker(part.partition, marker.producer_id, marker.committed, appended.base_offset)
+                coordinator_epoch=marker.coordinator_epoch, transaction_version=marker.transaction_version,
+                wait_durable=False)
         except KafkaError as exc:
             result.error_code = code_of(exc)
             result.error_message = str(exc)
-        return result
+            return result, None
+        return result, _PendingMarker(partition_log, appended.base_offset)
+
+    def _make_durable(self, ends: dict[PartitionLog, int]) -> dict[PartitionLog, KafkaError]:
+        """Make each log durable up to its end (one log in this thread, several in parallel: an fsync
+        releases the GIL); the logs that could not be, with why."""
+        def durable(item: tuple[PartitionLog, int]) -> KafkaError | None:
+            try:
+                item[0].make_durable(item[1])
+            except KafkaError as exc:
+                return exc
+            return None
+        items = list(ends.items())
+        errors = [durable(items[0])] if len(items) == 1 else list(self._pool.map(durable, items))
+        return {log: error for (log, _end), error in zip(items, errors) if error is not None}
 
     def describe_producers(self, req: pb.DescribeProducersRequest) -> pb.DescribeProducersResponse:
         out = []

@@ -31,8 +31,6 @@ log = logging.getLogger(__name__)
 _DONE_CODES = {0, InvalidProducerEpochError.errno, TransactionCoordinatorFencedError.errno}
 
 
-
-
 class MarkerWriter:
     def __init__(self, *, local_node_id: int, owner_of: Callable[[TopicPartition], int],
                  address_of: Callable[[int], str],
@@ -63,12 +61,17 @@ class MarkerWriter:
 
     def send(self, owed: Iterable[Owed], *, coordinator_epoch: int) -> set[Owed]:
         """Send each owed marker once, one request per owning node, all nodes at once; returns those
-        acknowledged (or superseded by a newer marker)."""
+        acknowledged (or superseded by a newer marker).
+
+        The remote requests go first, each on a pool thread (a blocking gRPC call costs a third of
+        what starting a gRPC future does), then this node's own markers are written in this thread
+        while the others travel."""
         by_node: dict[int, list[Owed]] = defaultdict(list)
         for item in owed:
             by_node[self._owner_of(item[1])].append(item)
+        local = by_node.pop(self._local, None)
         futures = [self._pool.submit(self._send, node, coordinator_epoch, items) for node, items in by_node.items()]
-        acked: set[Owed] = set()
+        acked = self._send(self._local, coordinator_epoch, local) if local else set()
         for future in futures:
             acked |= future.result()
         return acked
