@@ -78,7 +78,6 @@ class PartitionServer:
         #: told when a data partition is opened here, on its first request
         self._observer = observer
         self._open_lock = threading.Lock()
-        self._data_arrived = threading.Condition()
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="append")
 
     # ------------------------------------------------------------ ownership
@@ -114,10 +113,6 @@ class PartitionServer:
             self._observer.ownership_changed("acquired", topic)
         return opened
 
-    def notify_appended(self) -> None:
-        with self._data_arrived:
-            self._data_arrived.notify_all()
-
     # ------------------------------------------------------------ produce
 
     def produce(self, req: pb.ProduceRequest) -> pb.ProduceResponse:
@@ -130,7 +125,6 @@ class PartitionServer:
             results = [self._produce_one(tid, req.partitions[0])]
         else:  # appends to different logs fsync in parallel
             results = list(self._pool.map(lambda p: self._produce_one(tid, p), req.partitions))
-        self.notify_appended()
         return pb.ProduceResponse(partitions=results)
 
     def _produce_one(self, tid: str | None, part: pb.PartitionRecords) -> pb.PartitionProduceResult:
@@ -174,13 +168,33 @@ class PartitionServer:
         isolation = IsolationLevel(req.isolation_level)
         deadline = time.monotonic() + max(0, min(req.max_wait_ms, 30_000)) / 1000
         min_bytes = max(1, req.min_bytes)
-        while True:
-            results, total = self._fetch_once(req, isolation)
-            remaining = deadline - time.monotonic()
-            if total >= min_bytes or remaining <= 0 or any(r.error_code for r in results):
-                return pb.FetchResponse(partitions=results)
-            with self._data_arrived:
-                self._data_arrived.wait(remaining)
+        # woken by its own partitions only: an append or marker elsewhere on the node costs this fetch nothing
+        changed = threading.Event()
+        watched = self._watch(req, changed)
+        try:
+            while True:
+                changed.clear()  # before the read: a change during it wakes the next wait at once
+                results, total = self._fetch_once(req, isolation)
+                remaining = deadline - time.monotonic()
+                if total >= min_bytes or remaining <= 0 or any(r.error_code for r in results):
+                    return pb.FetchResponse(partitions=results)
+                changed.wait(remaining)
+        finally:
+            for partition_log in watched:
+                partition_log.unwatch(changed)
+
+    def _watch(self, req: pb.FetchRequest, changed: threading.Event) -> list[PartitionLog]:
+        """Register `changed` with the log of every fetched partition this node owns (the others are answered
+        with their error by the first read)."""
+        watched = []
+        for part in req.partitions:
+            try:
+                partition_log = self.owned_log(part.topic, part.partition)
+            except KafkaError:
+                continue
+            partition_log.watch(changed)
+            watched.append(partition_log)
+        return watched
 
     def _fetch_once(self, req: pb.FetchRequest,
                     isolation: IsolationLevel) -> tuple[list[pb.FetchPartitionResult], int]:
@@ -262,7 +276,6 @@ class PartitionServer:
                         self._on_offsets_marker(part.partition, marker.producer_id, marker.committed, appended.offset)
                 answer.partitions.append(result)
             out.append(answer)
-        self.notify_appended()
         return pb.WriteTxnMarkersResponse(markers=out)
 
     def _append_marker(self, marker: pb.TxnMarker, part: pb.TopicPartitionRef) -> tuple[pb.PartitionError,

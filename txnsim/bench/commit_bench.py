@@ -1,6 +1,6 @@
 """Commit latency against the number of partitions in a transaction (1, 4, 16, 64), a fixed small number of
-records on each: commit_transaction() alone, and until the transaction is readable (the LSO of every
-partition past its commit marker).
+records on each: commit_transaction() alone, and until the transaction is readable (a read_committed
+consumer waiting in poll() has its records of every partition: readable.py).
 
 A commit is one PrepareCommit and one CompleteCommit on the coordinator plus one marker per partition, the
 markers to different nodes in parallel: so its cost may grow with partitions, but at most linearly. The
@@ -18,6 +18,7 @@ from txnsim.admin import Admin
 from txnsim.bench.harness import NullProgress, Progress, bench_cluster
 from txnsim.bench.node_metrics import histogram_total
 from txnsim.bench.producer_bench import VALUE, timed_commit
+from txnsim.bench.readable import ReadableWatch
 from txnsim.bench.report import BenchResult, ResultTable, Verdict, format_ms, format_ratio
 from txnsim.bench.schedule import interleaved
 from txnsim.bench.stats import Summary, ratio
@@ -44,13 +45,14 @@ def measure(bootstrap_servers: str, metrics_urls: Sequence[str], transactions: i
     latencies: Latencies = {n: ([], [], []) for n in counts}
     schedule = interleaved([(n, transactions) for n in counts])
     progress.phase(f"commit latency vs partitions per transaction: {len(schedule)} transactions", len(schedule))
+    every = [TopicPartition(TOPIC, p) for p in range(max(counts))]
     with Producer(bootstrap_servers=bootstrap_servers, transactional_id="bench-commit-partitions") as producer, \
-            Admin(bootstrap_servers) as admin:
+            Admin(bootstrap_servers) as admin, ReadableWatch(bootstrap_servers, every) as watch:
         producer.init_transactions()
-        _transaction(producer, admin, max(counts))  # metadata, connections and every partition seen, untimed
+        _transaction(producer, admin, watch, max(counts))  # metadata, connections and every partition seen, untimed
         for n in schedule:
             before = histogram_total(metrics_urls, COMMIT_COMPLETE)
-            commit_s, readable_s = _transaction(producer, admin, n)
+            commit_s, readable_s = _transaction(producer, admin, watch, n)
             node = histogram_total(metrics_urls, COMMIT_COMPLETE) - before
             latencies[n][0].append(commit_s)
             latencies[n][1].append(readable_s)
@@ -59,14 +61,14 @@ def measure(bootstrap_servers: str, metrics_urls: Sequence[str], transactions: i
     return latencies
 
 
-def _transaction(producer: Producer, admin: Admin, partitions: int) -> tuple[float, float]:
+def _transaction(producer: Producer, admin: Admin, watch: ReadableWatch, partitions: int) -> tuple[float, float]:
     """One transaction over partitions 0..n-1; (commit latency, until readable), both from the commit's start."""
     tps = [TopicPartition(TOPIC, p) for p in range(partitions)]
     producer.begin_transaction()
     for tp in tps:
         for _ in range(RECORDS_PER_PARTITION):
             producer.send(TOPIC, value=VALUE, partition=tp.partition)
-    return timed_commit(producer, admin, tps)
+    return timed_commit(producer, admin, watch, tps)
 
 
 def run(transactions: int = 100, progress: Progress | None = None) -> BenchResult:
@@ -102,8 +104,8 @@ def commit_table(latencies: Latencies) -> ResultTable:
         tuple(rows),
         ("commit = commit_transaction() after the records were flushed and acknowledged (so it times EndTxn: "
          "PrepareCommit made durable, and the partitions' registration). until readable = from the same start "
-         "until the LSO of every partition of the transaction passed its commit marker, polled every millisecond "
-         "through ListOffsets (the poll's own round trip is in the figure). node: the coordinator's own "
+         "until a read_committed consumer waiting in poll() (another thread, one long-poll fetch per leader) had "
+         "the transaction's records of every partition. node: the coordinator's own "
          "histogram (scraped around each transaction): EndTxn received until every marker is acknowledged and "
          "CompleteCommit durable. Sizes interleaved, one producer.",))
 

@@ -16,6 +16,7 @@ from proto.structs import TopicPartition
 from txnsim.admin import Admin
 from txnsim.bench.chart_spec import RatioBars, RatioSeries, Sweep, Target
 from txnsim.bench.harness import NullProgress, Progress, bench_cluster
+from txnsim.bench.readable import ReadableWatch
 from txnsim.bench.report import BenchResult, ResultTable, Verdict, format_count, format_ms, format_ratio
 from txnsim.bench.schedule import interleaved, rotated
 from txnsim.bench.stats import Summary, median, median_confidence_interval, paired_ratios, ratio
@@ -149,7 +150,7 @@ def measure_throughput(bootstrap_servers: str, variant: Variant, seconds: float,
 
 def measure_commit_cost(bootstrap_servers: str, progress: Progress,
                         sizes: Sequence[tuple[int, int]] = COMMIT_COST_SIZES) -> dict[int, tuple[list[float], list[float]]]:
-    """For each size: commit_transaction() latencies, and commit-until-LSO-moved latencies (markers written).
+    """For each size: commit_transaction() latencies, and commit-until-read latencies (see timed_commit).
 
     Records go round-robin to every partition and are flushed (acknowledged) before the clock
     starts, so the clock sees the commit alone: EndTxn, and then the markers."""
@@ -158,43 +159,30 @@ def measure_commit_cost(bootstrap_servers: str, progress: Progress,
     schedule = interleaved(sizes)
     progress.phase("commit latency vs records per transaction", len(schedule))
     with Producer(bootstrap_servers=bootstrap_servers, transactional_id="bench-commit-cost") as producer, \
-            Admin(bootstrap_servers) as admin:
+            Admin(bootstrap_servers) as admin, ReadableWatch(bootstrap_servers, tps) as watch:
         producer.init_transactions()
         for size in schedule:
             producer.begin_transaction()
             for i in range(size):
                 producer.send(COMMIT_COST_TOPIC, value=VALUE, partition=i % PARTITIONS)
-            commit_s, readable_s = timed_commit(producer, admin, tps)
+            commit_s, readable_s = timed_commit(producer, admin, watch, tps)
             latencies[size][0].append(commit_s)
             latencies[size][1].append(readable_s)
             progress.advance()
     return latencies
 
 
-def timed_commit(producer: Producer, admin: Admin, tps: Sequence[TopicPartition]) -> tuple[float, float]:
-    """Flush the open transaction's records, then commit it: (commit_transaction()'s latency, until its
-    markers moved the LSO of every partition in `tps`), both from the commit's start, so the clock
-    sees the commit alone."""
+def timed_commit(producer: Producer, admin: Admin, watch: ReadableWatch,
+                 tps: Sequence[TopicPartition]) -> tuple[float, float]:
+    """Flush the open transaction's records, then commit it: (commit_transaction()'s latency, until a
+    read_committed consumer waiting in poll() had its records on every partition in `tps`), both from the
+    commit's start, so the clock sees the commit alone."""
     producer.flush()
     high_watermarks = admin.end_offsets(tps)
     start = time.monotonic()
     producer.commit_transaction()
     committed = time.monotonic()
-    _await_stable_past(admin, high_watermarks)
-    return committed - start, time.monotonic() - start
-
-
-def _await_stable_past(admin: Admin, high_watermarks: dict[TopicPartition, int], timeout_s: float = 30.0) -> None:
-    """Poll until every partition's LSO is past the commit marker (the transaction is readable)."""
-    deadline = time.monotonic() + timeout_s
-    waiting = dict(high_watermarks)
-    while waiting:
-        stable = admin.last_stable_offsets(list(waiting))
-        waiting = {tp: hw for tp, hw in waiting.items() if stable[tp] <= hw}
-        if waiting and time.monotonic() > deadline:
-            raise TimeoutError(f"the commit markers did not move the LSO of {sorted(waiting)} within {timeout_s} s")
-        if waiting:
-            time.sleep(0.001)  # poll resolution of the marker latency, bounded by the deadline
+    return committed - start, watch.wait_until_read(high_watermarks) - start
 
 
 def run(seconds: float = 3.0, repeat: int = 3, progress: Progress | None = None) -> BenchResult:
@@ -256,8 +244,9 @@ def commit_cost_table(latencies: dict[int, tuple[list[float], list[float]]]) -> 
          "until readable p50 ms", "until readable p99 ms"),
         tuple(rows),
         ("commit = commit_transaction() after the records were flushed and acknowledged (EndTxn: "
-         "PrepareCommit made durable). until readable = from the same start until the LSO of every partition "
-         "passed the commit marker (markers written), polled every millisecond. Sizes interleaved.",),
+         "PrepareCommit made durable). until readable = from the same start until a read_committed consumer "
+         "waiting in poll() (another thread, long-poll fetches) had the transaction's records of every partition "
+         "(markers written). Sizes interleaved.",),
         chart=COMMIT_COST_CHART)
 
 
