@@ -303,19 +303,23 @@ class GroupMembership:
         states = {s.lower() for s in req.states_filter}
         types = {t.lower() for t in req.types_filter}
         with self._lock:
-            groups = [group for shard in self._shards.values() if shard.status is ShardStatus.ACTIVE
-                      for group in shard.groups.values()]
-        listed: list[pb.ListedGroup] = []
-        for group in groups:
+            found = [(shard, group) for shard in self._shards.values() if shard.status is ShardStatus.ACTIVE
+                     for group in shard.groups.values()]
+        listed: list[tuple[Shard, pb.ListedGroup]] = []
+        for shard, group in found:
             with group.lock:
                 state, protocol_type = group.classic.state, group.classic.protocol_type or ""
             if state is GroupState.DEAD or (states and state.value.lower() not in states):
                 continue
             if types and "classic" not in types:
                 continue
-            listed.append(pb.ListedGroup(group_id=group.group_id, protocol_type=protocol_type, state=state.value))
-        listed.sort(key=lambda g: g.group_id)
-        return pb.ListGroupsResponse(groups=listed)
+            listed.append((shard, pb.ListedGroup(group_id=group.group_id, protocol_type=protocol_type,
+                                                 state=state.value)))
+        # after the read (see PartitionLog.check_still_leader): a node woken from a stall lists only the shards
+        # no later owner has claimed; the new owner lists the others
+        taken = {shard.number for shard, _ in listed if getattr(shard.log, "fenced", False)}
+        groups = sorted((g for shard, g in listed if shard.number not in taken), key=lambda g: g.group_id)
+        return pb.ListGroupsResponse(groups=groups)
 
     def delete_groups(self, req: pb.DeleteGroupsRequest) -> pb.DeleteGroupsResponse:
         """Delete Empty groups: tombstones for their offsets and membership, then they are Dead."""

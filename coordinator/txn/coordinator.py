@@ -167,7 +167,17 @@ class TransactionCoordinator:
 
     def list_transactions(self, req: pb.ListTransactionsRequest) -> pb.ListTransactionsResponse:
         with self._lock:
-            return self.core.list_transactions(req)
+            answer = self.core.list_transactions(req)
+            logs = dict(self._logs)
+        # after the read (see PartitionLog.check_still_leader): a node woken from a stall lists only the shards
+        # no later owner has claimed; the new owner lists the others
+        shards = {self.core.shard_of(t.transactional_id) for t in answer.transactions}
+        taken = {shard for shard in shards if (shard_log := logs.get(shard)) is None or shard_log.fenced}
+        if taken:
+            kept = [t for t in answer.transactions if self.core.shard_of(t.transactional_id) not in taken]
+            del answer.transactions[:]
+            answer.transactions.extend(kept)
+        return answer
 
     def describe_transactions(self, req: pb.DescribeTransactionsRequest,
                               node_id: int) -> pb.DescribeTransactionsResponse:

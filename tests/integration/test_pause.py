@@ -15,7 +15,7 @@ from client.transport import call
 from proto import txnsim_pb2 as pb
 from proto.hashing import partition_for
 from proto.structs import TRANSACTION_STATE_TOPIC
-from proto.txnsim_pb2_grpc import GroupCoordinatorStub, PartitionsStub
+from proto.txnsim_pb2_grpc import GroupCoordinatorStub, PartitionsStub, TransactionCoordinatorStub
 from tests.helpers import read_all, wait_until
 from tests.integration.conftest import FAST_SETTINGS
 from txnsim import (
@@ -46,6 +46,11 @@ def read_committed(bs: str) -> list[bytes]:
 def ownership_changes(cluster: LocalCluster) -> list[dict]:
     path = cluster.data_dir / "metadata" / "ownership.log"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def group_coordinator(cluster: LocalCluster, group: str) -> int:
+    find = pb.FindCoordinatorRequest(key_type=GROUP, key=group)
+    return cluster.client.any_node(lambda s: call(s.cluster.FindCoordinator, find, 5.0)).node_id
 
 
 def test_a_paused_coordinator_is_taken_over_then_fenced_and_it_rejoins(cluster):
@@ -213,8 +218,7 @@ def test_an_offset_fetch_queued_at_a_paused_group_coordinator_never_gets_the_off
     from those would copy a second time)."""
     bs = cluster.bootstrap_servers
     group = "woken-group"
-    find = pb.FindCoordinatorRequest(key_type=GROUP, key=group)
-    coordinator = cluster.client.any_node(lambda s: call(s.cluster.FindCoordinator, find, 5.0)).node_id
+    coordinator = group_coordinator(cluster, group)
     tp = TopicPartition("t", 0)
     with Consumer(bootstrap_servers=bs, group_id=group, enable_auto_commit=False) as consumer:
         consumer.assign([tp])
@@ -235,3 +239,38 @@ def test_an_offset_fetch_queued_at_a_paused_group_coordinator_never_gets_the_off
         assert [(r.partition, r.error_code, r.offset) for r in answer.results] == [(0, 0, 5)]
     else:
         assert answer.error_code == errors.NotCoordinatorError.errno
+
+
+def test_listings_queued_at_a_paused_coordinator_leave_out_the_shards_taken_over_meanwhile(cluster):
+    """ListTransactions and ListGroups are answered by every node for the shards it serves. Queued at a
+    paused coordinator, they must not list from before the takeover: a transaction committed on the new
+    owner still Ongoing there, a group deleted on the new owner still present."""
+    bs = cluster.bootstrap_servers
+    tid = "listed-while-paused"
+    coordinator = cluster.coordinator_for(tid)
+    group = next(g for g in (f"listed-{i}" for i in range(200)) if group_coordinator(cluster, g) == coordinator)
+    tp = TopicPartition("t", 0)
+    with Producer(bootstrap_servers=bs, transactional_id=tid, max_block_ms=20_000) as producer, \
+            Consumer(bootstrap_servers=bs, group_id=group, enable_auto_commit=False) as consumer:
+        consumer.assign([tp])
+        consumer.commit({tp: OffsetAndMetadata(1, "")})
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("t", value=b"open-at-the-pause", partition=0)
+        producer.flush()
+        channel = grpc.insecure_channel(cluster.spec.nodes[coordinator])
+        grpc.channel_ready_future(channel).result(timeout=10)
+        txn_stub, group_stub = TransactionCoordinatorStub(channel), GroupCoordinatorStub(channel)
+        cluster.pause(coordinator)
+        try:
+            producer.commit_transaction()  # on the node that takes the shard over
+            with Admin(bs) as admin:
+                admin.delete_consumer_groups([group])
+            transactions = txn_stub.ListTransactions.future(pb.ListTransactionsRequest(), timeout=30)
+            groups = group_stub.ListGroups.future(pb.ListGroupsRequest(), timeout=30)
+        finally:
+            cluster.resume(coordinator)
+        listed_transactions, listed_groups = transactions.result(), groups.result()
+        channel.close()
+    assert {t.state for t in listed_transactions.transactions if t.transactional_id == tid} <= {"CompleteCommit"}
+    assert group not in {g.group_id for g in listed_groups.groups}
