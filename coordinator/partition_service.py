@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -49,6 +49,35 @@ LATEST_TIMESTAMP, EARLIEST_TIMESTAMP, MAX_TIMESTAMP = -1, -2, -3
 Verifier = Callable[[str, int, int, TopicPartition], int]
 
 
+class WaitingFetches:
+    """Long-poll fetches waiting for data, by partition: a produce or marker request wakes only the fetches
+    of the partitions it wrote, once it is done (Kafka keys its delayed fetches by partition the same way)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_partition: dict[tuple[str, int], set[threading.Event]] = {}
+
+    def add(self, keys: Iterable[tuple[str, int]], event: threading.Event) -> None:
+        with self._lock:
+            for key in keys:
+                self._by_partition.setdefault(key, set()).add(event)
+
+    def remove(self, keys: Iterable[tuple[str, int]], event: threading.Event) -> None:
+        with self._lock:
+            for key in keys:
+                waiting = self._by_partition.get(key)
+                if waiting is not None:
+                    waiting.discard(event)
+                    if not waiting:
+                        del self._by_partition[key]
+
+    def wake(self, keys: Iterable[tuple[str, int]]) -> None:
+        with self._lock:
+            events = {event for key in keys for event in self._by_partition.get(key, ())}
+        for event in events:
+            event.set()
+
+
 @dataclass(frozen=True)
 class _PendingMarker:
     """A marker written to `log` at `offset`, not yet known durable."""
@@ -79,6 +108,7 @@ class PartitionServer:
         self._observer = observer
         self._open_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="append")
+        self._waiting_fetches = WaitingFetches()
 
     # ------------------------------------------------------------ ownership
 
@@ -125,6 +155,7 @@ class PartitionServer:
             results = [self._produce_one(tid, req.partitions[0])]
         else:  # appends to different logs fsync in parallel
             results = list(self._pool.map(lambda p: self._produce_one(tid, p), req.partitions))
+        self._waiting_fetches.wake((p.topic, p.partition) for p in req.partitions)
         return pb.ProduceResponse(partitions=results)
 
     def _produce_one(self, tid: str | None, part: pb.PartitionRecords) -> pb.PartitionProduceResult:
@@ -168,9 +199,10 @@ class PartitionServer:
         isolation = IsolationLevel(req.isolation_level)
         deadline = time.monotonic() + max(0, min(req.max_wait_ms, 30_000)) / 1000
         min_bytes = max(1, req.min_bytes)
-        # woken by its own partitions only: an append or marker elsewhere on the node costs this fetch nothing
+        # woken once per produce or marker request that touched one of its partitions, never by others
         changed = threading.Event()
-        watched = self._watch(req, changed)
+        keys = {(part.topic, part.partition) for part in req.partitions}
+        self._waiting_fetches.add(keys, changed)
         try:
             while True:
                 changed.clear()  # before the read: a change during it wakes the next wait at once
@@ -180,21 +212,7 @@ class PartitionServer:
                     return pb.FetchResponse(partitions=results)
                 changed.wait(remaining)
         finally:
-            for partition_log in watched:
-                partition_log.unwatch(changed)
-
-    def _watch(self, req: pb.FetchRequest, changed: threading.Event) -> list[PartitionLog]:
-        """Register `changed` with the log of every fetched partition this node owns (the others are answered
-        with their error by the first read)."""
-        watched = []
-        for part in req.partitions:
-            try:
-                partition_log = self.owned_log(part.topic, part.partition)
-            except KafkaError:
-                continue
-            partition_log.watch(changed)
-            watched.append(partition_log)
-        return watched
+            self._waiting_fetches.remove(keys, changed)
 
     def _fetch_once(self, req: pb.FetchRequest,
                     isolation: IsolationLevel) -> tuple[list[pb.FetchPartitionResult], int]:
@@ -276,6 +294,9 @@ class PartitionServer:
                         self._on_offsets_marker(part.partition, marker.producer_id, marker.committed, appended.offset)
                 answer.partitions.append(result)
             out.append(answer)
+        # after the whole request, not per log: a fetch woken by the first of several markers would answer
+        # with that partition alone and its consumer come back for the rest
+        self._waiting_fetches.wake((part.topic, part.partition) for marker in req.markers for part in marker.partitions)
         return pb.WriteTxnMarkersResponse(markers=out)
 
     def _append_marker(self, marker: pb.TxnMarker, part: pb.TopicPartitionRef) -> tuple[pb.PartitionError,

@@ -100,8 +100,6 @@ class PartitionLog:
         self.fsync_count = 0
         self._lock = threading.Lock()
         self._data_ready = threading.Condition(self._lock)
-        #: set whenever the readable end may have moved (see watch)
-        self._watchers: set[threading.Event] = set()
         self._segments = segments
         self._segment_bases = [segment.base_offset for segment in segments]
         self._state = state
@@ -343,7 +341,7 @@ class PartitionLog:
             if end > self._high_watermark:
                 self._high_watermark = end
                 self._state.on_high_watermark(end)
-                self._wake()
+                self._data_ready.notify_all()
         return end
 
     # ------------------------------------------------------------ reads
@@ -429,27 +427,6 @@ class PartitionLog:
                 return None
             found = _first_record_at_or_after(batch, largest)
             return found if found is not None and found[0] < bound else None
-
-    def watch(self, event: threading.Event) -> None:
-        """Set `event` whenever the readable end may have moved (the high watermark advanced, which is
-        also when a durable marker moves the LSO) or the log closed or was fenced, until unwatch().
-
-        A long-poll fetch over many partitions waits on one event registered with each of them, so it
-        wakes for its own partitions only (Kafka's delayed fetch is keyed by partition the same way)."""
-        with self._lock:
-            self._watchers.add(event)
-            if self._closed or self._fenced:
-                event.set()
-
-    def unwatch(self, event: threading.Event) -> None:
-        with self._lock:
-            self._watchers.discard(event)
-
-    def _wake(self) -> None:
-        """Wake everything waiting for this log to change (lock held)."""
-        self._data_ready.notify_all()
-        for event in self._watchers:
-            event.set()
 
     def wait_for_data(self, fetch_offset: int, isolation: IsolationLevel, timeout_s: float) -> bool:
         """Block until something at or after `fetch_offset` is readable, or the timeout passes."""
@@ -554,7 +531,7 @@ class PartitionLog:
         if not self._fenced and self._superseded():
             with self._lock:
                 self._fenced = True
-                self._wake()
+                self._data_ready.notify_all()
         return self._fenced
 
     def close(self) -> None:
@@ -564,7 +541,7 @@ class PartitionLog:
                 return
             self._closed = True
             end = self._log_end_offset
-            self._wake()
+            self._data_ready.notify_all()
         durable = False
         try:
             self._committer.wait_until_durable(end)

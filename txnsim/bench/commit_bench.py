@@ -1,6 +1,6 @@
 """Commit latency against the number of partitions in a transaction (1, 4, 16, 64), a fixed small number of
 records on each: commit_transaction() alone, and until the transaction is readable (a read_committed
-consumer waiting in poll() has its records of every partition: readable.py).
+consumer waiting in poll() is handed its first record on every partition: readable.py).
 
 A commit is one PrepareCommit and one CompleteCommit on the coordinator plus one marker per partition, the
 markers to different nodes in parallel: so its cost may grow with partitions, but at most linearly. The
@@ -64,11 +64,12 @@ def measure(bootstrap_servers: str, metrics_urls: Sequence[str], transactions: i
 def _transaction(producer: Producer, admin: Admin, watch: ReadableWatch, partitions: int) -> tuple[float, float]:
     """One transaction over partitions 0..n-1; (commit latency, until readable), both from the commit's start."""
     tps = [TopicPartition(TOPIC, p) for p in range(partitions)]
+    starts = admin.end_offsets(tps)
     producer.begin_transaction()
     for tp in tps:
         for _ in range(RECORDS_PER_PARTITION):
             producer.send(TOPIC, value=VALUE, partition=tp.partition)
-    return timed_commit(producer, admin, watch, tps)
+    return timed_commit(producer, watch, starts)
 
 
 def run(transactions: int = 100, progress: Progress | None = None) -> BenchResult:
@@ -104,8 +105,8 @@ def commit_table(latencies: Latencies) -> ResultTable:
         tuple(rows),
         ("commit = commit_transaction() after the records were flushed and acknowledged (so it times EndTxn: "
          "PrepareCommit made durable, and the partitions' registration). until readable = from the same start "
-         "until a read_committed consumer waiting in poll() (another thread, one long-poll fetch per leader) had "
-         "the transaction's records of every partition. node: the coordinator's own "
+         "until a read_committed consumer waiting in poll() (another thread, one long-poll fetch per leader) was "
+         "handed the transaction's first record on every partition. node: the coordinator's own "
          "histogram (scraped around each transaction): EndTxn received until every marker is acknowledged and "
          "CompleteCommit durable. Sizes interleaved, one producer.",))
 

@@ -241,32 +241,3 @@ def test_a_late_v2_marker_cannot_end_the_next_transaction_written_at_its_epoch(o
     txn_append(log, 8, 0, b"v1", epoch=4)
     log.append_marker(producer_id=8, producer_epoch=4, committed=True, coordinator_epoch=0, transaction_version=1)
     assert log.open_transactions() == []
-
-
-def test_a_watching_fetch_is_woken_when_a_durable_marker_makes_its_transaction_readable(open_log):
-    log = open_log()
-    txn_append(log, 7, 0, b"a", b"b")
-    changed = threading.Event()
-    log.watch(changed)
-    assert not changed.is_set()
-    written = log.append_marker(producer_id=7, producer_epoch=1, committed=True, coordinator_epoch=0,
-                                timestamp_ms=5000, wait_durable=False)
-    assert not changed.is_set() and fetched_offsets(log) == []  # written, not yet durable: nothing to read
-    log.make_durable(written.last_offset + 1)
-    assert changed.is_set() and fetched_offsets(log) == [0, 2]  # the records' batch and its marker
-
-
-def test_an_unwatched_event_is_left_alone_and_closing_the_log_wakes_its_watchers(open_log):
-    log = open_log()
-    gone, staying = threading.Event(), threading.Event()
-    log.watch(gone)
-    log.watch(staying)
-    log.unwatch(gone)
-    log.append(data(b"x"))
-    assert staying.is_set() and not gone.is_set()
-    staying.clear()
-    log.close()
-    assert staying.is_set()  # a fetch waiting on a log this node lets go of answers at once
-    late = threading.Event()
-    log.watch(late)
-    assert late.is_set()
