@@ -11,8 +11,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from coordinator.membership import Membership
@@ -38,7 +38,13 @@ from proto.errors import (
     code_of,
     name_of,
 )
-from proto.structs import CONSUMER_OFFSETS_TOPIC, HALF_MESSAGE_TOPICS, INTERNAL_TOPICS, IsolationLevel, TopicPartition
+from proto.structs import (
+    CONSUMER_OFFSETS_TOPIC,
+    HALF_MESSAGE_TOPICS,
+    INTERNAL_TOPICS,
+    IsolationLevel,
+    TopicPartition,
+)
 
 log = logging.getLogger(__name__)
 

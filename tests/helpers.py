@@ -32,10 +32,10 @@ def read_all(bootstrap_servers: str, topic: str, *, partitions: int, isolation_l
     `settle_s` to be decided (LSO reaching the high watermark everywhere). One still open then
     fails the read, unless the test left it open on purpose (`open_allowed`): then it holds the
     end where it is, as it would for any reader. Then it reads until every partition's position
-    reaches that end: a fetch held up by a failover is not mistaken for the end of the topic (an
-    empty poll proves nothing).
+    reaches that end (consumer.read_whole).
     """
-    from txnsim import Admin, Consumer, TopicPartition
+    from consumer import read_to_end
+    from txnsim import Admin, TopicPartition
 
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     with Admin(bootstrap_servers) as admin:
@@ -47,19 +47,8 @@ def read_all(bootstrap_servers: str, topic: str, *, partitions: int, isolation_l
                 held = {str(tp): (lso[tp], hw[tp]) for tp in tps if lso[tp] != hw[tp]}
                 raise AssertionError(f"read_all: transactions still open after {settle_s} s (LSO, HW): {held}")
             time.sleep(0.02)
-    with Consumer(bootstrap_servers=bootstrap_servers, isolation_level=isolation_level,
-                  auto_offset_reset="earliest", enable_auto_commit=False) as consumer:
-        consumer.assign(tps)
-        ends = consumer.end_offsets(tps)
-        deadline = time.monotonic() + timeout_s
-        out = []
-        while any(consumer.position(tp) < ends[tp] for tp in tps):
-            if time.monotonic() > deadline:
-                behind = {str(tp): (consumer.position(tp), ends[tp]) for tp in tps}
-                raise AssertionError(f"read_all: positions did not reach the ends within {timeout_s} s: {behind}")
-            for records in consumer.poll(timeout_ms=100).values():
-                out.extend(records)
-        return out
+    return list(read_to_end(bootstrap_servers, tps, isolation_level=isolation_level, timeout_s=timeout_s,
+                            poll_ms=100))
 
 
 class ScriptProcess:

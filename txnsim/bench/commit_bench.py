@@ -105,7 +105,7 @@ def commit_table(latencies: Latencies) -> ResultTable:
         tuple(rows),
         ("commit = commit_transaction() after the records were flushed and acknowledged (so it times EndTxn: "
          "PrepareCommit made durable, and the partitions' registration). until readable = from the same start "
-         "until a read_committed consumer waiting in poll() (another thread, one long-poll fetch per leader) was "
+         "until a read_committed consumer waiting in poll() (a process of its own, one long-poll fetch per leader) was "
          "handed the transaction's first record on every partition. node: the coordinator's own "
          "histogram (scraped around each transaction): EndTxn received until every marker is acknowledged and "
          "CompleteCommit durable. Sizes interleaved, one producer.",))

@@ -245,7 +245,7 @@ def commit_cost_table(latencies: dict[int, tuple[list[float], list[float]]]) -> 
         tuple(rows),
         ("commit = commit_transaction() after the records were flushed and acknowledged (EndTxn: "
          "PrepareCommit made durable). until readable = from the same start until a read_committed consumer "
-         "waiting in poll() (another thread, long-poll fetches) was handed the transaction's first record on "
+         "waiting in poll() (a process of its own, long-poll fetches) was handed the transaction's first record on "
          "every partition (markers written). Sizes interleaved.",),
         chart=COMMIT_COST_CHART)
 

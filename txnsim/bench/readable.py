@@ -79,7 +79,7 @@ def _serve(conn: Connection, bootstrap_servers: str, tps: list[TopicPartition]) 
     """The child process: a consumer polling on a thread, answering the parent's questions until told to stop."""
     try:
         watch = _ConsumerWatch(bootstrap_servers, tps)
-    except Exception as exc:  # the parent hears why instead of waiting out its timeout
+    except Exception as exc:  # noqa: BLE001 - the parent hears why instead of waiting out its timeout
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
     try:
@@ -170,7 +170,7 @@ class _ConsumerWatch:
                             self._arrivals.setdefault(tp, deque()).append(
                                 (records[-1].offset + 1, arrived))
                         self._cond.notify_all()
-        except BaseException as exc:  # the waiter hears it instead of timing out
+        except BaseException as exc:  # noqa: BLE001 - the waiter hears it instead of timing out
             with self._cond:
                 self._error = exc
                 self._cond.notify_all()

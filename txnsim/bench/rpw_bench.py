@@ -15,11 +15,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from consumer import Consumer
+from consumer import Consumer, read_to_end
 from producer import Producer
 from proto.structs import ConsumerRecord, OffsetAndMetadata, TopicPartition
 from txnsim.bench.harness import NullProgress, Progress, bench_cluster
-from txnsim.bench.report import BenchResult, ResultTable, Verdict, format_count, format_ratio
+from txnsim.bench.report import (
+    BenchResult,
+    ResultTable,
+    Verdict,
+    format_count,
+    format_ratio,
+)
 from txnsim.bench.schedule import rotated
 from txnsim.bench.stats import median, median_confidence_interval, paired_ratios
 
@@ -134,7 +140,7 @@ def run_exactly_once(bootstrap_servers: str, records: int, run_id: str) -> LoopR
             return t1 - t0, t2 - t1, time.monotonic() - t2
 
         loop = _loop(consumer, records, step)
-    output_records, distinct = read_back(bootstrap_servers, output, records)
+    output_records, distinct = read_back(bootstrap_servers, output)
     return LoopRun(loop.records, loop.polls, loop.elapsed_s, loop.client_cpu_s, loop.parts_s, output_records,
                    distinct)
 
@@ -160,24 +166,11 @@ def run_at_least_once(bootstrap_servers: str, records: int, run_id: str) -> Loop
         return _loop(consumer, records, step)
 
 
-def read_back(bootstrap_servers: str, topic: str, expected: int) -> tuple[int, int]:
-    """(records, distinct values) of `topic` read with read_committed, until the log's end (untimed)."""
-    tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-    seen: set[bytes] = set()
-    count = 0
-    with Consumer(bootstrap_servers=bootstrap_servers, isolation_level="read_committed",
-                  auto_offset_reset="earliest", enable_auto_commit=False) as consumer:
-        consumer.assign(tps)
-        ends = consumer.end_offsets(tps)
-        deadline = time.monotonic() + RUN_TIMEOUT_S
-        while any(consumer.position(tp) < ends[tp] for tp in tps):
-            for records in consumer.poll(timeout_ms=500).values():
-                count += len(records)
-                seen.update(r.value for r in records)
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"read {count:,} of about {expected:,} output records of {topic} "
-                                   f"in {RUN_TIMEOUT_S:.0f} s")
-    return count, len(seen)
+def read_back(bootstrap_servers: str, topic: str) -> tuple[int, int]:
+    """(records, distinct values) of `topic` read with read_committed, to the log's end (untimed)."""
+    values = [r.value for r in read_to_end(bootstrap_servers, [TopicPartition(topic, p) for p in range(PARTITIONS)],
+                                           timeout_s=RUN_TIMEOUT_S, poll_ms=500)]
+    return len(values), len(set(values))
 
 
 def run(records: int = 200_000, repeat: int = 3, progress: Progress | None = None) -> BenchResult:

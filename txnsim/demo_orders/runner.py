@@ -20,7 +20,8 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.rule import Rule
 
-from consumer import Consumer
+from consumer import read_to_end
+from proto.errors import KafkaTimeoutError
 from proto.structs import TopicPartition
 from txnsim.admin import Admin, HalfMessageListing
 from txnsim.cluster import LocalCluster
@@ -339,18 +340,12 @@ class OrdersDemo:
 def messages_per_order(bootstrap_servers: str, timeout_s: float = STEP_TIMEOUT_S) -> Counter[str]:
     """How many messages each order has on 'points', read_uncommitted (so even an open transaction counts)."""
     tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
-    counts: Counter[str] = Counter()
-    with Consumer(bootstrap_servers=bootstrap_servers, isolation_level="read_uncommitted",
-                  auto_offset_reset="earliest", enable_auto_commit=False) as consumer:
-        consumer.assign(tps)
-        ends = consumer.end_offsets(tps)
-        deadline = time.monotonic() + timeout_s
-        while any(consumer.position(tp) < ends[tp] for tp in tps):
-            if time.monotonic() > deadline:
-                raise DemoFailed(f"could not read '{TOPIC}' to its end within {timeout_s:.0f} s")
-            for records in consumer.poll(timeout_ms=200).values():
-                counts.update(Order.from_json(r.value or b"{}").order_id for r in records)
-    return counts
+    try:
+        return Counter(Order.from_json(r.value or b"{}").order_id
+                       for r in read_to_end(bootstrap_servers, tps, isolation_level="read_uncommitted",
+                                            timeout_s=timeout_s))
+    except KafkaTimeoutError as exc:
+        raise DemoFailed(f"could not read '{TOPIC}' to its end: {exc}") from None
 
 
 def run_orders_demo(data_dir: Path | None, client: str, console: Console) -> int:
