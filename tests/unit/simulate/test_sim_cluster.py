@@ -74,6 +74,7 @@ def test_a_crashed_coordinator_s_shards_move_and_transactions_go_on():
     ("commit-every-attempt", None),
     ("check-count-in-memory", None),
     ("stale-reads", ("pause",)),
+    ("half-ack-before-fsync", None),
 ])
 def test_every_planted_bug_is_found(bug: str, faults: tuple[str, ...] | None):
     found = first_failure(bug, faults=faults)

@@ -4,8 +4,11 @@ driven by simulated requests, timers and fsyncs, as coordinator.py and shard_wri
 Each shard's three logs (half, OP, discard) are real PartitionLogs on the simulated disk, opened with a new
 leader epoch and replayed with the node's own rule (coordinator/rocketmq/shard_load.py) on take-over. What
 the driver keeps from the node:
-- a half message is appended before it is answered; a decision's OP record is durable (the simulated fsync)
-  before it is answered or carried out;
+- every write is made at once and fsynced when the simulated fsync's time has passed (a power loss before
+  then loses it); a half message is answered, and a decision's OP record installed, answered and carried
+  out, only once durable. The core learns of a half message when it is written, not when durable as on
+  a node (so that a retry of its send finds it), and a retry is answered only once the shard's writes so
+  far are durable: a woken, fenced owner never answers from a write that cannot become durable;
 - a due check is counted first: the message is appended again with count + 1, and only once that is
   durable is the check sent (one-way) to a live producer of its group; after `check_max` checks the message
   goes to the discard log and is decided DISCARD, never delivered;
@@ -54,6 +57,10 @@ _RESOLUTIONS = {pb.RESOLUTION_COMMIT: Resolution.COMMIT, pb.RESOLUTION_ROLLBACK:
                 pb.RESOLUTION_UNKNOWN: None}
 
 
+def _nothing() -> None:
+    """The work of an fsync whose writes were already answered (the planted bug half-ack-before-fsync)."""
+
+
 def shard_of_producer_group(group: str) -> int:
     return partition_for(group, HALF_SHARDS)
 
@@ -69,6 +76,8 @@ class _Shard:
     #: when (world time) the last write of this shard is durable: an fsync covers every earlier write, so
     #: writes become durable in the order they were made, a slow one holding back those after it
     synced_at_ms: int = 0
+    #: per log of the shard: the end of what is written but not yet fsynced
+    unsynced: dict[str, tuple[PartitionLog, int]] = field(default_factory=dict)
 
 
 class SimHalfMessages:
@@ -125,18 +134,39 @@ class SimHalfMessages:
         return self.shards.get(shard_id) is shard
 
     def _append(self, shard: _Shard, log: PartitionLog, rows: list[Any]) -> int:
-        appended = log.append(log_format.encode(rows), origin=AppendOrigin.COORDINATOR)
+        """Write now, fsync later (_after_fsync): the base offset of what was written."""
+        appended = log.append(log_format.encode(rows), origin=AppendOrigin.COORDINATOR, wait_durable=False)
         self.model.appended(self.node.name, log, appended.base_offset, appended.last_offset)
+        shard.unsynced[log.topic] = (log, appended.last_offset + 1)
         return appended.base_offset
 
     def _later(self, work: Any, *args: Any, delay_ms: int, label: str) -> None:
         self.net.set_timer(self.node.name, delay_ms, work, *args, label=label)
 
     def _after_fsync(self, shard: _Shard, work: Any, *args: Any) -> None:
-        """Run `work` once the shard's latest write is durable (in write order)."""
+        """Run `work` once the shard's latest write is durable (in write order); not at all if the fsync cannot
+        be made (the shard's logs were fenced or closed: its next owner replays what is durable)."""
         now = self.model.world.now_ms
         shard.synced_at_ms = max(shard.synced_at_ms, now + self.node.fsync_ms)
-        self._later(work, *args, delay_ms=shard.synced_at_ms - now, label="fsync")
+        self._later(self._synced, shard, work, *args, delay_ms=shard.synced_at_ms - now, label="fsync")
+
+    def _synced(self, shard: _Shard, work: Any, *args: Any) -> None:
+        if self._sync(shard):
+            work(*args)
+
+    def _sync(self, shard: _Shard) -> bool:
+        """The fsync's time has passed: every write of the shard so far becomes durable now (a power loss
+        before this took them, unanswered). False if its logs no longer can be (fenced or closed)."""
+        try:
+            for log, end in shard.unsynced.values():
+                log.make_durable(end)
+        except KafkaError as error:  # fenced or closed: what it wrote stays unanswered, its next owner takes over
+            self.model.note(self.node.name, f"half shard fsync failed: {type(error).__name__}")
+            return False
+        for log, end in shard.unsynced.values():
+            self.model.appended(self.node.name, log, end - 1, end - 1)
+        shard.unsynced.clear()
+        return True
 
     # ------------------------------------------------------------ requests
 
@@ -160,7 +190,10 @@ class SimHalfMessages:
         shard = self._owned(shard_id)
         stored = shard.core.find(req.producer_group, msg.message_id)
         if stored is not None:  # a retried send whose answer was lost: one half message, not two
-            self.net.reply(env, self._sent(shard_id, stored))
+            if shard.unsynced:  # the first send's write may not be durable yet: answer once it is (or never)
+                self._after_fsync(shard, self.net.reply, env, self._sent(shard_id, stored))
+            else:
+                self.net.reply(env, self._sent(shard_id, stored))
             return
         now = self.node.now()
         record = HalfRecord(
@@ -168,8 +201,12 @@ class SimHalfMessages:
             key=msg.key if msg.HasField("key") else None, value=msg.value, user_headers=(), store_time_ms=now,
             check_immunity_ms=msg.check_immunity_ms or CHECK_IMMUNITY_MS, storage=Storage.ROCKETMQ)
         offset = self._append(shard, shard.half_log, [log_format.encode_half(record, now)])
-        pending = shard.core.stored(offset, record)
-        self._after_fsync(shard, self.net.reply, env, self._sent(shard_id, pending))
+        answer = self._sent(shard_id, shard.core.stored(offset, record))
+        if self.model.bug == "half-ack-before-fsync":  # the planted bug: answered before its fsync
+            self.net.reply(env, answer)
+            self._after_fsync(shard, _nothing)
+        else:
+            self._after_fsync(shard, self.net.reply, env, answer)
 
     @staticmethod
     def _sent(shard_id: int, pending: PendingHalf) -> pb.SendHalfMessageResponse:

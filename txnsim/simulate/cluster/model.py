@@ -93,6 +93,8 @@ class ClusterModel(Model):
                        "told it ended",
         "check-count-in-memory": "a half message's check count moves on in memory only (not appended again): after "
                                  "a crash or a failover it starts again, so the message is checked too often",
+        "half-ack-before-fsync": "a half message is answered as soon as it is written, before its fsync: a power "
+                                 "loss in between loses a message whose local transaction then commits",
     }
     WORKLOADS: ClassVar[dict[str, str]] = {
         "transactions": "transactional producers committing and aborting across 4 partitions; a read_committed "
