@@ -14,6 +14,8 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeoutError
 
 from coordinator.observers import NO_OBSERVER, HalfMessageObserver
 from coordinator.rocketmq import log_format
@@ -30,6 +32,7 @@ from proto.errors import (
     InvalidRequestError,
     InvalidTransactionIdError,
     KafkaError,
+    KafkaTimeoutError,
     MessagePropertyConflictWithTypeError,
     NotCoordinatorError,
     RecordTooLargeError,
@@ -46,6 +49,8 @@ log = logging.getLogger(__name__)
 FindProducer = Callable[[str], Callable[[pb.TransactionCheck], bool] | None]
 #: how long an end waits for the copy it caused before answering (the decision is durable already)
 _EFFECT_WAIT_S = 5.0
+#: how long a retried send waits for its first attempt's write (an fsync, normally well under a second)
+IN_FLIGHT_WAIT_S = 30.0
 _RESOLUTIONS = {pb.RESOLUTION_COMMIT: Resolution.COMMIT, pb.RESOLUTION_ROLLBACK: Resolution.ROLLBACK,
                 pb.RESOLUTION_UNKNOWN: None}
 
@@ -151,13 +156,50 @@ class HalfMessageCoordinator:
         shard = self.shard_of(req.producer_group)
         loaded = self._owned(shard)
         storage = Storage(configs.get("half.message.storage", self.default_storage.value))
+        sending: Future[PendingHalf] | None = None
         if msg.message_id:
+            key = (req.producer_group, msg.message_id)
             with loaded.lock:
-                stored = loaded.core.find(req.producer_group, msg.message_id)
+                stored = loaded.core.find(*key)
+                in_flight = loaded.sending.get(key) if stored is None else None
+                if stored is None and in_flight is None:
+                    sending = loaded.sending[key] = Future()
+            if in_flight is not None:  # a retry while the first attempt is being written: its outcome is ours
+                try:
+                    stored = in_flight.result(timeout=IN_FLIGHT_WAIT_S)
+                except FutureTimeoutError:
+                    raise KafkaTimeoutError(f"[REQUEST_TIMED_OUT] an earlier send of message {msg.message_id!r} is "
+                                            f"still being written after {IN_FLIGHT_WAIT_S:.0f} s; retry") from None
             if stored is not None:  # a retry of a send whose answer was lost: one half message, not two
                 return pb.SendHalfMessageResponse(transaction_id=stored.transaction_id, message_id=msg.message_id,
                                                   half_offset=stored.first_offset, shard=shard,
                                                   storage=stored.record.storage.value)
+        try:
+            return self._store_half(req, shard, loaded, storage, sending)
+        finally:
+            if sending is not None:
+                with loaded.lock:
+                    loaded.sending.pop((req.producer_group, msg.message_id), None)
+
+    def _store_half(self, req: pb.SendHalfMessageRequest, shard: int, loaded: LoadedShard, storage: Storage,
+                    sending: Future[PendingHalf] | None) -> pb.SendHalfMessageResponse:
+        """Write the half message durably, then let the core (and any retry waiting on `sending`) know it."""
+        try:
+            pending = self._write_half(req, shard, loaded, storage)
+        except BaseException as exc:
+            if sending is not None:
+                sending.set_exception(exc)
+            raise
+        if sending is not None:
+            sending.set_result(pending)
+        if storage is Storage.KAFKA:
+            self._write_in_place(shard, loaded, pending)
+        return pb.SendHalfMessageResponse(transaction_id=pending.transaction_id, message_id=pending.record.message_id,
+                                          half_offset=pending.first_offset, shard=shard, storage=storage.value)
+
+    def _write_half(self, req: pb.SendHalfMessageRequest, shard: int, loaded: LoadedShard,
+                    storage: Storage) -> PendingHalf:
+        msg = req.message
         now = self._now_ms()
         record = HalfRecord(
             topic=msg.topic, partition=msg.partition, producer_group=req.producer_group,
@@ -172,10 +214,7 @@ class HalfMessageCoordinator:
         with loaded.lock:
             pending = loaded.core.stored(appended.base_offset, record)
         self._checker_wake.set()
-        if storage is Storage.KAFKA:
-            self._write_in_place(shard, loaded, pending)
-        return pb.SendHalfMessageResponse(transaction_id=pending.transaction_id, message_id=record.message_id,
-                                          half_offset=appended.base_offset, shard=shard, storage=storage.value)
+        return pending
 
     def _write_in_place(self, shard: int, loaded: LoadedShard, pending: PendingHalf) -> None:
         """Storage.KAFKA: write the message to its real partition as a one-message transaction, which

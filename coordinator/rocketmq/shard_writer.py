@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from coordinator.rocketmq import log_format
 from coordinator.rocketmq.copies import copied, copies_owed, copy_batches, split_landed
 from coordinator.rocketmq.effects import PartitionWriter
-from coordinator.rocketmq.half_shard import Decision, HalfShard
+from coordinator.rocketmq.half_shard import Decision, HalfShard, PendingHalf
 from coordinator.rocketmq.log_format import OpRecord, Resolution, Storage
 from coordinator.txn.metadata import Marker
 from partitions import AppendOrigin, PartitionLog
@@ -47,6 +47,9 @@ class LoadedShard:
     op_log: PartitionLog
     discard_log: PartitionLog
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: (producer group, message id) -> the half message of a send being made durable now: a retry of it
+    #: arriving meanwhile waits for that one instead of storing a second
+    sending: dict[tuple[str, str], Future[PendingHalf]] = field(default_factory=dict)
     ends: list[PendingEnd] = field(default_factory=list)
     waiting: dict[str, PendingEnd] = field(default_factory=dict)   # tid -> end waiting for its effect
     wake: threading.Event = field(default_factory=threading.Event)

@@ -255,3 +255,25 @@ def _owner_of_group(cluster, group) -> int:
     from proto import txnsim_pb2 as pb
     request = pb.FindCoordinatorRequest(key_type=HALF_MESSAGES, key=group)
     return cluster.client.any_node(lambda s: call(s.cluster.FindCoordinator, request, 5.0)).node_id
+
+
+def test_a_send_retried_while_its_first_attempt_is_being_written_stores_one_half_message(cluster, admin, topic, group):
+    """A retry can reach the node while the first attempt is still being made durable (a slow disk, a
+    short stall): both must get the same half message, not one each (each would be checked back and,
+    committed, delivered: twice)."""
+    import grpc
+
+    from proto import txnsim_pb2 as pb
+    from proto.txnsim_pb2_grpc import HalfMessagesStub
+    owner = _owner_of_group(cluster, group)
+    channel = grpc.insecure_channel(cluster.spec.nodes[owner])
+    stub = HalfMessagesStub(channel)
+    answers = []
+    for attempt in range(10):
+        request = pb.SendHalfMessageRequest(producer_group=group, message=pb.HalfMessage(
+            topic=topic, partition=0, value=b"once-%d" % attempt, message_id=f"{group}-retried-{attempt}"))
+        futures = [stub.SendHalfMessage.future(request, timeout=10) for _ in range(4)]
+        answers.append({f.result().transaction_id for f in futures})
+    channel.close()
+    assert all(len(tids) == 1 for tids in answers), answers
+    assert len(pending(admin, group)) == 10
