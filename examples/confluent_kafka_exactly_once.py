@@ -22,7 +22,7 @@ import os
 import sys
 import time
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 
 def transform(value: bytes) -> bytes:
@@ -42,11 +42,12 @@ def rewind_to_committed(consumer: Consumer) -> None:
             consumer.seek(TopicPartition(tp.topic, tp.partition, 0))
 
 
-def copy_batch(consumer: Consumer, producer: Producer, messages: list, output: str, crash_after: int | None) -> None:
+def copy_batch(consumer: Consumer, producer: Producer, messages: list[Message], output: str, crash_after: int | None) -> None:
     """One transaction: the transformed records and the consumer's positions commit together, or neither."""
     producer.begin_transaction()
     for sent, message in enumerate(messages, start=1):
-        producer.produce(output, key=message.key(), value=transform(message.value()))
+        value = message.value()  # None for a tombstone, which stays one
+        producer.produce(output, key=message.key(), value=None if value is None else transform(value))
         if sent == crash_after:
             producer.flush(30)  # the records reach the log, inside a transaction that never commits
             print(f"crashing on purpose in the middle of a transaction ({sent} records sent)", flush=True)

@@ -18,7 +18,14 @@ import os
 import sys
 import time
 
-from txnsim import Consumer, OffsetAndMetadata, Producer, errors
+from txnsim import (
+    Consumer,
+    ConsumerRecord,
+    OffsetAndMetadata,
+    Producer,
+    TopicPartition,
+    errors,
+)
 
 
 def transform(value: bytes) -> bytes:
@@ -36,7 +43,8 @@ def rewind_to_committed(consumer: Consumer) -> None:
             consumer.seek(tp, committed)
 
 
-def transform_in_transaction(consumer: Consumer, producer: Producer, batch: dict, output: str,
+def transform_in_transaction(consumer: Consumer, producer: Producer, batch: dict[TopicPartition, list[ConsumerRecord]],
+                             output: str,
                              crash_after: int | None = None) -> None:
     """One transaction: the transformed records and the consumer's new offsets commit together, or neither."""
     producer.begin_transaction()
