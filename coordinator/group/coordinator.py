@@ -189,9 +189,14 @@ class GroupCoordinator(GroupMembership):
         """NOT_COORDINATOR if a later owner claimed the shard's log: a node woken from a stall past its
         session would otherwise answer from offsets the new owner has moved on from (a copier that
         restarted from them would copy twice). After the read, so the answer was current when read."""
-        if getattr(shard.log, "fenced", False):
+        if self._taken_over(shard):
             raise NotCoordinatorError(f"[NOT_COORDINATOR] __consumer_offsets-{shard.number} was taken over by "
                                       "another node; find the coordinator again")
+
+    @staticmethod
+    def _taken_over(shard: Shard) -> bool:
+        """Whether a later owner has claimed the shard's log (a stat of its claims; see _check_still_leader)."""
+        return bool(getattr(shard.log, "fenced", False))
 
     def _append(self, shard: Shard, batch: bytes, records: int, *, offsets: bool = False) -> int | None:
         """Write `batch` (of `records` records) durably; returns its base offset. Failures map to

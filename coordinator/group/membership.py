@@ -76,6 +76,7 @@ class GroupMembership:
         def _group(self, group_id: str, *, create: bool) -> tuple[Shard, GroupMetadata | None]: ...
         def _check_serving(self, shard: Shard) -> None: ...
         def _check_still_leader(self, shard: Shard) -> None: ...
+        def _taken_over(self, shard: Shard) -> bool: ...
         def _append(self, shard: Shard, batch: bytes, records: int, *, offsets: bool = False) -> int | None: ...
 
     def _start_timers(self) -> None:
@@ -317,7 +318,8 @@ class GroupMembership:
                                                  state=state.value)))
         # after the read (see PartitionLog.check_still_leader): a node woken from a stall lists only the shards
         # no later owner has claimed; the new owner lists the others
-        taken = {shard.number for shard, _ in listed if getattr(shard.log, "fenced", False)}
+        shards = {shard.number: shard for shard, _ in listed}
+        taken = {number for number, shard in shards.items() if self._taken_over(shard)}  # one check per shard
         groups = sorted((g for shard, g in listed if shard.number not in taken), key=lambda g: g.group_id)
         return pb.ListGroupsResponse(groups=groups)
 

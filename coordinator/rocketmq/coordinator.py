@@ -157,8 +157,8 @@ class HalfMessageCoordinator:
         loaded = self._owned(shard)
         storage = Storage(configs.get("half.message.storage", self.default_storage.value))
         sending: Future[PendingHalf] | None = None
+        key = (req.producer_group, msg.message_id)
         if msg.message_id:
-            key = (req.producer_group, msg.message_id)
             with loaded.lock:
                 stored = loaded.core.find(*key)
                 in_flight = loaded.sending.get(key) if stored is None else None
@@ -179,7 +179,7 @@ class HalfMessageCoordinator:
         finally:
             if sending is not None:
                 with loaded.lock:
-                    loaded.sending.pop((req.producer_group, msg.message_id), None)
+                    loaded.sending.pop(key, None)
 
     def _store_half(self, req: pb.SendHalfMessageRequest, shard: int, loaded: LoadedShard, storage: Storage,
                     sending: Future[PendingHalf] | None) -> pb.SendHalfMessageResponse:

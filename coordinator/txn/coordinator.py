@@ -172,7 +172,7 @@ class TransactionCoordinator:
         # after the read (see PartitionLog.check_still_leader): a node woken from a stall lists only the shards
         # no later owner has claimed; the new owner lists the others
         shards = {self.core.shard_of(t.transactional_id) for t in answer.transactions}
-        taken = {shard for shard in shards if (shard_log := logs.get(shard)) is None or shard_log.fenced}
+        taken = {shard for shard in shards if _taken_over(logs.get(shard))}
         if taken:
             kept = [t for t in answer.transactions if self.core.shard_of(t.transactional_id) not in taken]
             del answer.transactions[:]
@@ -187,7 +187,7 @@ class TransactionCoordinator:
         for i, description in enumerate(answer.transactions):  # after the read: see PartitionLog.check_still_leader
             tid = description.transactional_id
             shard_log = logs.get(self.core.shard_of(tid))
-            if description.error_code == 0 and (shard_log is None or shard_log.fenced):
+            if description.error_code == 0 and _taken_over(shard_log):
                 answer.transactions[i].CopyFrom(pb.TransactionDescription(
                     transactional_id=tid, error_code=NotCoordinatorError.errno,
                     error_message=f"[NOT_COORDINATOR] the shard of {tid!r} was taken over by another node; "
@@ -349,6 +349,12 @@ class TransactionCoordinator:
             log.warning("shard %d: snapshot failed: %s", shard, exc)
         except Exception:  # a bug: say so (an executor would swallow it), the log still keeps everything
             log.exception("shard %d: snapshot failed", shard)
+
+
+def _taken_over(shard_log: PartitionLog | None) -> bool:
+    """Whether the shard's log is gone from this node or claimed by a later owner (checked after a read,
+    see PartitionLog.check_still_leader)."""
+    return shard_log is None or shard_log.fenced
 
 
 class _Timers:
