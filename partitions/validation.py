@@ -7,15 +7,44 @@ Pure: either every batch passes and the parsed list is returned, or the first fa
 """
 from __future__ import annotations
 
+import importlib.util
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from partitions import framing
 from partitions.model import AppendOrigin, LogConfig
 from proto import records
 from proto.errors import CorruptMessageError, InvalidRecordError, RecordTooLargeError
-from proto.records import HEADER_SIZE, RecordBatch
+from proto.records import RecordBatch
+
+log = logging.getLogger(__name__)
 
 #: attribute bits 0-2: the compression codec (0 = none)
 _COMPRESSION_MASK = 0x07
-#: the smallest record: length, attributes, timestamp delta, offset delta, key, value, header count
-_MIN_RECORD_BODY = 6
+
+
+def _load_framing() -> tuple[Callable[[bytes, int], str | None], bool]:
+    """partitions.framing's check, and whether it is the mypyc build setup.py made. A build older than the
+    source would shadow an edit of it (Python imports the extension first), so then the source runs."""
+    built = Path(framing.__file__ or "")
+    if built.suffix == ".py":
+        return framing.framing_problem, False
+    source = built.with_name("framing.py")
+    if not source.exists() or source.stat().st_mtime <= built.stat().st_mtime:
+        return framing.framing_problem, True
+    log.warning("%s was edited after %s was built from it: running the source (bash scripts/setup.sh rebuilds it)",
+                source, built.name)
+    spec = importlib.util.spec_from_file_location("partitions.framing_source", source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    check: Callable[[bytes, int], str | None] = module.framing_problem
+    return check, False
+
+
+#: what makes an uncompressed batch's records undecodable, or None (see partitions.framing)
+framing_problem, FRAMING_COMPILED = _load_framing()
 
 
 def parse_batches(data: bytes) -> list[RecordBatch]:
@@ -54,63 +83,4 @@ def validate_batches(data: bytes, config: LogConfig, origin: AppendOrigin) -> li
     return batches
 
 
-def _varint(raw: bytes, pos: int) -> tuple[int, int]:
-    """A zigzag varint at `pos` (IndexError past the end); the one-byte case, by far the commonest, first."""
-    value = raw[pos]
-    pos += 1
-    if value < 0x80:
-        return (value >> 1) ^ -(value & 1), pos
-    value &= 0x7F
-    shift = 7
-    while True:
-        byte = raw[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return (value >> 1) ^ -(value & 1), pos
-        shift += 7
-        if shift > 63:
-            raise IndexError("varint longer than 10 bytes")
 
-
-def framing_problem(raw: bytes, records_count: int) -> str | None:
-    """What makes the records of an uncompressed batch undecodable, or None.
-
-    Walks the varint lengths only (record, key, value, headers), copying nothing, so a batch a
-    consumer would choke on is refused at append (Kafka's LogValidator decodes each record; this
-    catches what a consumer's decoder would, at well under half the cost of decoding them)."""
-    pos = HEADER_SIZE
-    end = len(raw)
-    count = 0
-    try:
-        while pos < end:
-            length, pos = _varint(raw, pos)
-            stop = pos + length
-            if length < _MIN_RECORD_BODY or stop > end:
-                return f"record {count} claims {length} bytes, {end - pos} remain in the batch"
-            _timestamp_delta, pos = _varint(raw, pos + 1)  # after the attributes byte
-            offset_delta, pos = _varint(raw, pos)
-            if offset_delta != count:
-                return f"record {count} has offset delta {offset_delta}"
-            key_length, pos = _varint(raw, pos)
-            pos += max(key_length, 0)
-            value_length, pos = _varint(raw, pos)
-            pos += max(value_length, 0)
-            header_count, pos = _varint(raw, pos)
-            if header_count < 0:
-                return f"record {count} has {header_count} headers"
-            for _ in range(header_count):
-                header_key_length, pos = _varint(raw, pos)
-                if header_key_length < 0:
-                    return f"a header of record {count} has no key"
-                pos += header_key_length
-                header_value_length, pos = _varint(raw, pos)
-                pos += max(header_value_length, 0)
-            if pos != stop:
-                return f"the fields of record {count} end at byte {pos}, its length says {stop}"
-            count += 1
-    except IndexError:
-        return f"record {count} runs past the end of the batch"
-    if count != records_count:
-        return f"the header says {records_count} records, the batch holds {count}"
-    return None

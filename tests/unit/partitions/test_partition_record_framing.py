@@ -1,14 +1,18 @@
 """A batch whose CRC is valid but whose records a consumer could not decode is CORRUPT_MESSAGE at append."""
 from __future__ import annotations
 
+import functools
+import importlib.util
 import struct
+from collections.abc import Callable
+from pathlib import Path
 
 import crc32c
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from partitions import AppendOrigin
+from partitions import AppendOrigin, framing, validation
 from partitions.validation import framing_problem
 from proto import records
 from proto.errors import CorruptMessageError
@@ -80,3 +84,40 @@ def test_every_batch_the_encoder_builds_passes_the_framing_walk(batch_records):
     (batch,) = iter_batches(raw)
     assert framing_problem(batch.raw, batch.header.records_count) is None
     assert len(list(batch.records())) == len(batch_records)
+
+
+@functools.cache
+def interpreted_framing_problem() -> Callable[[bytes, int], str | None]:
+    """partitions/framing.py run from its source, whatever setup.py built from it."""
+    spec = importlib.util.spec_from_file_location("framing_from_source", Path(framing.__file__).with_name("framing.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    check: Callable[[bytes, int], str | None] = module.framing_problem
+    return check
+
+
+def test_setup_compiled_the_framing_check_and_the_node_uses_it():
+    # scripts/setup.sh builds it with mypyc; where no C compiler was at hand this says why produce is slower
+    assert validation.FRAMING_COMPILED, f"{framing.__file__} is not the mypyc build: run bash scripts/setup.sh"
+    assert validation.framing_problem is framing.framing_problem
+    assert framing.RECORDS_START == HEADER_SIZE
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_record, min_size=1, max_size=12), st.data())
+def test_the_compiled_check_answers_as_its_source_does_on_damaged_batches(batch_records, data):
+    raw = bytearray(records.encode_batch([(ts, k, v, tuple(h)) for ts, k, v, h in batch_records]))
+    for _ in range(data.draw(st.integers(0, 3))):  # overwrite, cut or extend the records, the header kept
+        where = data.draw(st.integers(HEADER_SIZE, len(raw) - 1))
+        edit = data.draw(st.sampled_from(["byte", "cut", "grow"]))
+        if edit == "byte":
+            raw[where] = data.draw(st.integers(0, 255))
+        elif edit == "cut":
+            del raw[where:]
+            if len(raw) == HEADER_SIZE:
+                break
+        else:
+            raw[where:where] = data.draw(st.binary(min_size=1, max_size=12))
+    claimed = data.draw(st.sampled_from([len(batch_records), len(batch_records) + 1, max(len(batch_records) - 1, 0)]))
+    assert validation.framing_problem(bytes(raw), claimed) == interpreted_framing_problem()(bytes(raw), claimed)
