@@ -288,6 +288,7 @@ class Node:
         self.stopped.set()
         self.membership.stop()
         self.heartbeat.stop()
+        self.partitions.close()  # before the servers stop: long-polling fetches answer while they can
         if self._kafka is not None:
             self._kafka.stop()
         if self._server is not None:

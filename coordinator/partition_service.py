@@ -83,6 +83,12 @@ class WaitingFetches:
         for event in events:
             event.set()
 
+    def wake_all(self) -> None:
+        with self._lock:
+            events = {event for waiting in self._by_partition.values() for event in waiting}
+        for event in events:
+            event.set()
+
 
 @dataclass(frozen=True)
 class _PendingMarker:
@@ -115,6 +121,16 @@ class PartitionServer:
         self._open_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="append")
         self._waiting_fetches = WaitingFetches()
+        # a fetch waiting on a log that closes here (moved, fenced, deleted) answers with the error now,
+        # not at its max_wait: Kafka completes delayed fetches when the broker stops leading a partition
+        logs.on_close(lambda topic, partition: self._waiting_fetches.wake([(topic, partition)]))
+        self._stopping = False
+
+    def close(self) -> None:
+        """The node is stopping: waiting fetches answer now (a long poll would hold the process up to 30 s
+        past its stop), and nothing is opened any more, so a woken request cannot re-open a closed log."""
+        self._stopping = True
+        self._waiting_fetches.wake_all()
 
     # ------------------------------------------------------------ ownership
 
@@ -128,6 +144,8 @@ class PartitionServer:
         return self._topics.partitions(topic)
 
     def owned_log(self, topic: str, partition: int) -> PartitionLog:
+        if self._stopping:
+            raise NotLeaderOrFollowerError(f"[NOT_LEADER_OR_FOLLOWER] node {self.node_id} is shutting down")
         count = self.partition_count(topic)
         if count is None or not 0 <= partition < count:
             raise UnknownTopicOrPartitionError(

@@ -49,6 +49,17 @@ class LogManager:
         #: the inode of each open log's directory: a deleted topic's directory is gone or replaced
         self._inodes: dict[tuple[str, int], int] = {}
         self._opening: dict[tuple[str, int], threading.Lock] = {}
+        #: told (topic, partition) once a log is closed here: released, fenced, or its topic deleted
+        self._close_listeners: list[Callable[[str, int], None]] = []
+
+    def on_close(self, listener: Callable[[str, int], None]) -> None:
+        """Call `listener(topic, partition)` after each log this manager closes (requests waiting on it
+        should hear that it is gone now rather than at their own deadline)."""
+        self._close_listeners.append(listener)
+
+    def _closed(self, topic: str, partition: int) -> None:
+        for listener in self._close_listeners:
+            listener(topic, partition)
 
     def log_dir(self, topic: str, partition: int) -> Path:
         return self.root / f"{topic}-{partition}"
@@ -147,6 +158,7 @@ class LogManager:
             self._inodes.pop((topic, partition), None)
         if log is not None:
             self._close_quietly(log)
+            self._closed(topic, partition)
 
     @staticmethod
     def _close_quietly(log: PartitionLog) -> None:
@@ -171,6 +183,7 @@ class LogManager:
         finally:  # even if the last fsync failed: keeping the claim would only block the next leader
             if not log.fenced:
                 LeaderEpochs(log.directory, self.storage).release(log.leader_epoch)
+            self._closed(topic, partition)
 
     def close_all(self) -> None:
         with self._lock:

@@ -1,11 +1,15 @@
 """Crashes with real SIGKILL: another node takes over within a second, and nothing acknowledged is lost."""
 from __future__ import annotations
 
+import logging
 import threading
 
+import grpc
 import pytest
 
+from proto import txnsim_pb2 as pb
 from proto.structs import TRANSACTION_STATE_TOPIC
+from proto.txnsim_pb2_grpc import PartitionsStub
 from tests.helpers import read_all, wait_until
 from tests.integration.conftest import FAST_SETTINGS
 from txnsim import Admin, Consumer, LocalCluster, Producer, TopicPartition, errors
@@ -147,6 +151,65 @@ def test_every_acknowledged_commit_survives_all_nodes_killed_at_once(tmp_path):
     for partition in range(3):  # within a partition, offsets follow the order of the transactions
         order = [tuple(map(int, v.split(b"-"))) for p, v in seen_in_partitions if p == partition]
         assert order == sorted(order)
+
+
+def leader_of(bootstrap_servers, topic, partition):
+    with Admin(bootstrap_servers) as admin:
+        topics = admin.describe_cluster().topics
+    return next(pt.leader for t in topics if t.name == topic for pt in t.partitions if pt.partition == partition)
+
+
+def long_poll(address, topic, partition, fetch_offset, max_wait_ms=28_000):
+    """A read_committed Fetch waiting for data at `address`, as a consumer's fetcher sends it: (future, channel)."""
+    channel = grpc.insecure_channel(address)
+    fetched = PartitionsStub(channel).Fetch.future(pb.FetchRequest(
+        isolation_level=1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20,
+        partitions=[pb.FetchPartition(topic=topic, partition=partition, fetch_offset=fetch_offset,
+                                      max_bytes=1 << 20)]), timeout=max_wait_ms / 1000 + 10)
+    return fetched, channel
+
+
+@pytest.mark.slow
+def test_a_fetch_long_polling_a_partition_that_moves_home_answers_not_leader_at_once(fresh_cluster):
+    """The stand-in releases the partition when its home node is back; a fetch waiting there answers
+    NOT_LEADER_OR_FOLLOWER then (Kafka completes delayed fetches on a leader change), not when its
+    28-second long poll ends with nothing."""
+    bs = fresh_cluster.bootstrap_servers
+    home = leader_of(bs, "t", 0)
+    fresh_cluster.kill(home)
+    wait_until(lambda: leader_of(bs, "t", 0) != home, timeout_s=15, what="a stand-in for the partition")
+    stand_in = fresh_cluster.spec.nodes[leader_of(bs, "t", 0)]
+
+    def stand_in_serves() -> bool:
+        probe, probe_channel = long_poll(stand_in, "t", 0, fetch_offset=0, max_wait_ms=0)
+        with probe_channel:
+            return probe.result().partitions[0].error_code == 0
+
+    wait_until(stand_in_serves, timeout_s=15, what="the stand-in serving the partition")
+    fetched, channel = long_poll(stand_in, "t", 0, fetch_offset=0)
+    try:
+        assert not fetched.done(), fetched.result()
+        fresh_cluster.restart(home)
+        wait_until(lambda: leader_of(bs, "t", 0) == home, timeout_s=15, what="the partition back at its home")
+        (answer,) = fetched.result(timeout=10).partitions
+    finally:
+        channel.close()
+    assert answer.error_code == errors.NotLeaderOrFollowerError.errno, answer
+
+
+@pytest.mark.slow
+def test_a_node_stops_at_once_while_a_consumer_long_polls_it(fresh_cluster, caplog):
+    """A stopping node answers its waiting fetches instead of sitting out their long polls: it exits by
+    itself, having released its logs cleanly, rather than being killed after 10 s."""
+    bs = fresh_cluster.bootstrap_servers
+    polls = [long_poll(fresh_cluster.spec.nodes[leader_of(bs, "t", p)], "t", p, fetch_offset=0) for p in range(3)]
+    try:
+        with caplog.at_level(logging.WARNING, logger="txnsim"):
+            fresh_cluster.stop()
+        assert not [r.getMessage() for r in caplog.records if "did not stop" in r.getMessage()]
+    finally:
+        for _fetched, channel in polls:
+            channel.close()
 
 
 def test_a_restarted_node_takes_its_shards_back(fresh_cluster):
