@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -20,18 +19,13 @@ import pytest
 from tests.helpers import wait_until
 from tests.integration.test_transactions import read_values
 from tests.spark.test_driver_crash import produce
+from txnsim.cluster import free_port
 
 pytestmark = pytest.mark.slow
 
 RECORDS = 4000
 #: loopback only: an http_proxy in the environment must not catch the master's UI
 _no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _tail(path: Path, lines: int = 40) -> str:
@@ -99,7 +93,7 @@ def standalone(tmp_path_factory):
     env = dict(os.environ, SPARK_HOME=str(spark_home), SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
                # the REST submission server would take the fixed port 6066; spark-submit is not used here
                SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false")
-    port, webui = _free_port(), _free_port()
+    port, webui = free_port(), free_port()
     cluster = Standalone(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{webui}", [], [], [])
 
     def launch(name: str, main_class: str, *args: str, **extra_env: str) -> None:
@@ -127,7 +121,7 @@ def standalone(tmp_path_factory):
             work_dir.mkdir()
             cluster.worker_dirs.append(work_dir)
             launch(f"worker{n}", "org.apache.spark.deploy.worker.Worker", cluster.master_url, "--host", "127.0.0.1",
-                   "--cores", "1", "--memory", "1g", "--webui-port", str(_free_port()),
+                   "--cores", "1", "--memory", "1g", "--webui-port", str(free_port()),
                    SPARK_WORKER_DIR=str(work_dir))
         wait_for(lambda: cluster.alive_workers() == 2, "two workers registered with the master")
         yield cluster

@@ -1,0 +1,40 @@
+"""Ports LocalCluster hands its nodes are outside the kernel's ephemeral range, where no outgoing connection
+can take one between the pick and the node's bind."""
+from __future__ import annotations
+
+import socket
+
+from txnsim import cluster
+from txnsim.cluster import free_port
+
+
+def test_a_picked_port_is_below_the_ephemeral_range_and_can_be_listened_on():
+    low, _high = cluster._ephemeral_ports()
+    for _ in range(20):
+        port = free_port()
+        assert 10_000 <= port < low
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+            s.listen()
+
+
+def test_a_port_someone_listens_on_is_never_picked(monkeypatch):
+    taken = [socket.socket() for _ in range(5)]
+    try:
+        for s in taken:
+            s.bind(("127.0.0.1", free_port()))
+            s.listen()
+        ports = {s.getsockname()[1] for s in taken}
+        spare = next(port for port in iter(free_port, None) if port not in ports)
+        # every candidate but the last is taken: the pick must skip them
+        monkeypatch.setattr(cluster.random, "sample", lambda population, k: [*sorted(ports), spare])
+        assert free_port() == spare
+    finally:
+        for s in taken:
+            s.close()
+
+
+def test_without_room_below_the_ephemeral_range_the_kernel_picks(monkeypatch):
+    monkeypatch.setattr(cluster, "_ephemeral_ports", lambda: (10_500, 60_999))
+    port = free_port()
+    assert 10_500 <= port <= 60_999
