@@ -67,6 +67,9 @@ class LeaderEpochs:
         self.directory = log_dir / EPOCHS_DIR
         self.storage = storage
         self._legacy_file = log_dir / _LEGACY_EPOCH_FILE
+        #: epoch -> the claim file that supersedes it: superseded() runs at every fsync and node tick, and
+        #: building the path took more time than the stat() itself
+        self._successor_claims: dict[int, PurePath] = {}
 
     def _path(self, epoch: int, kind: str) -> PurePath:
         return self.directory / f"{epoch:010d}.{kind}"
@@ -89,7 +92,10 @@ class LeaderEpochs:
 
     def superseded(self, epoch: int) -> bool:
         """True once a later epoch has been claimed: the leader of `epoch` must not acknowledge anything."""
-        return self.storage.exists(self._path(epoch + 1, "claim"))
+        successor = self._successor_claims.get(epoch)
+        if successor is None:
+            successor = self._successor_claims[epoch] = self._path(epoch + 1, "claim")
+        return self.storage.exists(successor)
 
     # ------------------------------------------------------------ writing
 
