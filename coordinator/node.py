@@ -288,15 +288,17 @@ class Node:
         self.stopped.set()
         self.membership.stop()
         self.heartbeat.stop()
-        self.partitions.close()  # before the servers stop: long-polling fetches answer while they can
+        # before the servers stop, so the answers still reach their clients: long-polling fetches, calls held
+        # for the previous markers and JoinGroups held at a barrier answer now instead of holding up the exit
+        self.partitions.close()
+        self.txn.close()
+        self.groups.close()
         if self._kafka is not None:
             self._kafka.stop()
         if self._server is not None:
             self._server.stop(grace=0.5).wait(2)
         self.markers.close()
         self.half.close()
-        self.txn.close()
-        self.groups.close()
         self.logs.close_all()
         self.channels.close()
         self.metrics.stop()

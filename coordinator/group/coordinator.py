@@ -138,10 +138,16 @@ class GroupCoordinator(GroupMembership):
                 f"[NOT_COORDINATOR] __consumer_offsets-{shard} moved away; find the coordinator again"))
 
     def close(self, *, wait: bool = False) -> None:
-        """Stop snapshotting. With `wait`, snapshots already due are written first; without, they are
-        dropped (the log still holds everything, so only the next load's replay is longer)."""
+        """Stop: JoinGroups and SyncGroups held at a barrier hear NOT_COORDINATOR now (a held join can wait out
+        a five-minute rebalance timeout, holding up the node's exit), nothing new is served, and snapshotting
+        stops. With `wait`, snapshots already due are written first; without, they are dropped (the log still
+        holds everything, so only the next load's replay is longer)."""
         with self._lock:
             self._closed = True
+            shards = list(self._shards.values())
+        for state in shards:
+            self._fail_waiters(state, NotCoordinatorError(
+                f"[NOT_COORDINATOR] this node is stopping; find the coordinator of __consumer_offsets-{state.number} again"))
         self._timer_wake.set()
         self._snapshotter.shutdown(wait=wait, cancel_futures=not wait)
 
@@ -181,6 +187,9 @@ class GroupCoordinator(GroupMembership):
 
     def _check_serving(self, shard: Shard) -> None:
         with self._lock:
+            if self._closed:
+                raise NotCoordinatorError(f"[NOT_COORDINATOR] this node is stopping; find the coordinator of "
+                                          f"__consumer_offsets-{shard.number} again")
             if self._shards.get(shard.number) is not shard:
                 raise NotCoordinatorError(f"[NOT_COORDINATOR] __consumer_offsets-{shard.number} moved away; "
                                           f"find the coordinator again")

@@ -71,6 +71,7 @@ class TransactionCoordinator:
         self._lock = threading.Lock()
         self._logs: dict[int, PartitionLog] = {}
         self._answers: dict[int, Future[Any]] = {}
+        self._closed = False
         self._tickets = count(1)
         self._io = ThreadPoolExecutor(max_workers=8, thread_name_prefix="txn-io")
         self._timers = _Timers(lambda key: self._io.submit(self._fire, key))
@@ -128,7 +129,16 @@ class TransactionCoordinator:
         return counts
 
     def close(self) -> None:
+        """Stop. Calls still waiting (held for the previous markers or a write, for producer ids, for a batch's
+        outcome) hear NOT_COORDINATOR now: the timers that would have answered them stop here, and a request
+        thread blocked for ever would hold up the node's exit. Their clients retry at the next owner."""
+        with self._lock:
+            self._closed = True
+            waiting, self._answers = self._answers, {}
         self._timers.stop()
+        for answer in waiting.values():
+            answer.set_exception(NotCoordinatorError(
+                "[NOT_COORDINATOR] this node is stopping; retry at the shard's next owner"))
         self._io.shutdown(wait=False, cancel_futures=True)
         self._snapshotter.shutdown(wait=False, cancel_futures=True)
 
@@ -217,6 +227,8 @@ class TransactionCoordinator:
         ticket = next(self._tickets)
         answer: Future[Any] = Future()
         with self._lock:
+            if self._closed:
+                raise NotCoordinatorError("[NOT_COORDINATOR] this node is stopping; retry at the shard's next owner")
             self._answers[ticket] = answer
             effects = self.core.request(ticket, request, self._now_ms(), transaction_version=transaction_version)
         self._run(effects)

@@ -255,6 +255,10 @@ class TxnCoordinatorCore:
     def owned_shards(self) -> list[ShardState]:
         return list(self._shards.values())
 
+    def waiting_calls(self) -> int:
+        """How many requests are held until an id's write or phase two lands, or producer ids are reserved."""
+        return len(self._waiting_calls)
+
     def owns(self, shard: int, coordinator_epoch: int) -> bool:
         state = self._shards.get(shard)
         return state is not None and state.coordinator_epoch == coordinator_epoch

@@ -10,7 +10,13 @@ from coordinator.producer_ids import ProducerIdAllocator
 from coordinator.txn.coordinator import TransactionCoordinator
 from partitions import LogManager
 from proto import txnsim_pb2 as pb
-from proto.errors import ConcurrentTransactionsError, InvalidTxnStateError, ProducerFencedError
+from proto.errors import (
+    ConcurrentTransactionsError,
+    InvalidTxnStateError,
+    KafkaError,
+    NotCoordinatorError,
+    ProducerFencedError,
+)
 from proto.hashing import partition_for
 from tests.fakes import ManualClock
 from tests.helpers import wait_until
@@ -268,3 +274,29 @@ def test_a_previous_end_that_does_not_finish_in_time_is_concurrent_transactions(
             add(tc, "tx", ids.producer_id, ids.producer_epoch, 1)
     finally:
         markers.release.set()
+
+
+def test_a_call_held_for_the_previous_markers_is_answered_when_the_coordinator_closes(tmp_path):
+    """A node stopping must not leave a request thread blocked for ever: the hold's timer stops with the
+    coordinator, so the held call hears NOT_COORDINATOR (its client retries at the shard's next owner)."""
+    tc, _ = make(tmp_path, RecordingMarkers(succeed=False))  # the markers are never acknowledged
+    ids = init(tc, "held")
+    add(tc, "held", ids.producer_id, ids.producer_epoch, 0)
+    tc.end_txn(pb.EndTxnRequest(transactional_id="held", producer_id=ids.producer_id,
+                                producer_epoch=ids.producer_epoch, committed=True))
+    outcome: list[BaseException | object] = []
+    held = threading.Thread(target=lambda: outcome.append(_outcome(
+        lambda: add(tc, "held", ids.producer_id, ids.producer_epoch + 1, 1))), daemon=True)
+    held.start()
+    wait_until(lambda: tc.core.waiting_calls() == 1, what="the next transaction's AddPartitions held")
+    tc.close()
+    held.join(timeout=5)
+    assert not held.is_alive(), "the held call was never answered"
+    assert isinstance(outcome[0], NotCoordinatorError), outcome
+
+
+def _outcome(fn):
+    try:
+        return fn()
+    except KafkaError as exc:  # the test inspects which error it was
+        return exc

@@ -308,6 +308,22 @@ def test_a_new_member_waits_at_the_barrier_until_the_leader_rejoins(gc: GroupCoo
     assert not set(mine) & set(theirs)
 
 
+def test_a_join_held_at_the_barrier_hears_not_coordinator_when_the_coordinator_closes(gc: GroupCoordinator) -> None:
+    """A stopping node answers the JoinGroup it holds (for up to the members' rebalance timeout, five minutes
+    for Kafka's default max.poll.interval.ms) instead of holding up its exit: the client finds the next owner."""
+    a = join(gc, ["orders"], rebalance_ms=300_000)
+    sync(gc, a)
+    pending = join_in_background(gc, ["orders", "payments"], rebalance_ms=300_000)
+    with pytest.raises(RebalanceInProgressError):  # the barrier is up: the new member waits for the leader
+        heartbeat(gc, a.member_id, 1)
+    assert not pending.done()
+    gc.close()
+    with pytest.raises(NotCoordinatorError):
+        pending.result(timeout=5)
+    with pytest.raises(NotCoordinatorError):  # and nothing new is taken
+        join(gc, ["orders"], member_id=a.member_id)
+
+
 def test_sync_with_an_old_generation_is_illegal_generation(gc: GroupCoordinator) -> None:
     a = join(gc, ["orders"])
     sync(gc, a)
