@@ -4,6 +4,15 @@
 # the packages that existed when it was made) or what setup.py compiles changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# setup.py compiles the nodes' per-record framing check with mypyc when a C compiler is present (without
+# one it runs interpreted, slower); install gcc (as root) only when no compiler is there.
+if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get install -y -qq gcc >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq gcc; }
+  else
+    echo "note: no C compiler (apt-get install gcc as root); the record framing check will run interpreted" >&2
+  fi
+fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
