@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.producer_ids import ProducerIdAllocator
+from coordinator.txn import core
 from coordinator.txn.coordinator import TransactionCoordinator
 from partitions import LogManager
 from proto import txnsim_pb2 as pb
@@ -276,9 +277,10 @@ def test_a_previous_end_that_does_not_finish_in_time_is_concurrent_transactions(
         markers.release.set()
 
 
-def test_a_call_held_for_the_previous_markers_is_answered_when_the_coordinator_closes(tmp_path):
+def test_a_call_held_for_the_previous_markers_is_answered_when_the_coordinator_closes(tmp_path, monkeypatch):
     """A node stopping must not leave a request thread blocked for ever: the hold's timer stops with the
     coordinator, so the held call hears NOT_COORDINATOR (its client retries at the shard's next owner)."""
+    monkeypatch.setattr(core, "PREVIOUS_END_HOLD_MS", 60_000)  # the hold outlasts the test, however slow
     tc, _ = make(tmp_path, RecordingMarkers(succeed=False))  # the markers are never acknowledged
     ids = init(tc, "held")
     add(tc, "held", ids.producer_id, ids.producer_epoch, 0)
