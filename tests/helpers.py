@@ -23,6 +23,14 @@ def wait_until(condition: Callable[[], T], timeout_s: float = 10.0, what: str = 
         backoff = min(backoff * 2, 0.1)
 
 
+def leader_of(bootstrap_servers: str, topic: str, partition: int) -> int:
+    """The node that leads topic-partition now, as the cluster describes it."""
+    from txnsim import Admin
+    with Admin(bootstrap_servers) as admin:
+        topics = admin.describe_cluster().topics
+    return next(pt.leader for t in topics if t.name == topic for pt in t.partitions if pt.partition == partition)
+
+
 def read_all(bootstrap_servers: str, topic: str, *, partitions: int, isolation_level: str = "read_committed",
              settle_s: float = 2.0, timeout_s: float = 30.0, open_allowed: bool = False) -> list:
     """Every record of `topic` from the start to its end as a consumer sees it (the LSO for

@@ -10,7 +10,7 @@ import pytest
 from proto import txnsim_pb2 as pb
 from proto.structs import TRANSACTION_STATE_TOPIC
 from proto.txnsim_pb2_grpc import PartitionsStub
-from tests.helpers import read_all, wait_until
+from tests.helpers import leader_of, read_all, wait_until
 from tests.integration.conftest import FAST_SETTINGS
 from txnsim import Admin, Consumer, LocalCluster, Producer, TopicPartition, errors
 
@@ -96,10 +96,7 @@ def test_a_read_committed_consumer_waiting_on_a_killed_partition_owner_continues
         got: list[bytes] = []
         wait_until(lambda: got.extend(r.value for rs in c.poll(timeout_ms=100).values() for r in rs) or got,
                    what="the first record")
-        with Admin(bs) as admin:
-            owner = admin.describe_cluster().topics
-        leader = next(pt.leader for t in owner if t.name == "t" for pt in t.partitions if pt.partition == 0)
-        fresh_cluster.kill(leader)
+        fresh_cluster.kill(leader_of(bs, "t", 0))
         p.begin_transaction()
         p.send("t", value=b"after", partition=0)
         p.commit_transaction()
@@ -151,12 +148,6 @@ def test_every_acknowledged_commit_survives_all_nodes_killed_at_once(tmp_path):
     for partition in range(3):  # within a partition, offsets follow the order of the transactions
         order = [tuple(map(int, v.split(b"-"))) for p, v in seen_in_partitions if p == partition]
         assert order == sorted(order)
-
-
-def leader_of(bootstrap_servers, topic, partition):
-    with Admin(bootstrap_servers) as admin:
-        topics = admin.describe_cluster().topics
-    return next(pt.leader for t in topics if t.name == topic for pt in t.partitions if pt.partition == partition)
 
 
 def long_poll(address, topic, partition, fetch_offset, max_wait_ms=28_000):
@@ -283,21 +274,16 @@ def test_a_node_restarted_while_it_stood_in_for_another_does_not_hold_the_log_ho
     bs = fresh_cluster.bootstrap_servers
     tp = TopicPartition("t", 0)
 
-    def leader() -> int:
-        with Admin(bs) as admin:
-            topics = admin.describe_cluster().topics
-        return next(pt.leader for t in topics if t.name == "t" for pt in t.partitions if pt.partition == 0)
-
     with Producer(bootstrap_servers=bs, request_timeout_ms=2000, delivery_timeout_ms=20_000) as producer:
-        home = leader()
+        home = leader_of(bs, "t", 0)
         fresh_cluster.kill(home)
-        wait_until(lambda: leader() != home, what="another node to lead t-0")
-        stand_in = leader()
+        wait_until(lambda: leader_of(bs, "t", 0) != home, what="another node to lead t-0")
+        stand_in = leader_of(bs, "t", 0)
         producer.send("t", value=b"while-away", partition=0).get(timeout=20)  # the stand-in claims t-0
         fresh_cluster.kill(stand_in)
         fresh_cluster.restart(stand_in)
         fresh_cluster.restart(home)
-        wait_until(lambda: leader() == home, what="t-0 placed back on its home node")
+        wait_until(lambda: leader_of(bs, "t", 0) == home, what="t-0 placed back on its home node")
         producer.send("t", value=b"back-home", partition=0).get(timeout=20)
     assert sorted(read_committed(bs)) == [b"back-home", b"while-away"]
     with Admin(bs) as admin:

@@ -16,7 +16,7 @@ from proto import txnsim_pb2 as pb
 from proto.hashing import partition_for
 from proto.structs import TRANSACTION_STATE_TOPIC
 from proto.txnsim_pb2_grpc import GroupCoordinatorStub, PartitionsStub, TransactionCoordinatorStub
-from tests.helpers import read_all, wait_until
+from tests.helpers import leader_of, read_all, wait_until
 from tests.integration.conftest import FAST_SETTINGS
 from txnsim import (
     Admin,
@@ -112,9 +112,7 @@ def test_writes_in_flight_on_a_paused_partition_leader_are_never_acknowledged_tw
     the paused leader had taken but not acknowledged are retried on the new leader, and the woken
     leader acknowledges none of them: each value is in the log exactly once, in order."""
     bs = cluster.bootstrap_servers
-    with Admin(bs) as admin:
-        leader = next(pt.leader for t in admin.describe_cluster().topics if t.name == "t"
-                      for pt in t.partitions if pt.partition == 2)
+    leader = leader_of(bs, "t", 2)
     acknowledged: list[int] = []
     failures: list[BaseException] = []
     stop = threading.Event()
@@ -181,9 +179,7 @@ def test_reads_queued_at_a_paused_leader_are_not_answered_from_before_its_takeov
     it would report an LSO below that commit (a read_committed consumer stops short, the test above
     missed a record that way). It answers NOT_LEADER_OR_FOLLOWER or the truth, never the stale view."""
     bs = cluster.bootstrap_servers
-    with Admin(bs) as admin:
-        leader = next(pt.leader for t in admin.describe_cluster().topics if t.name == "t"
-                      for pt in t.partitions if pt.partition == 0)
+    leader = leader_of(bs, "t", 0)
     tid = next(name for name in (f"woken-{i}" for i in range(100)) if cluster.coordinator_for(name) != leader)
     with Producer(bootstrap_servers=bs, transactional_id=tid, max_block_ms=20_000) as producer:
         producer.init_transactions()

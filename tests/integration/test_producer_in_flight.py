@@ -10,7 +10,7 @@ import time
 import pytest
 
 from proto import records
-from tests.helpers import read_all, wait_until
+from tests.helpers import leader_of, read_all, wait_until
 from tests.integration.conftest import FAST_SETTINGS
 from txnsim import Admin, LocalCluster, Producer, errors
 
@@ -99,8 +99,7 @@ def test_requests_that_a_stalled_leader_takes_out_of_order_are_resent_in_order(t
         bs = cluster.bootstrap_servers
         with Admin(bs) as admin:
             admin.create_topic("t", partitions=3)
-            leader = next(pt.leader for t in admin.describe_cluster().topics if t.name == "t"
-                          for pt in t.partitions if pt.partition == 0)
+        leader = leader_of(bs, "t", 0)
         # a burst of 5 fills one 600-byte batch, which the sender sends as soon as it is full
         pipeline = Pipeline(bs, 0, burst=5, pace_s=0.002, batch_size=600, linger_ms=1, request_timeout_ms=10_000)
 
@@ -141,9 +140,7 @@ def test_batches_in_flight_when_their_leader_is_paused_land_once_and_in_order_on
     log holds each value once, in send order, with no gap, and every acknowledged value is there."""
     cluster = pause_cluster
     bs = cluster.bootstrap_servers
-    with Admin(bs) as admin:
-        leader = next(pt.leader for t in admin.describe_cluster().topics if t.name == "t"
-                      for pt in t.partitions if pt.partition == 1)
+    leader = leader_of(bs, "t", 1)
     acknowledged: list[int] = []
     failures: list[BaseException] = []
     stop = threading.Event()
