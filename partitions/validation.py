@@ -35,12 +35,18 @@ def _load_framing() -> tuple[Callable[[bytes, int], str | None], bool]:
         return framing.framing_problem, True
     log.warning("%s was edited after %s was built from it: running the source (bash scripts/setup.sh rebuilds it)",
                 source, built.name)
+    return framing_problem_from_source(), False
+
+
+def framing_problem_from_source() -> Callable[[bytes, int], str | None]:
+    """partitions/framing.py's check run from its source, whatever setup.py built from it."""
+    source = Path(framing.__file__ or "").with_name("framing.py")
     spec = importlib.util.spec_from_file_location("partitions.framing_source", source)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     check: Callable[[bytes, int], str | None] = module.framing_problem
-    return check, False
+    return check
 
 
 #: what makes an uncompressed batch's records undecodable, or None (see partitions.framing)
@@ -81,6 +87,3 @@ def validate_batches(data: bytes, config: LogConfig, origin: AppendOrigin) -> li
         if origin is AppendOrigin.CLIENT and header.producer_id >= 0 and header.base_sequence < 0:
             raise InvalidRecordError(f"{where} carries a producer id but no sequence number")
     return batches
-
-
-

@@ -2,10 +2,7 @@
 from __future__ import annotations
 
 import functools
-import importlib.util
 import struct
-from collections.abc import Callable
-from pathlib import Path
 
 import crc32c
 import pytest
@@ -86,15 +83,7 @@ def test_every_batch_the_encoder_builds_passes_the_framing_walk(batch_records):
     assert len(list(batch.records())) == len(batch_records)
 
 
-@functools.cache
-def interpreted_framing_problem() -> Callable[[bytes, int], str | None]:
-    """partitions/framing.py run from its source, whatever setup.py built from it."""
-    spec = importlib.util.spec_from_file_location("framing_from_source", Path(framing.__file__).with_name("framing.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    check: Callable[[bytes, int], str | None] = module.framing_problem
-    return check
+interpreted_framing_problem = functools.cache(validation.framing_problem_from_source)
 
 
 def test_setup_compiled_the_framing_check_and_the_node_uses_it():
