@@ -18,7 +18,13 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.txnsim-installed
 wanted="$(cat pyproject.toml setup.py partitions/framing.py; ls -d */__init__.py 2>/dev/null | sort)"
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
+# partitions.validation runs framing.py's source, not its build, once the source is newer (an edit, a
+# checkout): rebuild then too, even if its content is what was built
+stale_build=""
+for built in partitions/framing.*.so; do
+  if [ -e "$built" ] && [ partitions/framing.py -nt "$built" ]; then stale_build=1; fi
+done
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ] || [ -n "$stale_build" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
   .venv/bin/python -m pip install --quiet --config-settings editable_mode=lenient -e '.[test]'
   printf '%s' "$wanted" > "$stamp"
