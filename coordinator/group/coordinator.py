@@ -146,8 +146,7 @@ class GroupCoordinator(GroupMembership):
             self._closed = True
             shards = list(self._shards.values())
         for state in shards:
-            self._fail_waiters(state, NotCoordinatorError(
-                f"[NOT_COORDINATOR] this node is stopping; find the coordinator of __consumer_offsets-{state.number} again"))
+            self._fail_waiters(state, _stopping(state))
         self._timer_wake.set()
         self._snapshotter.shutdown(wait=wait, cancel_futures=not wait)
 
@@ -188,8 +187,7 @@ class GroupCoordinator(GroupMembership):
     def _check_serving(self, shard: Shard) -> None:
         with self._lock:
             if self._closed:
-                raise NotCoordinatorError(f"[NOT_COORDINATOR] this node is stopping; find the coordinator of "
-                                          f"__consumer_offsets-{shard.number} again")
+                raise _stopping(shard)
             if self._shards.get(shard.number) is not shard:
                 raise NotCoordinatorError(f"[NOT_COORDINATOR] __consumer_offsets-{shard.number} moved away; "
                                           f"find the coordinator again")
@@ -346,3 +344,10 @@ class GroupCoordinator(GroupMembership):
                             del shard.txn_groups[producer_id]
         logger.debug("__consumer_offsets-%d: %s of producer %d applied to %d groups", shard.number,
                   "COMMIT" if committed else "ABORT", producer_id, len(names))
+
+
+def _stopping(shard: Shard) -> NotCoordinatorError:
+    """What the shard's members hear from a closed coordinator: held JoinGroups and SyncGroups at close,
+    every request after."""
+    return NotCoordinatorError(
+        f"[NOT_COORDINATOR] this node is stopping; find the coordinator of __consumer_offsets-{shard.number} again")

@@ -137,8 +137,7 @@ class TransactionCoordinator:
             waiting, self._answers = self._answers, {}
         self._timers.stop()
         for answer in waiting.values():
-            answer.set_exception(NotCoordinatorError(
-                "[NOT_COORDINATOR] this node is stopping; retry at the shard's next owner"))
+            answer.set_exception(_stopping())
         self._io.shutdown(wait=False, cancel_futures=True)
         self._snapshotter.shutdown(wait=False, cancel_futures=True)
 
@@ -228,7 +227,7 @@ class TransactionCoordinator:
         answer: Future[Any] = Future()
         with self._lock:
             if self._closed:
-                raise NotCoordinatorError("[NOT_COORDINATOR] this node is stopping; retry at the shard's next owner")
+                raise _stopping()
             self._answers[ticket] = answer
             effects = self.core.request(ticket, request, self._now_ms(), transaction_version=transaction_version)
         self._run(effects)
@@ -361,6 +360,11 @@ class TransactionCoordinator:
             log.warning("shard %d: snapshot failed: %s", shard, exc)
         except Exception:  # a bug: say so (an executor would swallow it), the log still keeps everything
             log.exception("shard %d: snapshot failed", shard)
+
+
+def _stopping() -> NotCoordinatorError:
+    """What calls hear from a closed coordinator: held ones at close, new ones after."""
+    return NotCoordinatorError("[NOT_COORDINATOR] this node is stopping; retry at the shard's next owner")
 
 
 def _taken_over(shard_log: PartitionLog | None) -> bool:
