@@ -34,20 +34,20 @@ log = logging.getLogger(__name__)
 _LISTEN_PORTS_FROM = 10_000
 
 
-def _ephemeral_ports(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> tuple[int, int]:
-    """The ports the kernel hands outgoing connections (Linux's default when it cannot say)."""
+def _ephemeral_start(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> int:
+    """The lowest port the kernel hands outgoing connections (Linux's default when it cannot say)."""
     try:
-        low, high = (int(field) for field in path.read_text().split())
+        low, _high = (int(field) for field in path.read_text().split())
     except (OSError, ValueError):
-        return 32768, 60999
-    return low, high
+        return 32768
+    return low
 
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A port free to listen on, below the ephemeral range when it leaves room. A port that bind(0) picks is an
     ephemeral one, which any outgoing connection (a client, another node) may take as its local port before
     the node that was given it binds it: CI saw a node die with "Address already in use" that way."""
-    low, _high = _ephemeral_ports()
+    low = _ephemeral_start()
     if low - _LISTEN_PORTS_FROM >= 1000:
         for port in random.sample(range(_LISTEN_PORTS_FROM, low), 50):
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
