@@ -121,8 +121,11 @@ class HalfShard:
 
     def _pop_pending(self, tid: str) -> PendingHalf | None:
         pending = self.pending.pop(tid, None)
-        if pending is not None:
-            self._by_message_id.pop((pending.record.producer_group, pending.record.message_id), None)
+        key = None if pending is None else (pending.record.producer_group, pending.record.message_id)
+        if key is not None and self._by_message_id.get(key) == tid:
+            # only its own entry: an earlier message of the same id (a send rolled back after its in-place write
+            # failed) decided later must not hide the undecided one a retry should find
+            del self._by_message_id[key]
         return pending
 
     def may_write_in_place(self, producer_id: int, tp: TopicPartition) -> bool:

@@ -182,6 +182,23 @@ def test_a_retried_send_finds_the_message_already_stored():
     assert core.find("orders", "m1") is None
 
 
+def test_a_retried_send_finds_the_undecided_message_after_a_replay_where_an_earlier_one_of_its_id_was_decided():
+    """A send rolled back (its in-place write failed) and sent again leaves two messages of one id in the half
+    log; replaying the first one's decision must not hide the second from the retry (found by the simulator,
+    seed 12: the retry stored a third message, and check-back committed both undecided ones)."""
+    first = shard()
+    rolled_back = first.stored(0, half())
+    op = first.end(rolled_back.transaction_id, Resolution.ROLLBACK, source="SERVER").op
+    assert op is not None
+    again = first.stored(1, half())
+    replayed = shard()
+    replayed.replay_half(0, half())
+    replayed.replay_half(1, half())
+    replayed.replay_op(op)
+    found = replayed.find("orders", "m1")
+    assert found is not None and found.transaction_id == again.transaction_id
+
+
 def test_only_an_undecided_message_registered_for_that_partition_may_be_written_in_place():
     from proto.structs import TopicPartition
     core = shard()
