@@ -19,13 +19,14 @@ from concurrent.futures import TimeoutError as FutureTimeoutError
 
 from coordinator.observers import NO_OBSERVER, HalfMessageObserver
 from coordinator.rocketmq import log_format
+from coordinator.rocketmq.copies import copied
 from coordinator.rocketmq.effects import PartitionWriter
 from coordinator.rocketmq.half_shard import CheckAction, PendingHalf
+from coordinator.rocketmq.in_place import in_place_batch
 from coordinator.rocketmq.log_format import HalfRecord, Resolution, Storage
 from coordinator.rocketmq.shard_load import load_half_shard
-from coordinator.rocketmq.shard_writer import WRITE_EPOCH, LoadedShard, PendingEnd, ShardWriter, WriteMarkers
+from coordinator.rocketmq.shard_writer import LoadedShard, PendingEnd, ShardWriter, WriteMarkers
 from partitions import AppendOrigin, PartitionLog
-from proto import records
 from proto import txnsim_pb2 as pb
 from proto.errors import (
     IllegalMessagePropertyKeyError,
@@ -171,6 +172,10 @@ class HalfMessageCoordinator:
                     raise KafkaTimeoutError(f"[REQUEST_TIMED_OUT] an earlier send of message {msg.message_id!r} is "
                                             f"still being written after {IN_FLIGHT_WAIT_S:.0f} s; retry") from None
             if stored is not None:  # a retry of a send whose answer was lost: one half message, not two
+                if stored.record.storage is Storage.KAFKA and in_flight is None:
+                    # the in-place write may never have been made (the shard's previous owner died after the
+                    # registration): made again, a duplicate if it was
+                    self._write_in_place(shard, loaded, stored)
                 return pb.SendHalfMessageResponse(transaction_id=stored.transaction_id, message_id=msg.message_id,
                                                   half_offset=stored.first_offset, shard=shard,
                                                   storage=stored.record.storage.value)
@@ -186,14 +191,14 @@ class HalfMessageCoordinator:
         """Write the half message durably, then let the core (and any retry waiting on `sending`) know it."""
         try:
             pending = self._write_half(req, shard, loaded, storage)
+            if storage is Storage.KAFKA:  # a retry waiting on `sending` is answered only once this is written
+                self._write_in_place(shard, loaded, pending)
         except BaseException as exc:
             if sending is not None:
                 sending.set_exception(exc)
             raise
         if sending is not None:
             sending.set_result(pending)
-        if storage is Storage.KAFKA:
-            self._write_in_place(shard, loaded, pending)
         return pb.SendHalfMessageResponse(transaction_id=pending.transaction_id, message_id=pending.record.message_id,
                                           half_offset=pending.first_offset, shard=shard, storage=storage.value)
 
@@ -218,23 +223,28 @@ class HalfMessageCoordinator:
 
     def _write_in_place(self, shard: int, loaded: LoadedShard, pending: PendingHalf) -> None:
         """Storage.KAFKA: write the message to its real partition as a one-message transaction, which
-        read_committed consumers hold back until its marker. If the write fails, the message is
-        rolled back (an ABORT marker) and the error goes to the producer: its local transaction
-        must not run."""
+        read_committed consumers hold back until its marker (coordinator/rocketmq/in_place.py). If the
+        write fails, the message is rolled back (an ABORT marker) and the error goes to the producer: its
+        local transaction must not run."""
         r = pending.record
-        batch = records.encode_batch([(r.store_time_ms, r.key, r.value, list(r.committed_headers()))],
-                                     producer_id=r.producer_id, producer_epoch=WRITE_EPOCH, base_sequence=0,
-                                     transactional=True)
-        code, message = self._writer.produce(TopicPartition(r.topic, r.partition), batch,
+        code, message = self._writer.produce(TopicPartition(r.topic, r.partition), in_place_batch(r),
                                              transactional_id=log_format.half_transactional_id(shard))
-        if code == 0:
+        if copied(code):
             return
         log.info("in-place write of %s failed (%s); rolling it back", pending.transaction_id, message)
+        end = None
         with loaded.lock:
-            outcome = loaded.core.end(pending.transaction_id, Resolution.ROLLBACK, source="SERVER")
-            if outcome.op is not None:
-                loaded.ends.append(PendingEnd(outcome.op))
-        loaded.wake.set()
+            if loaded.core.find(r.producer_group, r.message_id) is pending:  # not being decided already
+                outcome = loaded.core.end(pending.transaction_id, Resolution.ROLLBACK, source="SERVER")
+                if outcome.op is not None:
+                    end = PendingEnd(outcome.op)
+                    loaded.ends.append(end)
+        if end is not None:
+            loaded.wake.set()
+            # the producer hears only once the rollback is durable: its retry then stores a new message, never
+            # one beside this undecided one that check-back would commit too (if the rollback fails, this
+            # raises it, and the retry finds this message undecided and writes it again)
+            end.decided.result(timeout=30)
         raise for_code(code, message)
 
     def verify_write(self, req: pb.VerifyHalfWriteRequest) -> pb.VerifyHalfWriteResponse:

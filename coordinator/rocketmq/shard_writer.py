@@ -18,17 +18,14 @@ from coordinator.rocketmq import log_format
 from coordinator.rocketmq.copies import copied, copies_owed, copy_batches, split_landed
 from coordinator.rocketmq.effects import PartitionWriter
 from coordinator.rocketmq.half_shard import Decision, HalfShard, PendingHalf
-from coordinator.rocketmq.log_format import OpRecord, Resolution, Storage
-from coordinator.txn.metadata import Marker
+from coordinator.rocketmq.in_place import in_place_decisions, in_place_markers
+from coordinator.rocketmq.log_format import OpRecord
 from partitions import AppendOrigin, PartitionLog
 from proto.errors import KafkaError, NotCoordinatorError, OutOfOrderSequenceError
 from proto.structs import TopicPartition
 
 log = logging.getLogger(__name__)
 
-#: Storage.KAFKA: the in-place write is epoch 0 of a fresh producer id; its marker carries epoch 1, so a
-#: write delayed past the decision is refused (INVALID_PRODUCER_EPOCH) and can never open a transaction
-WRITE_EPOCH, MARKER_EPOCH = 0, 1
 #: writes markers, returns False if not every partition acknowledged before `still_valid` said stop
 WriteMarkers = Callable[..., bool]
 
@@ -122,7 +119,7 @@ class ShardWriter:
         messages stored in place; then record them DONE."""
         with loaded.lock:
             owed = list(loaded.core.unfinished.values())
-        in_place = [d for d in owed if d.record.storage is Storage.KAFKA]
+        in_place = in_place_decisions(owed)
         by_partition = copies_owed(owed)
         done: list[str] = []
         failed = False
@@ -152,8 +149,7 @@ class ShardWriter:
     def _mark(self, loaded: LoadedShard, decisions: list[Decision]) -> bool:
         """COMMIT or ABORT markers for messages written in place, fenced by the shard's leader epoch;
         one round of tries (a second or so): what is not acknowledged is retried by the next step."""
-        markers = [Marker(d.record.producer_id, MARKER_EPOCH, d.resolution is Resolution.COMMIT,
-                          frozenset({d.topic_partition})) for d in decisions]
+        markers = [marker for marker, _tp in in_place_markers(decisions)]
         give_up_at = time.monotonic() + 1.0
         return self._write_markers(markers, coordinator_epoch=loaded.half_log.leader_epoch,
                                    still_valid=lambda: not loaded.stopped.is_set() and time.monotonic() < give_up_at)
