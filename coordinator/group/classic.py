@@ -53,6 +53,8 @@ class GroupConfig:
     initial_rebalance_delay_ms: int = 3000
     min_session_timeout_ms: int = 6000
     max_session_timeout_ms: int = 1_800_000
+    #: `txnsim simulate --bug no-join-barrier` switches the join barrier off; a real node never sets it
+    planted_bug: str | None = None
 
 
 @dataclass(slots=True)
@@ -425,6 +427,8 @@ class ClassicGroup:
         return min(times, default=None)
 
     def _all_joined(self) -> bool:
+        if self.config.planted_bug == "no-join-barrier":  # the first rejoin ends the wait for everyone else
+            return any(m.awaiting_join is not None for m in self.members.values())
         return not self.pending_members and all(m.awaiting_join is not None for m in self.members.values())
 
     def _maybe_complete_join(self, now_ms: int) -> list[Effect]:

@@ -75,6 +75,8 @@ def test_a_crashed_coordinator_s_shards_move_and_transactions_go_on():
     ("check-count-in-memory", None),
     ("stale-reads", ("pause",)),
     ("half-ack-before-fsync", None),
+    ("in-place-retry-unwritten", None),
+    ("no-join-barrier", None),
 ])
 def test_every_planted_bug_is_found(bug: str, faults: tuple[str, ...] | None):
     found = first_failure(bug, faults=faults)
@@ -141,6 +143,41 @@ def test_half_messages_are_checked_back_decided_and_copied_exactly_once_on_the_r
     assert not model.check(world)
     report = model.finish(world)
     assert not report.violations, report.violations
+
+
+def test_messages_stored_in_place_open_kafka_transactions_that_their_decisions_end_with_markers():
+    """Storage.KAFKA: each message is a one-message transaction on its real partition, ended by a COMMIT or
+    ABORT marker the shard writes; read_committed returns exactly the committed ones (model.finish checks)."""
+    from partitions import LogManager
+    from proto.records import ControlType
+    from proto.structs import TopicPartition
+    from txnsim.simulate.cluster.model import NODES, _open_read_only
+    from txnsim.simulate.cluster.node import DATA_ROOT
+    from txnsim.simulate.cluster.rmq_client import RMQ_IN_PLACE_TOPIC, RMQ_PARTITIONS
+    world = World(5)
+    trace = Trace()
+    network = Network(world, Actors(world, trace), trace)
+    model = ClusterModel()
+    model.setup(world, network)
+    world.run(until_ms=5_000)
+    model.quiesce()
+    world.run(until_ms=11_000)
+    assert not model.check(world)
+    report = model.finish(world)
+    assert not report.violations, report.violations
+    reader = LogManager(DATA_ROOT, node_id=NODES + 2, storage=model.disk, now_ms=lambda: world.now_ms)
+    markers, data = [], 0
+    for p in range(RMQ_PARTITIONS):
+        log = _open_read_only(reader, TopicPartition(RMQ_IN_PLACE_TOPIC, p))
+        assert log is not None and log.last_stable_offset == log.high_watermark
+        for batch in log.batches():
+            if batch.header.is_control:
+                markers.append(batch.control_record().type)
+            else:
+                assert batch.header.is_transactional and batch.header.producer_epoch == 0
+                data += 1
+    assert ControlType.COMMIT in markers and ControlType.ABORT in markers
+    assert data >= 10 and len(markers) >= data, "every message written in place was ended by a marker"
 
 
 def test_check_counts_survive_a_crash_of_the_shard_owner():

@@ -354,7 +354,7 @@ class GroupMember:
                     self.member_id = ""
                 return self._later(self.join)
             self.owned = consumer_protocol.decode_assignment(response.assignment_bytes)
-            self.model.holding(self.group_id, self.name, self.generation, self.owned)
+            self.model.holding(self.group_id, self.name, self.generation, self.owned, self.SESSION_TIMEOUT_MS)
             self.on_assigned()
             self.last_heartbeat_ok = self.net.now(self.name)
             self.net.set_timer(self.name, self.HEARTBEAT_MS, self.heartbeat, self._session, label="heartbeat")

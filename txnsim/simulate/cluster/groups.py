@@ -10,6 +10,7 @@ pending offsets; a node taking a shard over replays the log, as the real coordin
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import TYPE_CHECKING, Any
 
@@ -126,7 +127,7 @@ class SimGroupCoordinator:
         return self.shards.get(shard)
 
     def _configure(self, group: GroupMetadata) -> GroupMetadata:
-        group.classic.config = GROUP_CONFIG
+        group.classic.config = dataclasses.replace(GROUP_CONFIG, planted_bug=self.model.bug)
         group.classic.new_member_id = self.model.new_member_id
         return group
 
@@ -169,6 +170,7 @@ class SimGroupCoordinator:
         elif isinstance(message, pb.HeartbeatRequest):
             try:
                 classic.heartbeat(now, message.member_id, message.group_instance_id or None, message.generation_id)
+                self.model.member_heard(group_id, env.src, self.node.name, now)
                 self.node.net.reply(env, pb.HeartbeatResponse())
             except KafkaError as exc:
                 self.node.net.reply(env, pb.HeartbeatResponse(error_code=code_of(exc), error_message=str(exc)))
@@ -252,7 +254,7 @@ class SimGroupCoordinator:
                 self.node.net.reply(effect.waiter, sync_response(group.group_id, effect.outcome))
                 if effect.outcome.error_code == 0:
                     self.model.assigned(group.group_id, group.classic.generation, effect.outcome.assignment,
-                                        effect.waiter)
+                                        effect.waiter, self.node.name, self.node.now())
             elif isinstance(effect, StoreGroup):
                 self._store(group, effect)
 

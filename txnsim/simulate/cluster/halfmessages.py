@@ -13,19 +13,27 @@ the driver keeps from the node:
   durable is the check sent (one-way) to a live producer of its group; after `check_max` checks the message
   goes to the discard log and is decided DISCARD, never delivered;
 - a commit owes its copy to the real partition (the node's produce path, an idempotent batch whose
-  sequence is fixed in the decision: coordinator/rocketmq/copies.py), then a DONE record.
+  sequence is fixed in the decision: coordinator/rocketmq/copies.py), then a DONE record;
+- a message of a topic stored in place (Storage.KAFKA, coordinator/rocketmq/in_place.py) is written to its
+  real partition as a one-message transaction once its registration is durable, verified by the partition
+  with this shard, and answered once that write is acknowledged (written again for a retried send); its
+  decision owes a COMMIT or ABORT marker, fenced by the shard's leader epoch, then a DONE record.
 """
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from coordinator.rocketmq import log_format
 from coordinator.rocketmq.copies import copied, copies_owed, copy_batches, split_landed
 from coordinator.rocketmq.half_shard import CheckAction, Decision, DueCheck, HalfShard, PendingHalf
+from coordinator.rocketmq.in_place import in_place_batch, in_place_decisions, in_place_markers
 from coordinator.rocketmq.log_format import HalfRecord, OpRecord, Resolution, Storage
 from coordinator.rocketmq.shard_load import load_half_shard
+from coordinator.txn.markers import acknowledged, marker_request
+from coordinator.txn.metadata import Owed
 from partitions import AppendOrigin, PartitionLog
 from proto import txnsim_pb2 as pb
 from proto.errors import (
@@ -34,11 +42,13 @@ from proto.errors import (
     KafkaError,
     NotCoordinatorError,
     OutOfOrderSequenceError,
+    RequestTimedOutError,
+    TransactionAbortableError,
     code_of,
 )
 from proto.hashing import partition_for
 from proto.structs import CHECK_MAX_TOPIC, HALF_TOPIC, OP_HALF_TOPIC, TopicPartition
-from txnsim.simulate.network import TIMED_OUT, Envelope
+from txnsim.simulate.network import TIMED_OUT, Envelope, Network
 
 if TYPE_CHECKING:
     from txnsim.simulate.cluster.node import SimNode
@@ -52,9 +62,13 @@ CHECK_MAX = 5
 CHECK_TICK_MS = 100
 COPY_RETRY_MS = 200
 COPY_TIMEOUT_MS = 500
-HALF_REQUESTS = (pb.SendHalfMessageRequest, pb.EndHalfTransactionRequest)
+HALF_REQUESTS = (pb.SendHalfMessageRequest, pb.EndHalfTransactionRequest, pb.VerifyHalfWriteRequest)
 _RESOLUTIONS = {pb.RESOLUTION_COMMIT: Resolution.COMMIT, pb.RESOLUTION_ROLLBACK: Resolution.ROLLBACK,
                 pb.RESOLUTION_UNKNOWN: None}
+
+
+#: how a decision's requester hears that it is durable (None) or failed
+Answer = Callable[[KafkaError | None], None]
 
 
 def _nothing() -> None:
@@ -65,6 +79,15 @@ def shard_of_producer_group(group: str) -> int:
     return partition_for(group, HALF_SHARDS)
 
 
+def _answer_end(net: Network, env: Envelope) -> Answer:
+    def answer(error: KafkaError | None) -> None:
+        if error is None:
+            net.reply(env, pb.EndHalfTransactionResponse())
+        else:
+            net.reply(env, pb.EndHalfTransactionResponse(error_code=code_of(error), error_message=str(error)))
+    return answer
+
+
 @dataclass
 class _Shard:
     core: HalfShard
@@ -73,6 +96,8 @@ class _Shard:
     discard_log: PartitionLog
     #: real partitions a copy is being written to (one round at a time per partition)
     copying: set[TopicPartition] = field(default_factory=set)
+    #: transactions whose in-place marker is being written
+    marking: set[str] = field(default_factory=set)
     #: when (world time) the last write of this shard is durable: an fsync covers every earlier write, so
     #: writes become durable in the order they were made, a slow one holding back those after it
     synced_at_ms: int = 0
@@ -177,9 +202,12 @@ class SimHalfMessages:
                 self._send(env, message)
             elif isinstance(message, pb.EndHalfTransactionRequest):
                 self._end(env, message)
+            elif isinstance(message, pb.VerifyHalfWriteRequest):
+                self._verify_write(env, message)
         except KafkaError as error:
-            response = (pb.SendHalfMessageResponse if isinstance(message, pb.SendHalfMessageRequest)
-                        else pb.EndHalfTransactionResponse)
+            response = {pb.SendHalfMessageRequest: pb.SendHalfMessageResponse,
+                        pb.EndHalfTransactionRequest: pb.EndHalfTransactionResponse,
+                        pb.VerifyHalfWriteRequest: pb.VerifyHalfWriteResponse}[type(message)]
             self.net.reply(env, response(error_code=code_of(error), error_message=str(error)))
 
     def _send(self, env: Envelope, req: pb.SendHalfMessageRequest) -> None:
@@ -190,23 +218,82 @@ class SimHalfMessages:
         shard = self._owned(shard_id)
         stored = shard.core.find(req.producer_group, msg.message_id)
         if stored is not None:  # a retried send whose answer was lost: one half message, not two
+            then = self._answer_sent
+            if stored.record.storage is Storage.KAFKA and self.model.bug != "in-place-retry-unwritten":
+                then = self._write_in_place  # the previous owner may have died before it wrote it
             if shard.unsynced:  # the first send's write may not be durable yet: answer once it is (or never)
-                self._after_fsync(shard, self.net.reply, env, self._sent(shard_id, stored))
+                self._after_fsync(shard, then, shard_id, shard, stored, env)
             else:
-                self.net.reply(env, self._sent(shard_id, stored))
+                then(shard_id, shard, stored, env)
             return
         now = self.node.now()
+        storage = self.model.half_storage(msg.topic)
         record = HalfRecord(
             topic=msg.topic, partition=msg.partition, producer_group=req.producer_group, message_id=msg.message_id,
             key=msg.key if msg.HasField("key") else None, value=msg.value, user_headers=(), store_time_ms=now,
-            check_immunity_ms=msg.check_immunity_ms or CHECK_IMMUNITY_MS, storage=Storage.ROCKETMQ)
+            check_immunity_ms=msg.check_immunity_ms or CHECK_IMMUNITY_MS, storage=storage,
+            producer_id=self.model.half_producer_id() if storage is Storage.KAFKA else -1)
         offset = self._append(shard, shard.half_log, [log_format.encode_half(record, now)])
-        answer = self._sent(shard_id, shard.core.stored(offset, record))
+        pending = shard.core.stored(offset, record)
+        then = self._write_in_place if storage is Storage.KAFKA else self._answer_sent
         if self.model.bug == "half-ack-before-fsync":  # the planted bug: answered before its fsync
-            self.net.reply(env, answer)
+            then(shard_id, shard, pending, env)
             self._after_fsync(shard, _nothing)
         else:
-            self._after_fsync(shard, self.net.reply, env, answer)
+            self._after_fsync(shard, then, shard_id, shard, pending, env)
+
+    def _answer_sent(self, shard_id: int, shard: _Shard, pending: PendingHalf, env: Envelope) -> None:
+        self.net.reply(env, self._sent(shard_id, pending))
+
+    def _write_in_place(self, shard_id: int, shard: _Shard, pending: PendingHalf, env: Envelope) -> None:
+        """Storage.KAFKA: the message onto its real partition as a one-message transaction; the send is answered
+        once that is acknowledged. If it fails the message is rolled back at once (an ABORT marker) and the
+        producer told: its local transaction must not run."""
+        r = pending.record
+        request = pb.ProduceRequest(
+            transactional_id=log_format.half_transactional_id(shard_id), acks=-1, timeout_ms=COPY_TIMEOUT_MS,
+            partitions=[pb.PartitionRecords(topic=r.topic, partition=r.partition, records=in_place_batch(r))])
+        owner = self.model.owner_now(r.topic, r.partition)
+
+        def answered(response: object) -> None:
+            if response is TIMED_OUT:
+                error: KafkaError = RequestTimedOutError(f"[REQUEST_TIMED_OUT] the in-place write of "
+                                                         f"{pending.transaction_id} was not acknowledged")
+                code, message = code_of(error), str(error)
+            else:
+                assert isinstance(response, pb.ProduceResponse)
+                result = response.partitions[0] if response.partitions else response
+                code, message = result.error_code, result.error_message
+            if copied(code):
+                return self._answer_sent(shard_id, shard, pending, env)
+
+            def failed(rollback_error: KafkaError | None = None) -> None:
+                if rollback_error is None:
+                    self.net.reply(env, pb.SendHalfMessageResponse(error_code=code, error_message=message))
+                else:  # not rolled back: a retry finds the message undecided and writes it again
+                    self.net.reply(env, pb.SendHalfMessageResponse(error_code=code_of(rollback_error),
+                                                                   error_message=str(rollback_error)))
+
+            if not self._still(shard_id, shard) or shard.core.find(r.producer_group, r.message_id) is not pending:
+                return failed()
+            outcome = shard.core.end(pending.transaction_id, Resolution.ROLLBACK, source="SERVER")
+            if outcome.op is None:
+                return failed()
+            self.model.note(self.node.name, f"in-place write of {pending.transaction_id} failed ({message}): "
+                                            "rolled back")
+            # answered once the rollback is durable: only then may a retry store a new message in its place
+            self._decide(shard_id, shard, outcome.op, failed)
+
+        self.net.call(self.node.name, f"n{owner}", request, COPY_TIMEOUT_MS, answered)
+
+    def _verify_write(self, env: Envelope, req: pb.VerifyHalfWriteRequest) -> None:
+        """A partition asks before accepting an in-place write (KIP-890's first-write verification)."""
+        shard = self._owned(req.shard)
+        if not shard.core.may_write_in_place(req.producer_id, TopicPartition(req.topic, req.partition)):
+            raise TransactionAbortableError(
+                f"[TRANSACTION_ABORTABLE] producer {req.producer_id} has no undecided half message for "
+                f"{req.topic}-{req.partition} in shard {req.shard}")
+        self.net.reply(env, pb.VerifyHalfWriteResponse())
 
     @staticmethod
     def _sent(shard_id: int, pending: PendingHalf) -> pb.SendHalfMessageResponse:
@@ -225,34 +312,33 @@ class SimHalfMessages:
         shard_id = parsed[0]
         shard = self._owned(shard_id)
         if resolution is Resolution.COMMIT and shard.core.copy_producer_id < 0:
-            shard.core.copy_producer_id = self.model.copy_producer_id()
+            shard.core.copy_producer_id = self.model.half_producer_id()
         outcome = shard.core.end(req.transaction_id, resolution, source=source, producer_group=req.producer_group,
                                  message_id=req.message_id)
         if outcome.op is None:
             self.net.reply(env, pb.EndHalfTransactionResponse(already_decided=outcome.already_decided))
             return
-        self._decide(shard_id, shard, outcome.op, env)
+        self._decide(shard_id, shard, outcome.op, _answer_end(self.net, env))
 
-    def _decide(self, shard_id: int, shard: _Shard, op: OpRecord, env: Envelope | None) -> None:
+    def _decide(self, shard_id: int, shard: _Shard, op: OpRecord, answer: Answer | None) -> None:
         """Write the OP record; the decision is installed, answered and carried out once it is durable."""
         try:
             self._append(shard, shard.op_log, [log_format.encode_op(op, self.node.now())])
         except KafkaError as error:
             shard.core.decisions_failed([op])
-            if env is not None:
-                self.net.reply(env, pb.EndHalfTransactionResponse(error_code=code_of(error), error_message=str(error)))
+            if answer is not None:
+                answer(error)
             return
-        self._after_fsync(shard, self._decided, shard_id, shard, op, env)
+        self._after_fsync(shard, self._decided, shard_id, shard, op, answer)
 
-    def _decided(self, shard_id: int, shard: _Shard, op: OpRecord, env: Envelope | None) -> None:
+    def _decided(self, shard_id: int, shard: _Shard, op: OpRecord, answer: Answer | None) -> None:
         if not self._still(shard_id, shard):
-            if env is not None:  # the next owner replays the OP record; the producer's retry hears of it
-                error = NotCoordinatorError(f"[NOT_COORDINATOR] half-message shard {shard_id} moved away")
-                self.net.reply(env, pb.EndHalfTransactionResponse(error_code=code_of(error), error_message=str(error)))
+            if answer is not None:  # the next owner replays the OP record; the producer's retry hears of it
+                answer(NotCoordinatorError(f"[NOT_COORDINATOR] half-message shard {shard_id} moved away"))
             return
         decision = shard.core.decided_durably(op)
-        if env is not None:
-            self.net.reply(env, pb.EndHalfTransactionResponse())
+        if answer is not None:
+            answer(None)
         if decision.needs_effect:
             self._carry_out(shard_id, shard)
 
@@ -338,6 +424,42 @@ class SimHalfMessages:
             if tp not in shard.copying:
                 shard.copying.add(tp)
                 self._copy(shard_id, shard, tp, decisions)
+        marking = [d for d in in_place_decisions(shard.core.unfinished.values())
+                   if d.transaction_id not in shard.marking]
+        if marking:
+            self._mark(shard_id, shard, marking)
+
+    # ------------------------------------------------------------ effects: markers of messages stored in place
+
+    def _mark(self, shard_id: int, shard: _Shard, decisions: list[Decision]) -> None:
+        """Send each owed marker to its partition's owner, fenced by the shard's leader epoch; DONE once
+        acknowledged, sent again shortly if not."""
+        by_owner: dict[int, list[Decision]] = {}
+        for d in decisions:
+            shard.marking.add(d.transaction_id)
+            by_owner.setdefault(self.model.owner_now(d.record.topic, d.record.partition), []).append(d)
+        for owner, owed in sorted(by_owner.items()):
+            markers = in_place_markers(owed)
+
+            def answered(response: object, owed: list[Decision] = owed, markers: list[Owed] = markers) -> None:
+                if not self._still(shard_id, shard):
+                    return
+                acked = acknowledged(markers, response) if isinstance(response, pb.WriteTxnMarkersResponse) else set()
+                done = [d for d, marker in zip(owed, markers, strict=True) if marker in acked]
+                self._done(shard, [d.transaction_id for d in done])
+                shard.marking.difference_update(d.transaction_id for d in done)
+                missing = [d for d in owed if d not in done]
+                if missing:
+                    self._later(self._mark_again, shard_id, shard, missing, delay_ms=COPY_RETRY_MS,
+                                label="marker-retry")
+
+            self.net.call(self.node.name, f"n{owner}", marker_request(markers, shard.half_log.leader_epoch),
+                          COPY_TIMEOUT_MS, answered)
+
+    def _mark_again(self, shard_id: int, shard: _Shard, decisions: list[Decision]) -> None:
+        shard.marking.difference_update(d.transaction_id for d in decisions)
+        if self._still(shard_id, shard):
+            self._carry_out(shard_id, shard)
 
     def _copy(self, shard_id: int, shard: _Shard, tp: TopicPartition, decisions: list[Decision]) -> None:
         request = pb.ProduceRequest(acks=-1, timeout_ms=COPY_TIMEOUT_MS, partitions=[pb.PartitionRecords(

@@ -26,7 +26,7 @@ from typing import ClassVar
 from consumer.fetcher import PartitionRecords
 from coordinator.group.replay import ShardContents
 from coordinator.placement import NO_OWNER, Placement
-from coordinator.rocketmq.log_format import MESSAGE_ID, HalfRecord, decode_half
+from coordinator.rocketmq.log_format import MESSAGE_ID, HalfRecord, Storage, decode_half
 from coordinator.rocketmq.shard_load import load_half_shard
 from partitions import LogManager, PartitionLog
 from partitions.faulty_storage import FaultyStorage
@@ -38,6 +38,7 @@ from proto.structs import (
     HALF_TOPIC,
     OP_HALF_TOPIC,
     TRANSACTION_STATE_TOPIC,
+    ConsumerRecord,
     IsolationLevel,
     TopicPartition,
 )
@@ -50,7 +51,7 @@ from txnsim.simulate.cluster.copier import COPY_GROUP, OUT_TOPIC, Copier
 from txnsim.simulate.cluster.groups import OFFSETS_SHARDS
 from txnsim.simulate.cluster.halfmessages import CHECK_INTERVAL_MS, CHECK_MAX, HALF_SHARDS
 from txnsim.simulate.cluster.node import DATA_ROOT, SimNode
-from txnsim.simulate.cluster.rmq_client import COMMITTED, RMQ_PARTITIONS, RMQ_TOPIC, RmqProducer
+from txnsim.simulate.cluster.rmq_client import COMMITTED, RMQ_IN_PLACE_TOPIC, RMQ_PARTITIONS, RMQ_TOPICS, RmqProducer
 from txnsim.simulate.model import Model, Report, Violation
 from txnsim.simulate.network import Envelope, Network
 from txnsim.simulate.world import World
@@ -95,6 +96,11 @@ class ClusterModel(Model):
                                  "a crash or a failover it starts again, so the message is checked too often",
         "half-ack-before-fsync": "a half message is answered as soon as it is written, before its fsync: a power "
                                  "loss in between loses a message whose local transaction then commits",
+        "no-join-barrier": "a rebalance completes as soon as one member rejoins, without waiting for the others: "
+                           "their partitions go to a new owner while they still consume them",
+        "in-place-retry-unwritten": "a retried send of a message stored in place is answered from the registration "
+                                    "alone: if the shard's owner died before writing the message to its partition, "
+                                    "a commit then delivers nothing",
     }
     WORKLOADS: ClassVar[dict[str, str]] = {
         "transactions": "transactional producers committing and aborting across 4 partitions; a read_committed "
@@ -114,6 +120,8 @@ class ClusterModel(Model):
         "precommitted-read": "read_committed returned a record before its transaction's commit was asked for",
         "duplicate": "the same value at more than one offset",
         "group-one-owner-per-generation": "a group never assigns one partition to two members of a generation",
+        "group-rebalance-barrier": "a partition goes to a new member only once every member that held it gave it "
+                                   "up, or was silent for its session or rebalance timeout (the join barrier)",
         "committed-offsets-monotonic": "a group's committed offset of a partition never moves backwards, "
                                        "failovers included",
         "no-corrupt-read": "a fetch never returns bytes that do not decode",
@@ -160,6 +168,10 @@ class ClusterModel(Model):
         #: (group, generation) -> partition -> the member it was assigned to
         self._assignments: dict[tuple[str, int], dict[TopicPartition, str]] = {}
         self._generations: dict[str, int] = {}
+        #: (group, partition) -> the members consuming it now -> their session (= rebalance) timeout
+        self._holders: dict[tuple[str, TopicPartition], dict[str, int]] = {}
+        #: (group, member) -> (coordinator node, its clock) when it last accepted the member's heartbeat or sync
+        self._heard: dict[tuple[str, str], tuple[str, int]] = {}
         #: the RocketMQ producers' local database (message id -> its transaction's state): it outlives them
         self.rmq_local: dict[str, str] = {}
         self._rmq_sent: list[str] = []
@@ -169,7 +181,7 @@ class ClusterModel(Model):
         self._rmq_discards = 0
         #: transaction id -> how many checks of it were sent
         self._rmq_sent_checks: dict[str, int] = {}
-        self._copy_producer_ids = 0
+        self._half_producer_ids = 0
         #: nodes crashed and not yet restarted: their old LogManagers hold nothing a power loss must spare
         self._powered_off: set[str] = set()
 
@@ -258,10 +270,7 @@ class ClusterModel(Model):
             if log.last_stable_offset < log.high_watermark:
                 extra.append(Violation("no-hanging-transaction", f"{tp}: LSO {log.last_stable_offset} < HW "
                                        f"{log.high_watermark} after the run settled: a transaction hangs"))
-            data = log.read(0, 1 << 30, IsolationLevel.READ_COMMITTED)
-            records = PartitionRecords(tp, 0, data.records, isolation_level=IsolationLevel.READ_COMMITTED,
-                                       aborted_transactions=data.aborted_transactions).take(1 << 30)
-            final.records.setdefault(tp.topic, []).extend(Observed.of(r) for r in records)
+            final.records.setdefault(tp.topic, []).extend(Observed.of(r) for r in _read_committed(log, tp))
         for shard in range(OFFSETS_SHARDS):
             log = _open_read_only(reader, TopicPartition(CONSUMER_OFFSETS_TOPIC, shard))
             if log is None:
@@ -281,11 +290,16 @@ class ClusterModel(Model):
         the others never; read from the disk."""
         found: list[Violation] = []
         delivered: Counter[str] = Counter()
-        for p in range(RMQ_PARTITIONS):
-            log = _open_read_only(reader, TopicPartition(RMQ_TOPIC, p))
-            for batch in log.batches() if log is not None else ():
-                for record in batch.records():
-                    delivered[(dict(record.headers).get(MESSAGE_ID) or b"").decode()] += 1
+        for tp in (TopicPartition(topic, p) for topic in RMQ_TOPICS for p in range(RMQ_PARTITIONS)):
+            log = _open_read_only(reader, tp)
+            if log is None:
+                continue
+            if log.last_stable_offset < log.high_watermark:
+                found.append(Violation("no-hanging-transaction", f"{tp}: LSO {log.last_stable_offset} < HW "
+                                       f"{log.high_watermark} after the run settled: a message stored in place "
+                                       "was never ended"))
+            for record in _read_committed(log, tp):
+                delivered[(dict(record.headers).get(MESSAGE_ID) or b"").decode()] += 1
         discarded: set[str] = set()
         for shard in range(HALF_SHARDS):
             logs = [_open_read_only(reader, TopicPartition(t, shard)) for t in (HALF_TOPIC, OP_HALF_TOPIC,
@@ -308,11 +322,11 @@ class ClusterModel(Model):
             if state == COMMITTED:
                 if count > 1 or (count == 0 and message_id not in discarded):
                     found.append(Violation("rmq-committed-delivered-once", f"message {message_id} committed its "
-                                           f"local transaction but is on {RMQ_TOPIC} {count} times"
+                                           f"local transaction but is on its topic {count} times"
                                            f"{'' if count else ' and not in the discard log'}"))
             elif count:
                 found.append(Violation("rmq-rollback-never-delivered", f"message {message_id}'s local transaction "
-                                       f"is {state or 'never run'}, yet it is on {RMQ_TOPIC} {count} times"))
+                                       f"is {state or 'never run'}, yet it is on its topic {count} times"))
         return found
 
     def counters(self) -> dict[str, int]:
@@ -390,7 +404,7 @@ class ClusterModel(Model):
     def partitions_for(self, topic: str) -> int | None:
         if topic in (TOPIC, OUT_TOPIC, BATCH_TOPIC):
             return PARTITIONS
-        if topic == RMQ_TOPIC:
+        if topic in RMQ_TOPICS:
             return RMQ_PARTITIONS
         return OFFSETS_SHARDS if topic == CONSUMER_OFFSETS_TOPIC else None
 
@@ -419,16 +433,40 @@ class ClusterModel(Model):
         self._member_ids += 1
         return f"{instance_id or client_id}-{self._member_ids}"
 
-    def assigned(self, group: str, generation: int, assignment: bytes, waiter: Envelope) -> None:
-        """A coordinator answered a SyncGroup of `generation` with this assignment, to `waiter.src`."""
+    def assigned(self, group: str, generation: int, assignment: bytes, waiter: Envelope, node: str,
+                 now_ms: int) -> None:
+        """Coordinator `node` answered a SyncGroup of `generation` with this assignment, to `waiter.src`, at
+        `now_ms` on its own clock."""
         self._generations[group] = max(generation, self._generations.get(group, 0))
         owners = self._assignments.setdefault((group, generation), {})
+        member = waiter.src
         for tp in consumer_protocol.decode_assignment(assignment) if assignment else ():
-            holder = owners.setdefault(tp, waiter.src)
-            if holder != waiter.src:
+            holder = owners.setdefault(tp, member)
+            if holder != member:
                 self._violations.append(Violation(
                     "group-one-owner-per-generation",
-                    f"group {group} generation {generation} gave {tp} to {holder} and to {waiter.src}"))
+                    f"group {group} generation {generation} gave {tp} to {holder} and to {member}"))
+            self._check_barrier(group, generation, tp, member, node, now_ms)
+        self._heard[(group, member)] = (node, now_ms)
+
+    def _check_barrier(self, group: str, generation: int, tp: TopicPartition, member: str, node: str,
+                       now_ms: int) -> None:
+        """Kafka's join barrier: a partition goes to a new owner only once every member that held it gave it up
+        (eager: before it rejoins), or fell silent for its session or rebalance timeout and was removed. What a
+        member last said is timed on the coordinator's clock; after a coordinator failover it is not compared."""
+        for other, timeout_ms in self._holders.get((group, tp), {}).items():
+            heard = self._heard.get((group, other))
+            if other == member or heard is None or heard[0] != node:
+                continue
+            if now_ms - heard[1] < timeout_ms:
+                self._violations.append(Violation(
+                    "group-rebalance-barrier",
+                    f"group {group} generation {generation} gave {tp} to {member} while {other}, heard from "
+                    f"{now_ms - heard[1]} ms before (its timeout is {timeout_ms} ms), still held it"))
+
+    def member_heard(self, group: str, member: str, node: str, now_ms: int) -> None:
+        """Coordinator `node` accepted a heartbeat of `member` at `now_ms` on its own clock."""
+        self._heard[(group, member)] = (node, now_ms)
 
     def corrupt_read(self, reader: str, tp: TopicPartition, offset: int, error: Exception) -> None:
         """A consumer's fetch from `offset` returned bytes that do not decode: what two writers do to one log."""
@@ -448,10 +486,16 @@ class ClusterModel(Model):
                                                f"to {offset}"))
         self._committed[(group, tp)] = max(before, offset)
 
-    def copy_producer_id(self) -> int:
-        """A half shard's idempotent producer id for its copies (the cluster's durable allocation)."""
-        self._copy_producer_ids += 1
-        return 5_000_000 + self._copy_producer_ids
+    def half_producer_id(self) -> int:
+        """A producer id for a half shard's copies, or for one message stored in place (the cluster's durable
+        allocation)."""
+        self._half_producer_ids += 1
+        return 5_000_000 + self._half_producer_ids
+
+    @staticmethod
+    def half_storage(topic: str) -> Storage:
+        """How a topic stores its half messages (its `half.message.storage` setting)."""
+        return Storage.KAFKA if topic == RMQ_IN_PLACE_TOPIC else Storage.ROCKETMQ
 
     def rmq_message_sent(self, message_id: str) -> None:
         self._rmq_sent.append(message_id)
@@ -482,12 +526,19 @@ class ClusterModel(Model):
                                       f"{record.check_times - 1}"))
         checks[record.check_times] = record.last_check_ms
 
-    def holding(self, group: str, member: str, generation: int, partitions: list[TopicPartition]) -> None:
+    def holding(self, group: str, member: str, generation: int, partitions: list[TopicPartition],
+                timeout_ms: int) -> None:
+        """`member` now consumes `partitions` (its session and rebalance timeouts: `timeout_ms`)."""
         self.network._trace.record(self.world.now_ms, "assigned", member, "*",
                                    f"{group} generation {generation}: {sorted(p.partition for p in partitions)}")
+        for tp in partitions:
+            self._holders.setdefault((group, tp), {})[member] = timeout_ms
 
     def released(self, group: str, member: str) -> None:
         self.network._trace.record(self.world.now_ms, "revoked", member, "*", group)
+        for (held_group, _tp), holders in self._holders.items():
+            if held_group == group:
+                holders.pop(member, None)
 
     def appended(self, node: str, log: PartitionLog, first: int, last: int) -> None:
         self._dirty[(log.topic, log.partition)] = log
@@ -551,3 +602,10 @@ def _open_read_only(reader: LogManager, tp: TopicPartition) -> PartitionLog | No
     if not reader.storage.exists(PurePosixPath(DATA_ROOT / f"{tp.topic}-{tp.partition}")):
         return None
     return reader.open_as_leader(tp.topic, tp.partition, lambda node_id: True)
+
+
+def _read_committed(log: PartitionLog, tp: TopicPartition) -> list[ConsumerRecord]:
+    """Every record of `log` a read_committed consumer returns, as the consumer's own fetcher filters them."""
+    data = log.read(0, 1 << 30, IsolationLevel.READ_COMMITTED)
+    return PartitionRecords(tp, 0, data.records, isolation_level=IsolationLevel.READ_COMMITTED,
+                            aborted_transactions=data.aborted_transactions).take(1 << 30)

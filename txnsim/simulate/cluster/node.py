@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from coordinator.partition_service import verification_error
 from coordinator.placement import NO_OWNER
 from coordinator.reconcile import logs_to_release
+from coordinator.rocketmq.log_format import shard_of_transactional_id
 from coordinator.txn import state_log
 from coordinator.txn.core import (
     Effect,
@@ -40,7 +41,7 @@ from proto.errors import (
     UnknownTopicOrPartitionError,
     code_of,
 )
-from proto.structs import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, IsolationLevel, TopicPartition
+from proto.structs import CONSUMER_OFFSETS_TOPIC, HALF_TOPIC, TRANSACTION_STATE_TOPIC, IsolationLevel, TopicPartition
 from txnsim.simulate.cluster.groups import GROUP_REQUESTS, OFFSETS_SHARDS, SimGroupCoordinator
 from txnsim.simulate.cluster.halfmessages import HALF_REQUESTS, SimHalfMessages
 from txnsim.simulate.network import TIMED_OUT, Envelope
@@ -230,16 +231,25 @@ class SimNode:
         if not unverified:
             return append(frozenset())
         (producer_id, producer_epoch), = unverified[:1]
-        coordinator = self.owner(TRANSACTION_STATE_TOPIC, self.core.shard_of(req.transactional_id))
+        half_shard = shard_of_transactional_id(req.transactional_id)
+        check: Any
+        if half_shard is not None:  # a RocketMQ message stored in place: its half shard knows it
+            coordinator = self.owner(HALF_TOPIC, half_shard)
+            check = pb.VerifyHalfWriteRequest(shard=half_shard, producer_id=producer_id, topic=tp.topic,
+                                              partition=tp.partition)
+        else:
+            coordinator = self.owner(TRANSACTION_STATE_TOPIC, self.core.shard_of(req.transactional_id))
+            check = pb.AddPartitionsToTxnRequest(
+                transactional_id=req.transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
+                verify_only=True, partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition)])
         if coordinator == NO_OWNER:
             return answer(verification_error(15, req.transactional_id, tp, producer_id, producer_epoch))
-        check = pb.AddPartitionsToTxnRequest(
-            transactional_id=req.transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
-            verify_only=True, partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition)])
 
         def verified(response: object) -> None:
             if response is TIMED_OUT:
                 code = 15  # COORDINATOR_NOT_AVAILABLE: retriable, the producer sends again
+            elif isinstance(response, pb.VerifyHalfWriteResponse):
+                code = response.error_code
             else:
                 assert isinstance(response, pb.AddPartitionsToTxnResponse)
                 code = response.error_code or (response.results[0].error_code if response.results else 0)

@@ -1,7 +1,8 @@
 """A simulated RocketMQ transactional producer: a half message, a local database transaction, an end.
 
 It follows RocketMQ's TransactionMQProducer: send the half message (retried under the same message id, so
-a lost answer does not store it twice), run the local transaction, then send COMMIT or ROLLBACK. Now and
+a lost answer does not store it twice; half of them to a topic stored in place, as a one-message Kafka
+transaction, the others to one stored RocketMQ's way), run the local transaction, then send COMMIT or ROLLBACK. Now and
 then (seeded) it sends no end at all, or UNKNOWN, or its local transaction is still running when it would
 end (a slow one, or one that hangs past every check): the broker's check-back then asks, and it answers from
 its local database, which lives in the model and so survives the client - committed: COMMIT, rolled back:
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
     from txnsim.simulate.cluster.model import ClusterModel
 
 RMQ_TOPIC = "sim-rmq"
+#: a topic whose half messages are stored in place (Storage.KAFKA): one-message Kafka transactions
+RMQ_IN_PLACE_TOPIC = "sim-rmq-in-place"
+RMQ_TOPICS = (RMQ_TOPIC, RMQ_IN_PLACE_TOPIC)
 RMQ_PARTITIONS = 2
 PRODUCER_GROUP = "sim-rmq-producers"
 REQUEST_TIMEOUT_MS = 1_000
@@ -53,19 +57,21 @@ class RmqProducer:
             return
         self.count += 1
         message_id = f"{self.name}-{self.count}"
+        topic = self.rng.choice(RMQ_TOPICS)
         partition = self.rng.randrange(RMQ_PARTITIONS)
         self.model.rmq_message_sent(message_id)
-        self.send(message_id, partition)
+        self.send(message_id, topic, partition)
 
-    def send(self, message_id: str, partition: int) -> None:
+    def send(self, message_id: str, topic: str, partition: int) -> None:
         request = pb.SendHalfMessageRequest(producer_group=PRODUCER_GROUP, message=pb.HalfMessage(
-            topic=RMQ_TOPIC, partition=partition, value=message_id.encode(), message_id=message_id))
+            topic=topic, partition=partition, value=message_id.encode(), message_id=message_id))
 
         def answered(response: Any) -> None:
             if response is TIMED_OUT or response.error_code:
                 # retried under the same id until it is stored (a lost answer must not run the local
                 # transaction of a message the broker may not have)
-                self.net.set_timer(self.name, RETRY_BACKOFF_MS, self.send, message_id, partition, label="rmq-send")
+                self.net.set_timer(self.name, RETRY_BACKOFF_MS, self.send, message_id, topic, partition,
+                                   label="rmq-send")
                 return
             self.local_transaction(message_id, response.transaction_id)
 
