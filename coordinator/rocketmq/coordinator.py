@@ -175,7 +175,7 @@ class HalfMessageCoordinator:
                 if stored.record.storage is Storage.KAFKA and in_flight is None:
                     # the in-place write may never have been made (the shard's previous owner died after the
                     # registration): made again, a duplicate if it was
-                    self._write_in_place(shard, loaded, stored)
+                    self._write_in_place(shard, loaded, stored, first=False)
                 return pb.SendHalfMessageResponse(transaction_id=stored.transaction_id, message_id=msg.message_id,
                                                   half_offset=stored.first_offset, shard=shard,
                                                   storage=stored.record.storage.value)
@@ -192,7 +192,7 @@ class HalfMessageCoordinator:
         try:
             pending = self._write_half(req, shard, loaded, storage)
             if storage is Storage.KAFKA:  # a retry waiting on `sending` is answered only once this is written
-                self._write_in_place(shard, loaded, pending)
+                self._write_in_place(shard, loaded, pending, first=True)
         except BaseException as exc:
             if sending is not None:
                 sending.set_exception(exc)
@@ -221,16 +221,19 @@ class HalfMessageCoordinator:
         self._checker_wake.set()
         return pending
 
-    def _write_in_place(self, shard: int, loaded: LoadedShard, pending: PendingHalf) -> None:
+    def _write_in_place(self, shard: int, loaded: LoadedShard, pending: PendingHalf, *, first: bool) -> None:
         """Storage.KAFKA: write the message to its real partition as a one-message transaction, which
         read_committed consumers hold back until its marker (coordinator/rocketmq/in_place.py). If the
-        write fails, the message is rolled back (an ABORT marker) and the error goes to the producer: its
-        local transaction must not run."""
+        write fails, the error goes to the producer (its local transaction must not run) and, if this is
+        the send that registered the message, the message is rolled back (an ABORT marker). A retried send
+        never rolls back: an earlier attempt of it may have been answered, and its local transaction run."""
         r = pending.record
         code, message = self._writer.produce(TopicPartition(r.topic, r.partition), in_place_batch(r),
                                              transactional_id=log_format.half_transactional_id(shard))
         if copied(code):
             return
+        if not first:
+            raise for_code(code, message)
         log.info("in-place write of %s failed (%s); rolling it back", pending.transaction_id, message)
         end = None
         with loaded.lock:
