@@ -10,8 +10,10 @@ the driver keeps from the node:
   a node (so that a retry of its send finds it), and a retry is answered only once the shard's writes so
   far are durable: a woken, fenced owner never answers from a write that cannot become durable;
 - a due check is counted first: the message is appended again with count + 1, and only once that is
-  durable is the check sent (one-way) to a live producer of its group; after `check_max` checks the message
-  goes to the discard log and is decided DISCARD, never delivered;
+  durable is the check sent (one-way) to a producer of its group, through that producer's check-back stream
+  if it is open to this node, else through a peer holding one (DeliverCheck: the peers are asked first, as
+  coordinator/node.py's _find_producer does; if none holds one the check is not counted); after `check_max`
+  checks the message goes to the discard log and is decided DISCARD, never delivered;
 - a commit owes its copy to the real partition (the node's produce path, an idempotent batch whose
   sequence is fixed in the decision: coordinator/rocketmq/copies.py), then a DONE record;
 - a message of a topic stored in place (Storage.KAFKA, coordinator/rocketmq/in_place.py) is written to its
@@ -22,9 +24,12 @@ the driver keeps from the node:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from google.protobuf.message import Message
 
 from coordinator.rocketmq import log_format
 from coordinator.rocketmq.copies import copied, copies_owed, copy_batches, split_landed
@@ -62,13 +67,23 @@ CHECK_MAX = 5
 CHECK_TICK_MS = 100
 COPY_RETRY_MS = 200
 COPY_TIMEOUT_MS = 500
-HALF_REQUESTS = (pb.SendHalfMessageRequest, pb.EndHalfTransactionRequest, pb.VerifyHalfWriteRequest)
+#: a producer's check-back stream is forgotten when it has not been heard of for this many check ticks (1 s: it
+#: went away); counted in ticks, not on the node's clock, which a clock jump moves
+STREAM_TIMEOUT_TICKS = 10
+#: for how many ticks a peer's answer that it holds a stream of a group is used before asking again
+ROUTE_TTL_TICKS = 5
+#: requests between nodes wait this long for an answer
+PEER_TIMEOUT_MS = 500
+HALF_REQUESTS = (pb.SendHalfMessageRequest, pb.EndHalfTransactionRequest, pb.VerifyHalfWriteRequest,
+                 pb.CheckBackRequest, pb.DeliverCheckRequest)
 _RESOLUTIONS = {pb.RESOLUTION_COMMIT: Resolution.COMMIT, pb.RESOLUTION_ROLLBACK: Resolution.ROLLBACK,
                 pb.RESOLUTION_UNKNOWN: None}
 
 
 #: how a decision's requester hears that it is durable (None) or failed
 Answer = Callable[[KafkaError | None], None]
+#: how a send is answered (its envelope, and any retry waiting for it)
+Reply = Callable[[Message], None]
 
 
 def _nothing() -> None:
@@ -79,6 +94,10 @@ def shard_of_producer_group(group: str) -> int:
     return partition_for(group, HALF_SHARDS)
 
 
+def _ignore(response: object) -> None:
+    """The answer to a delivered check: the count is already made, so nothing waits for it."""
+
+
 def _answer_end(net: Network, env: Envelope) -> Answer:
     def answer(error: KafkaError | None) -> None:
         if error is None:
@@ -86,6 +105,18 @@ def _answer_end(net: Network, env: Envelope) -> Answer:
         else:
             net.reply(env, pb.EndHalfTransactionResponse(error_code=code_of(error), error_message=str(error)))
     return answer
+
+
+@dataclass(frozen=True)
+class _Route:
+    """Where a check of a group goes: a producer's stream on this node, or a peer node holding one."""
+
+    producer: str = ""
+    peer: str = ""
+
+
+#: a route not known yet: the peers are being asked whether they hold a stream of the group
+_ASKING = _Route()
 
 
 @dataclass
@@ -98,6 +129,8 @@ class _Shard:
     copying: set[TopicPartition] = field(default_factory=set)
     #: transactions whose in-place marker is being written
     marking: set[str] = field(default_factory=set)
+    #: (group, message id) -> the send being registered and written now, and the retries waiting for its outcome
+    sending: dict[tuple[str, str], list[Envelope]] = field(default_factory=dict)
     #: when (world time) the last write of this shard is durable: an fsync covers every earlier write, so
     #: writes become durable in the order they were made, a slow one holding back those after it
     synced_at_ms: int = 0
@@ -113,6 +146,17 @@ class SimHalfMessages:
         self.model = node.model
         self.net = node.net
         self.shards: dict[int, _Shard] = {}
+        #: check ticks so far: the clock of the stream and route bookkeeping below
+        self.ticks = 0
+        #: the check-back streams open to this node: group -> producer -> the tick it was last heard of
+        self.streams: dict[str, dict[str, int]] = {}
+        #: group -> a peer holding a stream of it, and the tick until which that answer is used
+        self.routes: dict[str, tuple[str, int]] = {}
+        #: group -> the tick until which no node is known to hold a stream of it (its due checks are not counted)
+        self.absent: dict[str, int] = {}
+        #: groups whose peers are being asked
+        self.probing: set[str] = set()
+        self._turn = 0
         self.net.set_timer(node.name, CHECK_TICK_MS, self._tick, label="half-check")
 
     # ------------------------------------------------------------ ownership
@@ -204,6 +248,10 @@ class SimHalfMessages:
                 self._end(env, message)
             elif isinstance(message, pb.VerifyHalfWriteRequest):
                 self._verify_write(env, message)
+            elif isinstance(message, pb.CheckBackRequest):
+                self._stream_open(env, message)
+            elif isinstance(message, pb.DeliverCheckRequest):
+                self._deliver_check(env, message)
         except KafkaError as error:
             response = {pb.SendHalfMessageRequest: pb.SendHalfMessageResponse,
                         pb.EndHalfTransactionRequest: pb.EndHalfTransactionResponse,
@@ -216,15 +264,20 @@ class SimHalfMessages:
             raise InvalidRequestError("[INVALID_REQUEST] a simulated half message names its group and message id")
         shard_id = shard_of_producer_group(req.producer_group)
         shard = self._owned(shard_id)
+        key = (req.producer_group, msg.message_id)
+        if key in shard.sending:  # a retry while the first attempt is being written: its outcome is ours
+            shard.sending[key].append(env)
+            return
         stored = shard.core.find(req.producer_group, msg.message_id)
         if stored is not None:  # a retried send whose answer was lost: one half message, not two
             then = self._answer_sent
             if stored.record.storage is Storage.KAFKA and self.model.bug != "in-place-retry-unwritten":
-                then = self._write_in_place  # the previous owner may have died before it wrote it
+                then = self._write_again  # the previous owner may have died before it wrote it
+            reply = functools.partial(self.net.reply, env)
             if shard.unsynced:  # the first send's write may not be durable yet: answer once it is (or never)
-                self._after_fsync(shard, then, shard_id, shard, stored, env)
+                self._after_fsync(shard, then, shard_id, shard, stored, reply)
             else:
-                then(shard_id, shard, stored, env)
+                then(shard_id, shard, stored, reply)
             return
         now = self.node.now()
         storage = self.model.half_storage(msg.topic)
@@ -235,20 +288,32 @@ class SimHalfMessages:
             producer_id=self.model.half_producer_id() if storage is Storage.KAFKA else -1)
         offset = self._append(shard, shard.half_log, [log_format.encode_half(record, now)])
         pending = shard.core.stored(offset, record)
+        shard.sending[key] = [env]
+        reply = functools.partial(self._reply_sending, shard, key)
         then = self._write_in_place if storage is Storage.KAFKA else self._answer_sent
         if self.model.bug == "half-ack-before-fsync":  # the planted bug: answered before its fsync
-            then(shard_id, shard, pending, env)
+            then(shard_id, shard, pending, reply)
             self._after_fsync(shard, _nothing)
         else:
-            self._after_fsync(shard, then, shard_id, shard, pending, env)
+            self._after_fsync(shard, then, shard_id, shard, pending, reply)
 
-    def _answer_sent(self, shard_id: int, shard: _Shard, pending: PendingHalf, env: Envelope) -> None:
-        self.net.reply(env, self._sent(shard_id, pending))
+    def _reply_sending(self, shard: _Shard, key: tuple[str, str], response: Message) -> None:
+        """The first attempt's outcome, to it and to every retry that waited for it."""
+        for env in shard.sending.pop(key, []):
+            self.net.reply(env, response)
 
-    def _write_in_place(self, shard_id: int, shard: _Shard, pending: PendingHalf, env: Envelope) -> None:
+    def _answer_sent(self, shard_id: int, shard: _Shard, pending: PendingHalf, reply: Reply) -> None:
+        reply(self._sent(shard_id, pending))
+
+    def _write_again(self, shard_id: int, shard: _Shard, pending: PendingHalf, reply: Reply) -> None:
+        self._write_in_place(shard_id, shard, pending, reply, first=False)
+
+    def _write_in_place(self, shard_id: int, shard: _Shard, pending: PendingHalf, reply: Reply, *,
+                        first: bool = True) -> None:
         """Storage.KAFKA: the message onto its real partition as a one-message transaction; the send is answered
-        once that is acknowledged. If it fails the message is rolled back at once (an ABORT marker) and the
-        producer told: its local transaction must not run."""
+        once that is acknowledged. If it fails the producer is told (its local transaction must not run) and,
+        for the send that registered the message, the message is rolled back at once (an ABORT marker); a
+        retried send never rolls back, as an earlier attempt of it may have been answered."""
         r = pending.record
         request = pb.ProduceRequest(
             transactional_id=log_format.half_transactional_id(shard_id), acks=-1, timeout_ms=COPY_TIMEOUT_MS,
@@ -265,16 +330,17 @@ class SimHalfMessages:
                 result = response.partitions[0] if response.partitions else response
                 code, message = result.error_code, result.error_message
             if copied(code):
-                return self._answer_sent(shard_id, shard, pending, env)
+                return self._answer_sent(shard_id, shard, pending, reply)
 
             def failed(rollback_error: KafkaError | None = None) -> None:
                 if rollback_error is None:
-                    self.net.reply(env, pb.SendHalfMessageResponse(error_code=code, error_message=message))
+                    reply(pb.SendHalfMessageResponse(error_code=code, error_message=message))
                 else:  # not rolled back: a retry finds the message undecided and writes it again
-                    self.net.reply(env, pb.SendHalfMessageResponse(error_code=code_of(rollback_error),
-                                                                   error_message=str(rollback_error)))
+                    reply(pb.SendHalfMessageResponse(error_code=code_of(rollback_error),
+                                                     error_message=str(rollback_error)))
 
-            if not self._still(shard_id, shard) or shard.core.find(r.producer_group, r.message_id) is not pending:
+            if not first or not self._still(shard_id, shard) or \
+                    shard.core.find(r.producer_group, r.message_id) is not pending:
                 return failed()
             outcome = shard.core.end(pending.transaction_id, Resolution.ROLLBACK, source="SERVER")
             if outcome.op is None:
@@ -345,6 +411,7 @@ class SimHalfMessages:
     # ------------------------------------------------------------ check-back
 
     def _tick(self) -> None:
+        self.ticks += 1
         for shard_id, shard in list(self.shards.items()):
             self._check_shard(shard_id, shard)
             if shard.core.unfinished:
@@ -355,15 +422,15 @@ class SimHalfMessages:
         core, now = shard.core, self.node.now()
         due = core.due(now)
         discards = [d for d in due if d.action is CheckAction.DISCARD]
-        checks: list[tuple[DueCheck, str]] = []
+        checks: list[tuple[DueCheck, _Route]] = []
         for d in due:
             if d.action is not CheckAction.CHECK:
                 continue
-            producer = self.model.rmq_producer_for(d.record.producer_group, d.record.check_times)
-            if producer is None:
+            route = self._route(d.record.producer_group)
+            if route is None:
                 core.unanswered(d.pending.transaction_id, now)
-            else:
-                checks.append((d, producer))
+            elif route is not _ASKING:  # asking the peers: due again at the next tick
+                checks.append((d, route))
         if discards:
             self._discard(shard_id, shard, [d.pending for d in discards], now)
         if not checks:
@@ -372,10 +439,10 @@ class SimHalfMessages:
         core.counting(tids)
         if self.model.bug == "check-count-in-memory":
             # the planted bug: the count moves on in memory only; a crash or a failover starts it again
-            for d, producer in checks:
+            for d, route in checks:
                 pending = core.checked_durably(d.pending.transaction_id, d.pending.latest_offset, d.record)
                 if pending is not None:
-                    self._send_check(shard_id, pending, producer)
+                    self._send_check(shard_id, pending, route)
             return
         try:
             base = self._append(shard, shard.half_log,
@@ -385,23 +452,85 @@ class SimHalfMessages:
             return
         self._after_fsync(shard, self._counted, shard_id, shard, checks, base)
 
-    def _counted(self, shard_id: int, shard: _Shard, checks: list[tuple[DueCheck, str]], base: int) -> None:
+    def _counted(self, shard_id: int, shard: _Shard, checks: list[tuple[DueCheck, _Route]], base: int) -> None:
         if not self._still(shard_id, shard):
             return  # the next owner replays the counts
-        for i, (d, producer) in enumerate(checks):
+        for i, (d, route) in enumerate(checks):
             pending = shard.core.checked_durably(d.pending.transaction_id, base + i, d.record)
             if pending is not None:
-                self._send_check(shard_id, pending, producer)
+                self._send_check(shard_id, pending, route)
 
-    def _send_check(self, shard_id: int, pending: PendingHalf, producer: str) -> None:
+    def _send_check(self, shard_id: int, pending: PendingHalf, route: _Route) -> None:
         r = pending.record
-        self.model.rmq_check_sent(self.node.name, pending.transaction_id, r)
+        self.model.rmq_check_sent(self.node.name, pending.transaction_id, r, via_peer=bool(route.peer))
         check = pb.TransactionCheck(
             transaction_id=pending.transaction_id, producer_group=r.producer_group, check_times=r.check_times,
             shard=shard_id, half_offset=pending.latest_offset,
             message=pb.HalfMessage(topic=r.topic, partition=r.partition, value=r.value or b"",
                                    message_id=r.message_id))
-        self.net.send(self.node.name, producer, check)
+        if route.producer:
+            self.net.send(self.node.name, route.producer, check)
+        else:  # one-way as far as the count goes: a check lost on the way is asked again next interval
+            self.net.call(self.node.name, route.peer, pb.DeliverCheckRequest(check=check), PEER_TIMEOUT_MS,
+                          _ignore)
+
+    # ------------------------------------------------------------ check-back: streams and routes (DeliverCheck)
+
+    def _stream_open(self, env: Envelope, req: pb.CheckBackRequest) -> None:
+        """A producer's check-back stream is (still) open here; the echo stands for the stream's headers."""
+        self.streams.setdefault(req.producer_group, {})[env.src] = self.ticks
+        self.net.reply(env, req)
+
+    def _local_producer(self, group: str) -> str | None:
+        """A producer of `group` whose stream is open here, round-robin (as coordinator/rocketmq/producers.py)."""
+        live = sorted(p for p, seen in self.streams.get(group, {}).items() if self.ticks - seen < STREAM_TIMEOUT_TICKS)
+        if not live:
+            return None
+        self._turn += 1
+        return live[self._turn % len(live)]
+
+    def _route(self, group: str) -> _Route | None:
+        """Where a check of `group` goes: a stream here, else a peer found by asking (DeliverCheck, probe only);
+        None when no node holds one (the check is not counted), _ASKING while the peers are being asked."""
+        producer = self._local_producer(group)
+        if producer is not None:
+            return _Route(producer=producer)
+        route = self.routes.get(group)
+        if route is not None and self.ticks < route[1]:
+            return _Route(peer=route[0])
+        if self.ticks < self.absent.get(group, 0):
+            return None
+        if group not in self.probing:
+            self._probe(group)
+        return _ASKING
+
+    def _probe(self, group: str) -> None:
+        peers = [f"n{i}" for i in sorted(self.node.view) if i != self.node.node_id]
+        if not peers:
+            self.absent[group] = self.ticks + 2  # through the next tick, which marks the due checks unanswered
+            return
+        self.probing.add(group)
+        waiting = [len(peers)]
+
+        def answered(peer: str, response: object) -> None:
+            waiting[0] -= 1
+            if isinstance(response, pb.DeliverCheckResponse) and response.delivered and group in self.probing:
+                self.probing.discard(group)
+                self.routes[group] = (peer, self.ticks + ROUTE_TTL_TICKS)
+            elif waiting[0] == 0 and group in self.probing:
+                self.probing.discard(group)
+                self.absent[group] = self.ticks + 2  # through the next tick, which marks the due checks unanswered
+
+        probe = pb.DeliverCheckRequest(check=pb.TransactionCheck(producer_group=group), probe_only=True)
+        for peer in peers:
+            self.net.call(self.node.name, peer, probe, PEER_TIMEOUT_MS, functools.partial(answered, peer))
+
+    def _deliver_check(self, env: Envelope, req: pb.DeliverCheckRequest) -> None:
+        """A peer asks whether a producer of the group has its stream here, or hands a check to pass on."""
+        producer = self._local_producer(req.check.producer_group)
+        if producer is not None and not req.probe_only:
+            self.net.send(self.node.name, producer, req.check)
+        self.net.reply(env, pb.DeliverCheckResponse(delivered=producer is not None))
 
     def _discard(self, shard_id: int, shard: _Shard, discarded: list[PendingHalf], now: int) -> None:
         """Too many checks: to TRANS_CHECK_MAX_TIME_TOPIC first, then decided DISCARD (never delivered)."""

@@ -178,6 +178,7 @@ class ClusterModel(Model):
         #: transaction id -> check count -> the check time its record carries
         self._rmq_checks: dict[str, dict[int, int]] = {}
         self._rmq_checks_sent = 0
+        self._rmq_checks_via_peer = 0
         self._rmq_discards = 0
         #: transaction id -> how many checks of it were sent
         self._rmq_sent_checks: dict[str, int] = {}
@@ -342,6 +343,7 @@ class ClusterModel(Model):
                 "batch records": tally.get(f"acked {BATCH_TOPIC}", 0),
                 "half messages sent": len(self._rmq_sent),
                 "check-backs sent": self._rmq_checks_sent,
+                "check-backs via another node": self._rmq_checks_via_peer,
                 "half messages discarded": self._rmq_discards}
 
     # ------------------------------------------------------------ faults
@@ -504,14 +506,11 @@ class ClusterModel(Model):
         self._rmq_discards += 1
         self.note("world", f"{tid} discarded after {CHECK_MAX} checks")
 
-    def rmq_producer_for(self, group: str, check_times: int) -> str | None:
-        """A live producer of `group` to send a check to (none: the check is not counted)."""
-        live = [p.name for p in self.rmq_producers if self.network.actors.is_up(p.name)]
-        return live[check_times % len(live)] if live else None
-
-    def rmq_check_sent(self, node: str, tid: str, record: HalfRecord) -> None:
-        """A node sends a check-back of `tid`, counted in `record` (its count and check time, on the node's clock)."""
+    def rmq_check_sent(self, node: str, tid: str, record: HalfRecord, *, via_peer: bool = False) -> None:
+        """A node sends a check-back of `tid`, counted in `record` (its count and check time, on the node's clock),
+        to a stream of its own or through a peer holding one (`via_peer`)."""
         self._rmq_checks_sent += 1
+        self._rmq_checks_via_peer += via_peer
         checks = self._rmq_checks.setdefault(tid, {})
         sent = self._rmq_sent_checks[tid] = self._rmq_sent_checks.get(tid, 0) + 1
         if sent > CHECK_MAX:
