@@ -131,7 +131,8 @@ class PartitionLog:
         clock for marker timestamps, so a simulator with its own gets identical bytes every run.
         """
         storage.mkdir(directory)
-        scanned = scan_segments(directory, epochs.limits() if epochs is not None else EpochLimits(), storage)
+        scanned = scan_segments(directory, epochs.limits() if epochs is not None else EpochLimits(), storage,
+                                check_saved_indexes=config.planted_bug != "trust-saved-index")
         try:
             end = scanned.end_offset
             if epochs is not None:

@@ -21,7 +21,8 @@ class LogConfig:
     #: fsync before acknowledging; tests keep it on, a benchmark may turn it off
     fsync: bool = True
     #: the simulator's planted bugs (`txnsim simulate --bug`) switch off one protection of the log:
-    #: "lso-ignores-open-transactions", "no-fencing" or "accept-late-markers"; never set by a real node
+    #: "lso-ignores-open-transactions", "no-fencing", "accept-late-markers", "stale-reads" or
+    #: "trust-saved-index"; never set by a real node
     planted_bug: str | None = None
 
     def __post_init__(self) -> None:

@@ -56,8 +56,11 @@ class ScannedLog:
 
 
 def scan_segments(directory: PurePath, limits: EpochLimits = EpochLimits(),
-                  storage: Storage = FILE_STORAGE) -> ScannedLog:
-    """Index the good prefix of the segments of `directory` without changing any file."""
+                  storage: Storage = FILE_STORAGE, *, check_saved_indexes: bool = True) -> ScannedLog:
+    """Index the good prefix of the segments of `directory` without changing any file.
+
+    `check_saved_indexes=False` is the simulator's planted bug "trust-saved-index" (a saved index used
+    without its CRC-32C check); a real node never sets it."""
     _delete_orphan_indexes(directory, storage)
     files = segment_files(directory, storage)
     result = ScannedLog([])
@@ -71,7 +74,8 @@ def scan_segments(directory: PurePath, limits: EpochLimits = EpochLimits(),
         if expected is not None and base != expected:
             result.left_out.append((path, f"it starts at offset {base} but the log before it ends at {expected}"))
             continue
-        segment = Segment.open_indexed(path, base, epoch, storage) if i < len(files) - 1 else None
+        segment = (Segment.open_indexed(path, base, epoch, storage, check_crc=check_saved_indexes)
+                   if i < len(files) - 1 else None)
         if segment is not None and limit is not None and segment.next_offset > limit:
             segment.close()  # indexed by a leader that wrote past its limit: scan instead
             segment = None

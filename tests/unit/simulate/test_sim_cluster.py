@@ -77,6 +77,7 @@ def test_a_crashed_coordinator_s_shards_move_and_transactions_go_on():
     ("half-ack-before-fsync", None),
     ("in-place-retry-unwritten", None),
     ("no-join-barrier", None),
+    ("trust-saved-index", ("bitflip",)),
 ])
 def test_every_planted_bug_is_found(bug: str, faults: tuple[str, ...] | None):
     found = first_failure(bug, faults=faults)
@@ -189,3 +190,14 @@ def test_check_counts_survive_a_crash_of_the_shard_owner():
     assert found.failure is not None and found.failure.invariant == "rmq-check-max"
     clean = simulate(SimConfig(seed=found.config.seed, model="cluster", faults=("crash",)))
     assert clean.failure is None, clean.failure
+
+
+def test_bit_flips_land_in_saved_indexes_and_snapshots_and_are_caught_on_the_next_open():
+    """A flipped saved index or snapshot is refused by its CRC-32C and rebuilt: the run holds every invariant,
+    and the same flips with the index's check switched off lose acknowledged records."""
+    result = simulate(SimConfig(seed=1, model="cluster", faults=("bitflip", "crash"), keep_trace=True))
+    assert result.failure is None, result.failure
+    flips = [line for line in result.trace_lines if " bitflip: bit " in line]
+    assert len(flips) == result.counters["bit flips applied"] > 0
+    assert all(line.endswith((".index", ".snapshot")) for line in flips)
+    assert simulate(SimConfig(seed=1, model="cluster", faults=("bitflip",), bug="trust-saved-index")).failed

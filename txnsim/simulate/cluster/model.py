@@ -28,8 +28,10 @@ from coordinator.group.replay import ShardContents
 from coordinator.placement import NO_OWNER, Placement
 from coordinator.rocketmq.log_format import MESSAGE_ID, HalfRecord, Storage, decode_half
 from coordinator.rocketmq.shard_load import load_half_shard
-from partitions import LogManager, PartitionLog
+from partitions import LogConfig, LogManager, PartitionLog
 from partitions.faulty_storage import FaultyStorage
+from partitions.producer_snapshot import SUFFIX as SNAPSHOT_SUFFIX
+from partitions.segment import INDEX_SUFFIX
 from proto import consumer_protocol
 from proto.hashing import partition_for
 from proto.structs import (
@@ -50,7 +52,7 @@ from txnsim.simulate.cluster.clients import TOPIC, CommittedReader, GroupMember,
 from txnsim.simulate.cluster.copier import COPY_GROUP, OUT_TOPIC, Copier
 from txnsim.simulate.cluster.groups import OFFSETS_SHARDS
 from txnsim.simulate.cluster.halfmessages import CHECK_INTERVAL_MS, CHECK_MAX, HALF_SHARDS
-from txnsim.simulate.cluster.node import DATA_ROOT, SimNode
+from txnsim.simulate.cluster.node import DATA_ROOT, SEGMENT_BYTES, SimNode
 from txnsim.simulate.cluster.rmq_client import COMMITTED, RMQ_IN_PLACE_TOPIC, RMQ_PARTITIONS, RMQ_TOPICS, RmqProducer
 from txnsim.simulate.model import Model, Report, Violation
 from txnsim.simulate.network import Envelope, Network
@@ -64,6 +66,10 @@ GROUP_MEMBERS = 3
 COPIERS = 2
 RMQ_PRODUCERS = 2
 GROUP = "sim-group"
+#: the files a `bitflip` fault damages: derived from the segments, checksummed, rebuilt when refused
+FLIPPABLE_SUFFIXES = (INDEX_SUFFIX, SNAPSHOT_SUFFIX)
+#: planted bugs of how a log is opened, which the final read (one more node opening every log) has too
+_OPENING_BUGS = frozenset({"trust-saved-index"})
 #: how long the cluster takes to declare a crashed node dead (heartbeats stop)
 DETECTION_MS = 300
 MEMBERSHIP_TICK_MS = 50
@@ -98,6 +104,8 @@ class ClusterModel(Model):
                                  "loss in between loses a message whose local transaction then commits",
         "no-join-barrier": "a rebalance completes as soon as one member rejoins, without waiting for the others: "
                            "their partitions go to a new owner while they still consume them",
+        "trust-saved-index": "a sealed segment's saved index is used without checking its CRC-32C: after a bit "
+                             "flips in it, reads of that segment find batches where there are none",
         "in-place-retry-unwritten": "a retried send of a message stored in place is answered from the registration "
                                     "alone: if the shard's owner died before writing the message to its partition, "
                                     "a commit then delivers nothing",
@@ -185,6 +193,8 @@ class ClusterModel(Model):
         self._half_producer_ids = 0
         #: nodes crashed and not yet restarted: their old LogManagers hold nothing a power loss must spare
         self._powered_off: set[str] = set()
+        #: what the bitflip faults did
+        self._flips: Counter[str] = Counter()
 
     # ------------------------------------------------------------ the Model interface
 
@@ -263,7 +273,9 @@ class ClusterModel(Model):
     def finish(self, world: World) -> Report:
         final = FinalRead()
         extra: list[Violation] = []
-        reader = LogManager(DATA_ROOT, node_id=NODES + 1, storage=self.disk, now_ms=lambda: world.now_ms)
+        # one more node reads what the nodes left; of the log's planted bugs it has only the one about opening
+        config = LogConfig(segment_bytes=SEGMENT_BYTES, planted_bug=self.bug if self.bug in _OPENING_BUGS else None)
+        reader = LogManager(DATA_ROOT, config, node_id=NODES + 1, storage=self.disk, now_ms=lambda: world.now_ms)
         for tp in [*self.data_partitions, *self.out_partitions, *self.batch_partitions]:
             log = reader.get(tp.topic, tp.partition) or _open_read_only(reader, tp)
             if log is None:
@@ -344,7 +356,8 @@ class ClusterModel(Model):
                 "half messages sent": len(self._rmq_sent),
                 "check-backs sent": self._rmq_checks_sent,
                 "check-backs via another node": self._rmq_checks_via_peer,
-                "half messages discarded": self._rmq_discards}
+                "half messages discarded": self._rmq_discards,
+                "bit flips applied": self._flips["bit flips applied"]}
 
     # ------------------------------------------------------------ faults
 
@@ -387,7 +400,26 @@ class ClusterModel(Model):
         self.sim_nodes[node].reconcile()
 
     def flip_bit(self, node: str, rng: random.Random) -> None:
-        """A bit of a sealed segment's stored bytes flips (the disk rotted): recovery must cut there and say so."""
+        """One bit of a file the node keeps beside its logs flips: a sealed segment's saved index or a producer-
+        state snapshot. Both are derived from the segments and carry a CRC-32C, so the flip must be caught when
+        the file is next read (the segment is scanned, the snapshot set aside) and change nothing else; every
+        invariant stays in force. Segments and claim files are not flipped: txnsim keeps one copy of them, so
+        a flip there is data lost by design (docs/simulator.md)."""
+        candidates = []
+        for log in sorted(self.sim_nodes[node].logs.open_logs(), key=lambda log: (log.topic, log.partition)):
+            for name in self.disk.list_dir(log.directory):
+                path = log.directory / name
+                if name.endswith(FLIPPABLE_SUFFIXES) and self.disk.size(path):
+                    candidates.append(path)
+        if not candidates:
+            self._flips["bit flips with nothing to flip"] += 1
+            self.note(node, "bitflip: no saved index or snapshot to flip yet")
+            return
+        path = rng.choice(candidates)
+        position, bit = rng.randrange(self.disk.size(path)), rng.randrange(8)
+        self.disk.flip_bit(path, position, bit)
+        self._flips["bit flips applied"] += 1
+        self.note(node, f"bitflip: bit {bit} of byte {position} of {path.parent.name}/{path.name}")
 
     def slow_fsync(self, node: str, extra_ms: int) -> None:
         self.sim_nodes[node].extra_fsync_ms = extra_ms

@@ -51,6 +51,9 @@ if TYPE_CHECKING:
 
 #: where the simulated disk keeps the cluster's data directory (never touched on the real disk)
 DATA_ROOT = Path("/sim/data")
+#: small segments, so runs roll them: sealed segments are loaded from their saved index on a take-over, and
+#: producer-state snapshots are written and loaded, as on a node that has run for a while
+SEGMENT_BYTES = 4096
 #: requests a node sends to another node wait this long for an answer
 NODE_REQUEST_TIMEOUT_MS = 500
 #: how soon a node tries again to take a shard another node has not let go of yet
@@ -91,7 +94,8 @@ class SimNode:
     def start(self) -> None:
         """A fresh process: nothing in memory, everything from the disk (a restart after a crash too)."""
         m = self.model
-        self.logs = LogManager(DATA_ROOT, LogConfig(planted_bug=m.bug), node_id=self.node_id, storage=m.disk,
+        self.logs = LogManager(DATA_ROOT, LogConfig(segment_bytes=SEGMENT_BYTES, planted_bug=m.bug),
+                               node_id=self.node_id, storage=m.disk,
                                now_ms=self.now)
         self.logs.release_earlier_lives()
         self.core = TxnCoordinatorCore(
