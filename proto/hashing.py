@@ -6,7 +6,10 @@
 """
 from __future__ import annotations
 
+import functools
 
+
+@functools.lru_cache(maxsize=4096)  # the same few ids and topic names are hashed at every request
 def java_string_hash(s: str) -> int:
     """Java's String.hashCode: h = 31*h + c over UTF-16 code units, with int32 overflow."""
     h = 0

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from rich.console import Console
 from rich.markup import escape
@@ -31,20 +32,36 @@ def summarize(message: object) -> str:
     Protobuf messages print their fields on one line; other objects need a stable repr
     (dataclasses, tuples, str) or a `trace_summary()` method. A repr with a memory address
     would make the trace hash differ from run to run, so it is refused."""
-    custom = getattr(message, "trace_summary", None)
-    if custom is not None:
-        text = str(custom())
-    elif isinstance(message, Message):
+    if isinstance(message, Message):  # the common case first: a protobuf message has no trace_summary()
         out: list[str] = [type(message).__name__, "{"]
         _compact(message, out, [SUMMARY_LIMIT])
         out.append("}")
         text = "".join(out)
     else:
-        text = repr(message)
-        if " at 0x" in text:
-            raise ValueError(f"{type(message).__name__} has no stable repr ({text[:60]}); make it a dataclass or "
-                             f"give it a trace_summary() method")
+        custom = getattr(message, "trace_summary", None)
+        if custom is not None:
+            text = str(custom())
+        else:
+            text = repr(message)
+            if " at 0x" in text:
+                raise ValueError(f"{type(message).__name__} has no stable repr ({text[:60]}); make it a dataclass or "
+                                 f"give it a trace_summary() method")
     return text if len(text) <= SUMMARY_LIMIT else text[:SUMMARY_LIMIT - 3] + "..."
+
+
+#: how a field prints: its " name" prefix, whether it repeats, and whether its values are messages or bytes;
+#: kept per field descriptor, since a run summarizes the same few dozen fields a hundred thousand times
+_FIELD_SHAPES: dict[FieldDescriptor, tuple[str, bool, bool, bool]] = {}
+
+
+def _field_shape(field: FieldDescriptor) -> tuple[str, bool, bool, bool]:
+    shape = _FIELD_SHAPES.get(field)
+    if shape is None:
+        entry = field.message_type
+        nested = entry is not None and not entry.GetOptions().map_entry
+        shape = _FIELD_SHAPES[field] = (f" {field.name}", field.is_repeated, nested,
+                                        field.type == FieldDescriptor.TYPE_BYTES)  # a map prints its keys
+    return shape
 
 
 def _compact(message: Message, out: list[str], budget: list[int]) -> None:
@@ -53,45 +70,54 @@ def _compact(message: Message, out: list[str], budget: list[int]) -> None:
     for field, value in message.ListFields():
         if budget[0] <= 0:
             return
-        repeated = field.is_repeated
-        items = list(value) if repeated else [value]
-        out.append(f" {field.name}")
-        budget[0] -= len(field.name) + 1
-        for item in items:
+        prefix, repeated, nested, raw = _FIELD_SHAPES.get(field) or _field_shape(field)
+        out.append(prefix)
+        budget[0] -= len(prefix)
+        for item in (value if repeated else (value,)):
             if budget[0] <= 0:
                 return
-            if isinstance(item, Message):
+            if nested:
                 out.append("{")
                 _compact(item, out, budget)
                 out.append("}")
                 budget[0] -= 2
             else:
-                text = f"<{len(item)}B>" if isinstance(item, bytes) else repr(item)
-                out.append(f":{text}")
+                text = f"<{len(item)}B>" if raw else repr(item)
+                out.append(":" + text)
                 budget[0] -= len(text) + 1
 
 
 class Trace:
     """Appends lines, hashing each; keeps them only when `keep` is true."""
 
-    __slots__ = ("_hash", "count", "keep", "lines")
+    __slots__ = ("_hash", "_unhashed", "count", "keep", "lines")
 
     def __init__(self, keep: bool = False) -> None:
         self._hash = hashlib.sha256()
         self.keep = keep
         self.lines: list[str] = []
         self.count = 0
+        #: lines not hashed yet: hashed a thousand at a time, which gives the same digest for less work
+        self._unhashed: list[str] = []
 
     def record(self, at_ms: int, kind: str, src: str, dst: str, summary: str) -> None:
         line = f"{at_ms:09d} {kind} {src}->{dst} {summary}"
-        self._hash.update(line.encode())
-        self._hash.update(b"\n")
         self.count += 1
+        unhashed = self._unhashed
+        unhashed.append(line)
+        if len(unhashed) >= 1_000:
+            self._hash_pending()
         if self.keep:
             self.lines.append(line)
 
+    def _hash_pending(self) -> None:
+        if self._unhashed:
+            self._hash.update(("\n".join(self._unhashed) + "\n").encode())
+            self._unhashed.clear()
+
     @property
     def hexdigest(self) -> str:
+        self._hash_pending()
         return self._hash.hexdigest()
 
 
