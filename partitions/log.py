@@ -357,9 +357,11 @@ class PartitionLog:
         with self._lock:
             self._check_open()
             high_watermark, lso = self._high_watermark, self._last_stable_offset()
+            committed = isolation == IsolationLevel.READ_COMMITTED
+            if self.config.planted_bug == "read-past-hw" and not committed:
+                high_watermark = self._log_end_offset
             out_of_range = fetch_offset < self.log_start_offset or fetch_offset > high_watermark
             if not out_of_range:
-                committed = isolation == IsolationLevel.READ_COMMITTED
                 spans, end = self._spans(fetch_offset, lso if committed else high_watermark, max_bytes)
                 aborted = self._aborted.collect(fetch_offset, end) if committed and spans else []
         if out_of_range:

@@ -22,7 +22,7 @@ class LogConfig:
     fsync: bool = True
     #: the simulator's planted bugs (`txnsim simulate --bug`) switch off one protection of the log:
     #: "lso-ignores-open-transactions", "no-fencing", "accept-late-markers", "stale-reads" or
-    #: "trust-saved-index"; never set by a real node
+    #: "trust-saved-index" or "read-past-hw"; never set by a real node
     planted_bug: str | None = None
 
     def __post_init__(self) -> None:

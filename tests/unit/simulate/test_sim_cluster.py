@@ -78,6 +78,7 @@ def test_a_crashed_coordinator_s_shards_move_and_transactions_go_on():
     ("in-place-retry-unwritten", None),
     ("no-join-barrier", None),
     ("trust-saved-index", ("bitflip",)),
+    ("read-past-hw", ("crash", "slow-fsync")),
 ])
 def test_every_planted_bug_is_found(bug: str, faults: tuple[str, ...] | None):
     found = first_failure(bug, faults=faults)
@@ -201,3 +202,10 @@ def test_bit_flips_land_in_saved_indexes_and_snapshots_and_are_caught_on_the_nex
     assert len(flips) == result.counters["bit flips applied"] > 0
     assert all(line.endswith((".index", ".snapshot")) for line in flips)
     assert simulate(SimConfig(seed=1, model="cluster", faults=("bitflip",), bug="trust-saved-index")).failed
+
+
+def test_the_read_uncommitted_reader_is_handed_undecided_and_aborted_records_that_all_stay_in_the_log():
+    result = simulate(SimConfig(seed=1, model="cluster"))
+    assert result.failure is None, result.failure
+    assert result.counters["records read uncommitted"] > 100
+    assert result.counters["of them never committed"] > 0, "it saw only what read_committed sees"

@@ -1,4 +1,4 @@
-"""Simulated clients: transactional producers and read_committed consumers, as small state machines.
+"""Simulated clients: transactional producers and consumer group members, as small state machines.
 
 They speak the nodes' protocol (the same request messages as txnsim's producer and consumer) over the
 simulated network and record what they did and saw in a chaos History, so the run ends with the
@@ -201,66 +201,6 @@ class TxnProducer:
             self._later(lambda: self.end(commit=commit, retried=True))
 
         self._call(self._coordinator(), request, answered)
-
-
-class CommittedReader:
-    """A read_committed consumer of every data partition, polling the partitions' owners in turn."""
-
-    POLL_INTERVAL_MS = 25
-
-    def __init__(self, name: str, model: ClusterModel) -> None:
-        self.name = name
-        self.model = model
-        self.net = model.network
-        self.positions = {tp: 0 for tp in model.data_partitions}
-        self.in_flight: set[TopicPartition] = set()  # one fetch per partition at a time, as a consumer does
-        #: the furthest end (LSO) any fetch of the partition answered
-        self.told = {tp: 0 for tp in model.data_partitions}
-        self.stopped = False
-
-    def start(self) -> None:
-        for tp in self.model.data_partitions:
-            self.model.history.seeked(self.name, tp, 0, "start")
-        self.net.set_timer(self.name, self.POLL_INTERVAL_MS, self.poll, label="poll")
-
-    def poll(self) -> None:
-        for tp in self.model.data_partitions:
-            if tp in self.in_flight:
-                continue
-            self.in_flight.add(tp)
-            request = pb.FetchRequest(isolation_level=IsolationLevel.READ_COMMITTED, max_wait_ms=0, min_bytes=1,
-                                      partitions=[pb.FetchPartition(topic=tp.topic, partition=tp.partition,
-                                                                    fetch_offset=self.positions[tp])])
-            owner = self.model.owner_now(tp.topic, tp.partition)
-            self.net.call(self.name, f"n{owner}", request, REQUEST_TIMEOUT_MS,
-                          functools.partial(self.fetched, tp, f"n{owner}"))
-        if not self.stopped:
-            self.net.set_timer(self.name, self.POLL_INTERVAL_MS, self.poll, label="poll")
-
-    def fetched(self, tp: TopicPartition, node: str, response: Any) -> None:
-        self.in_flight.discard(tp)
-        if response is TIMED_OUT:
-            return
-        part = response.partitions[0]
-        if part.error_code == OffsetOutOfRangeError.errno:  # a real consumer would reset its position now
-            self.model.stale_read(self.name, tp, node, self.told[tp], f"OFFSET_OUT_OF_RANGE at {self.positions[tp]}")
-        if part.error_code:
-            return
-        if part.last_stable_offset < self.told[tp]:
-            self.model.stale_read(self.name, tp, node, self.told[tp], f"LSO {part.last_stable_offset}")
-        self.told[tp] = max(self.told[tp], part.last_stable_offset)
-        fetch_offset = self.positions[tp]
-        records = PartitionRecords(tp, fetch_offset, part.records, isolation_level=IsolationLevel.READ_COMMITTED,
-                                   aborted_transactions=[(a.producer_id, a.first_offset)
-                                                         for a in part.aborted_transactions])
-        try:
-            taken = records.take(1 << 30)
-        except CorruptMessageError as exc:  # a real consumer raises this to its user: the log was damaged
-            self.model.corrupt_read(self.name, tp, fetch_offset, exc)
-            return
-        if taken:
-            self.model.history.polled(self.name, taken)
-        self.positions[tp] = max(fetch_offset, records.next_fetch_offset)
 
 
 class GroupMember:

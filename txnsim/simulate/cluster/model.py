@@ -48,11 +48,12 @@ from txnsim.chaos.checker import check
 from txnsim.chaos.history import FinalRead, History, Observed
 from txnsim.simulate.actors import ActorState
 from txnsim.simulate.cluster.batch_client import BATCH_TOPIC, TASKS, SparkQuery
-from txnsim.simulate.cluster.clients import TOPIC, CommittedReader, GroupMember, TxnProducer
+from txnsim.simulate.cluster.clients import TOPIC, GroupMember, TxnProducer
 from txnsim.simulate.cluster.copier import COPY_GROUP, OUT_TOPIC, Copier
 from txnsim.simulate.cluster.groups import OFFSETS_SHARDS
 from txnsim.simulate.cluster.halfmessages import CHECK_INTERVAL_MS, CHECK_MAX, HALF_SHARDS
 from txnsim.simulate.cluster.node import DATA_ROOT, SEGMENT_BYTES, SimNode
+from txnsim.simulate.cluster.readers import Reader
 from txnsim.simulate.cluster.rmq_client import COMMITTED, RMQ_IN_PLACE_TOPIC, RMQ_PARTITIONS, RMQ_TOPICS, RmqProducer
 from txnsim.simulate.model import Model, Report, Violation
 from txnsim.simulate.network import Envelope, Network
@@ -106,6 +107,8 @@ class ClusterModel(Model):
                            "their partitions go to a new owner while they still consume them",
         "trust-saved-index": "a sealed segment's saved index is used without checking its CRC-32C: after a bit "
                              "flips in it, reads of that segment find batches where there are none",
+        "read-past-hw": "read_uncommitted fetches read to the log end, past the high watermark: a consumer is "
+                        "handed records before they are durable, which a power loss then takes",
         "in-place-retry-unwritten": "a retried send of a message stored in place is answered from the registration "
                                     "alone: if the shard's owner died before writing the message to its partition, "
                                     "a commit then delivers nothing",
@@ -133,6 +136,9 @@ class ClusterModel(Model):
         "committed-offsets-monotonic": "a group's committed offset of a partition never moves backwards, "
                                        "failovers included",
         "no-corrupt-read": "a fetch never returns bytes that do not decode",
+        "uncommitted-read-durable": "a record a read_uncommitted consumer was handed is in the log at the same "
+                                    "offset, with the same value, after the run settles: nothing is exposed "
+                                    "before it is durable",
         "no-stale-read": "a read_committed consumer is never told a partition ends before where it was told it "
                          "ended earlier (an LSO gone back, or its position called out of range): no answer from a "
                          "leader that was taken over",
@@ -195,6 +201,10 @@ class ClusterModel(Model):
         self._powered_off: set[str] = set()
         #: what the bitflip faults did
         self._flips: Counter[str] = Counter()
+        #: (partition, offset) -> the value the read_uncommitted reader was handed there
+        self._uncommitted: dict[tuple[TopicPartition, int], bytes | None] = {}
+        #: of those, how many the final read_committed read does not return (aborted, or never decided)
+        self._uncommitted_never_committed = 0
 
     # ------------------------------------------------------------ the Model interface
 
@@ -202,7 +212,7 @@ class ClusterModel(Model):
         return [f"n{i}" for i in range(NODES)]
 
     def clients(self) -> Sequence[str]:
-        return ([f"p{i}" for i in range(PRODUCERS)] + ["reader"] + [f"m{i}" for i in range(GROUP_MEMBERS)]
+        return ([f"p{i}" for i in range(PRODUCERS)] + ["reader", "reader-ru"] + [f"m{i}" for i in range(GROUP_MEMBERS)]
                 + [f"c{i}" for i in range(COPIERS)] + ["spark"]
                 + [f"r{i}" for i in range(RMQ_PRODUCERS)])
 
@@ -224,9 +234,11 @@ class ClusterModel(Model):
         for producer in self.producers:
             network.register(producer.name, lambda env: None)
             producer.start()
-        self.reader = CommittedReader("reader", self)
-        network.register(self.reader.name, lambda env: None)
-        self.reader.start()
+        self.reader = Reader("reader", self, IsolationLevel.READ_COMMITTED, poll_interval_ms=25)
+        self.uncommitted_reader = Reader("reader-ru", self, IsolationLevel.READ_UNCOMMITTED, poll_interval_ms=50)
+        for reader in (self.reader, self.uncommitted_reader):
+            network.register(reader.name, lambda env: None)
+            reader.start()
         self.members = [GroupMember(f"m{i}", GROUP, self, world.rng(f"member-{i}")) for i in range(GROUP_MEMBERS)]
         self.copiers = [Copier(f"c{i}", self, world.rng(f"copier-{i}")) for i in range(COPIERS)]
         for member in [*self.members, *self.copiers]:
@@ -295,6 +307,9 @@ class ClusterModel(Model):
                 final.committed.update({tp: value.offset for tp, value in group.offsets.items()})
         extra.extend(_batch_violations(final.records.get(BATCH_TOPIC, [])))
         extra += self._check_half_messages(reader)
+        extra += self._check_uncommitted_reads(reader)
+        committed = {(TopicPartition(r.topic, r.partition), r.offset) for r in final.records.get(TOPIC, [])}
+        self._uncommitted_never_committed = sum(key not in committed for key in self._uncommitted)
         result = check(self.history.events(), final, input_topic=TOPIC, output_topic=OUT_TOPIC)
         return Report.of_check(result, extra)
 
@@ -357,6 +372,8 @@ class ClusterModel(Model):
                 "check-backs sent": self._rmq_checks_sent,
                 "check-backs via another node": self._rmq_checks_via_peer,
                 "half messages discarded": self._rmq_discards,
+                "records read uncommitted": len(self._uncommitted),
+                "of them never committed": self._uncommitted_never_committed,
                 "bit flips applied": self._flips["bit flips applied"]}
 
     # ------------------------------------------------------------ faults
@@ -506,6 +523,30 @@ class ClusterModel(Model):
         """A consumer's fetch from `offset` returned bytes that do not decode: what two writers do to one log."""
         self._violations.append(Violation("no-corrupt-read", f"{reader} fetching {tp} at {offset}: {error}"))
 
+    def uncommitted_polled(self, reader: str, records: Sequence[ConsumerRecord]) -> None:
+        """The read_uncommitted reader was handed `records`; an offset handed out twice must hold one value."""
+        for record in records:
+            key = (TopicPartition(record.topic, record.partition), record.offset)
+            before = self._uncommitted.setdefault(key, record.value)
+            if before != record.value:
+                self._violations.append(Violation(
+                    "uncommitted-read-durable", f"{reader} was handed {key[0]}@{record.offset} twice with different "
+                                                f"values ({before!r}, then {record.value!r}): the first was lost"))
+
+    def _check_uncommitted_reads(self, reader: LogManager) -> list[Violation]:
+        """Every record the read_uncommitted reader was handed is in the log as it was, read from the disk."""
+        final: dict[tuple[TopicPartition, int], bytes | None] = {}
+        for tp in self.data_partitions:
+            log = reader.get(tp.topic, tp.partition) or _open_read_only(reader, tp)
+            if log is not None:
+                final.update(((tp, r.offset), r.value) for r in _read(log, tp, IsolationLevel.READ_UNCOMMITTED))
+        missing = [(key, value) for key, value in self._uncommitted.items() if final.get(key, b"-") != value]
+        return [Violation("uncommitted-read-durable",
+                          f"{len(missing)} records handed to the read_uncommitted reader are not in the log as they "
+                          f"were after the run settled; e.g. {tp}@{offset} value {value!r}, the log holds "
+                          f"{final.get((tp, offset), 'nothing')!r} there")
+                for (tp, offset), value in missing[:1]]
+
     def stale_read(self, reader: str, tp: TopicPartition, node: str, told: int, answer: str) -> None:
         """A fetch answered that `tp` ends before `told`, where an earlier answer said it ended."""
         self._violations.append(Violation("no-stale-read", f"{reader}: {node} answered {answer} for {tp}, which an "
@@ -637,6 +678,10 @@ def _open_read_only(reader: LogManager, tp: TopicPartition) -> PartitionLog | No
 
 def _read_committed(log: PartitionLog, tp: TopicPartition) -> list[ConsumerRecord]:
     """Every record of `log` a read_committed consumer returns, as the consumer's own fetcher filters them."""
-    data = log.read(0, 1 << 30, IsolationLevel.READ_COMMITTED)
-    return PartitionRecords(tp, 0, data.records, isolation_level=IsolationLevel.READ_COMMITTED,
+    return _read(log, tp, IsolationLevel.READ_COMMITTED)
+
+
+def _read(log: PartitionLog, tp: TopicPartition, isolation: IsolationLevel) -> list[ConsumerRecord]:
+    data = log.read(0, 1 << 30, isolation)
+    return PartitionRecords(tp, 0, data.records, isolation_level=isolation,
                             aborted_transactions=data.aborted_transactions).take(1 << 30)
