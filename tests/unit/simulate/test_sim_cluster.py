@@ -156,7 +156,8 @@ def test_messages_stored_in_place_open_kafka_transactions_that_their_decisions_e
     from partitions import LogManager
     from proto.records import ControlType
     from proto.structs import TopicPartition
-    from txnsim.simulate.cluster.model import NODES, _open_read_only
+    from txnsim.simulate.cluster.final_read import open_read_only
+    from txnsim.simulate.cluster.model import NODES
     from txnsim.simulate.cluster.node import DATA_ROOT
     from txnsim.simulate.cluster.rmq_client import RMQ_IN_PLACE_TOPIC, RMQ_PARTITIONS
     world = World(5)
@@ -173,7 +174,7 @@ def test_messages_stored_in_place_open_kafka_transactions_that_their_decisions_e
     reader = LogManager(DATA_ROOT, node_id=NODES + 2, storage=model.disk, now_ms=lambda: world.now_ms)
     markers, data = [], 0
     for p in range(RMQ_PARTITIONS):
-        log = _open_read_only(reader, TopicPartition(RMQ_IN_PLACE_TOPIC, p))
+        log = open_read_only(reader, TopicPartition(RMQ_IN_PLACE_TOPIC, p))
         assert log is not None and log.last_stable_offset == log.high_watermark
         for batch in log.batches():
             if batch.header.is_control:

@@ -14,17 +14,22 @@ and torn transactions begin.
 """
 from __future__ import annotations
 
-import functools
 import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from consumer.fetcher import PartitionRecords
 from proto import consumer_protocol
 from proto import records as codec
 from proto import txnsim_pb2 as pb
-from proto.errors import ERRORS_BY_CODE, CorruptMessageError, OffsetOutOfRangeError, UnknownServerError
-from proto.structs import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, IsolationLevel, TopicPartition
+from proto.errors import (
+    ERRORS_BY_CODE,
+    UnknownServerError,
+)
+from proto.structs import (
+    CONSUMER_OFFSETS_TOPIC,
+    TRANSACTION_STATE_TOPIC,
+    TopicPartition,
+)
 from txnsim.chaos.history import TXN_HEADER, Outcome
 from txnsim.simulate.cluster.groups import shard_of_group
 from txnsim.simulate.network import TIMED_OUT

@@ -20,41 +20,43 @@ import functools
 import random
 from collections import Counter
 from collections.abc import Sequence
-from pathlib import PurePosixPath
 from typing import ClassVar
 
-from consumer.fetcher import PartitionRecords
-from coordinator.group.replay import ShardContents
 from coordinator.placement import NO_OWNER, Placement
-from coordinator.rocketmq.log_format import MESSAGE_ID, HalfRecord, Storage, decode_half
-from coordinator.rocketmq.shard_load import load_half_shard
-from partitions import LogConfig, LogManager, PartitionLog
+from coordinator.rocketmq.log_format import HalfRecord, Storage
+from partitions import PartitionLog
 from partitions.faulty_storage import FaultyStorage
 from partitions.producer_snapshot import SUFFIX as SNAPSHOT_SUFFIX
 from partitions.segment import INDEX_SUFFIX
 from proto import consumer_protocol
 from proto.hashing import partition_for
 from proto.structs import (
-    CHECK_MAX_TOPIC,
     CONSUMER_OFFSETS_TOPIC,
-    HALF_TOPIC,
-    OP_HALF_TOPIC,
     TRANSACTION_STATE_TOPIC,
     ConsumerRecord,
     IsolationLevel,
     TopicPartition,
 )
 from txnsim.chaos.checker import check
-from txnsim.chaos.history import FinalRead, History, Observed
+from txnsim.chaos.history import History
 from txnsim.simulate.actors import ActorState
-from txnsim.simulate.cluster.batch_client import BATCH_TOPIC, TASKS, SparkQuery
+from txnsim.simulate.cluster import final_read
+from txnsim.simulate.cluster.batch_client import BATCH_TOPIC, SparkQuery
 from txnsim.simulate.cluster.clients import TOPIC, GroupMember, TxnProducer
 from txnsim.simulate.cluster.copier import COPY_GROUP, OUT_TOPIC, Copier
 from txnsim.simulate.cluster.groups import OFFSETS_SHARDS
-from txnsim.simulate.cluster.halfmessages import CHECK_INTERVAL_MS, CHECK_MAX, HALF_SHARDS
-from txnsim.simulate.cluster.node import DATA_ROOT, SEGMENT_BYTES, SimNode
+from txnsim.simulate.cluster.halfmessages import (
+    CHECK_INTERVAL_MS,
+    CHECK_MAX,
+)
+from txnsim.simulate.cluster.node import DATA_ROOT, SimNode
 from txnsim.simulate.cluster.readers import Reader
-from txnsim.simulate.cluster.rmq_client import COMMITTED, RMQ_IN_PLACE_TOPIC, RMQ_PARTITIONS, RMQ_TOPICS, RmqProducer
+from txnsim.simulate.cluster.rmq_client import (
+    RMQ_IN_PLACE_TOPIC,
+    RMQ_PARTITIONS,
+    RMQ_TOPICS,
+    RmqProducer,
+)
 from txnsim.simulate.model import Model, Report, Violation
 from txnsim.simulate.network import Envelope, Network
 from txnsim.simulate.world import World
@@ -283,79 +285,19 @@ class ClusterModel(Model):
         return found
 
     def finish(self, world: World) -> Report:
-        final = FinalRead()
-        extra: list[Violation] = []
-        # one more node reads what the nodes left; of the log's planted bugs it has only the one about opening
-        config = LogConfig(segment_bytes=SEGMENT_BYTES, planted_bug=self.bug if self.bug in _OPENING_BUGS else None)
-        reader = LogManager(DATA_ROOT, config, node_id=NODES + 1, storage=self.disk, now_ms=lambda: world.now_ms)
-        for tp in [*self.data_partitions, *self.out_partitions, *self.batch_partitions]:
-            log = reader.get(tp.topic, tp.partition) or _open_read_only(reader, tp)
-            if log is None:
-                continue
-            if log.last_stable_offset < log.high_watermark:
-                extra.append(Violation("no-hanging-transaction", f"{tp}: LSO {log.last_stable_offset} < HW "
-                                       f"{log.high_watermark} after the run settled: a transaction hangs"))
-            final.records.setdefault(tp.topic, []).extend(Observed.of(r) for r in _read_committed(log, tp))
-        for shard in range(OFFSETS_SHARDS):
-            log = _open_read_only(reader, TopicPartition(CONSUMER_OFFSETS_TOPIC, shard))
-            if log is None:
-                continue
-            contents = ShardContents(shard, world.now_ms)
-            contents.replay(log.batches())
-            group = contents.groups.get(COPY_GROUP)
-            if group is not None:
-                final.committed.update({tp: value.offset for tp, value in group.offsets.items()})
-        extra.extend(_batch_violations(final.records.get(BATCH_TOPIC, [])))
-        extra += self._check_half_messages(reader)
-        extra += self._check_uncommitted_reads(reader)
+        # one more node opens every log and reads what the nodes left; of the log's planted bugs it has only
+        # the one about opening
+        reader = final_read.open_reader(self.disk, NODES + 1, self.bug if self.bug in _OPENING_BUGS else None,
+                                        now_ms=lambda: world.now_ms)
+        final, extra = final_read.read_topics(reader, [*self.data_partitions, *self.out_partitions,
+                                                       *self.batch_partitions], world.now_ms)
+        extra += final_read.batch_violations(final.records.get(BATCH_TOPIC, []))
+        extra += final_read.half_message_violations(reader, self._rmq_sent, self.rmq_local)
+        extra += final_read.uncommitted_read_violations(reader, self.data_partitions, self._uncommitted)
         committed = {(TopicPartition(r.topic, r.partition), r.offset) for r in final.records.get(TOPIC, [])}
         self._uncommitted_never_committed = sum(key not in committed for key in self._uncommitted)
         result = check(self.history.events(), final, input_topic=TOPIC, output_topic=OUT_TOPIC)
         return Report.of_check(result, extra)
-
-    def _check_half_messages(self, reader: LogManager) -> list[Violation]:
-        """Every half message decided (or discarded) and copied; committed ones on their real topic exactly once,
-        the others never; read from the disk."""
-        found: list[Violation] = []
-        delivered: Counter[str] = Counter()
-        for tp in (TopicPartition(topic, p) for topic in RMQ_TOPICS for p in range(RMQ_PARTITIONS)):
-            log = _open_read_only(reader, tp)
-            if log is None:
-                continue
-            if log.last_stable_offset < log.high_watermark:
-                found.append(Violation("no-hanging-transaction", f"{tp}: LSO {log.last_stable_offset} < HW "
-                                       f"{log.high_watermark} after the run settled: a message stored in place "
-                                       "was never ended"))
-            for record in _read_committed(log, tp):
-                delivered[(dict(record.headers).get(MESSAGE_ID) or b"").decode()] += 1
-        discarded: set[str] = set()
-        for shard in range(HALF_SHARDS):
-            logs = [_open_read_only(reader, TopicPartition(t, shard)) for t in (HALF_TOPIC, OP_HALF_TOPIC,
-                                                                                 CHECK_MAX_TOPIC)]
-            half_log, op_log, discard_log = logs
-            if half_log is None or op_log is None or discard_log is None:
-                continue
-            core = load_half_shard(shard, CHECK_INTERVAL_MS, CHECK_MAX, half_log, op_log, discard_log)
-            for batch in discard_log.batches():
-                discarded.update(decode_half(record).message_id for record in batch.records())
-            for pending in core.pending.values():
-                found.append(Violation("rmq-undecided-resolved", f"{pending.transaction_id} (message "
-                                       f"{pending.record.message_id}) is still undecided after the run settled, "
-                                       f"checked {pending.record.check_times} times"))
-            for decision in core.unfinished.values():
-                found.append(Violation("rmq-undecided-resolved", f"{decision.transaction_id} (message "
-                                       f"{decision.record.message_id}) still owes its copy after the run settled"))
-        for message_id in self._rmq_sent:
-            state, count = self.rmq_local.get(message_id), delivered.get(message_id, 0)
-            if state == COMMITTED:
-                if count > 1 or (count == 0 and message_id not in discarded):
-                    found.append(Violation("rmq-committed-delivered-once", f"message {message_id} committed its "
-                                           f"local transaction but is on its topic {count} times"
-                                           f"{'' if count else ' and not in the discard log'}"))
-            elif count:
-                found.append(Violation("rmq-rollback-never-delivered", f"message {message_id}'s local transaction "
-                                       f"is {state or 'never run'}, yet it is on its topic {count} times"))
-        return found
 
     def counters(self) -> dict[str, int]:
         tally = self.history.snapshot()
@@ -533,20 +475,6 @@ class ClusterModel(Model):
                     "uncommitted-read-durable", f"{reader} was handed {key[0]}@{record.offset} twice with different "
                                                 f"values ({before!r}, then {record.value!r}): the first was lost"))
 
-    def _check_uncommitted_reads(self, reader: LogManager) -> list[Violation]:
-        """Every record the read_uncommitted reader was handed is in the log as it was, read from the disk."""
-        final: dict[tuple[TopicPartition, int], bytes | None] = {}
-        for tp in self.data_partitions:
-            log = reader.get(tp.topic, tp.partition) or _open_read_only(reader, tp)
-            if log is not None:
-                final.update(((tp, r.offset), r.value) for r in _read(log, tp, IsolationLevel.READ_UNCOMMITTED))
-        missing = [(key, value) for key, value in self._uncommitted.items() if final.get(key, b"-") != value]
-        return [Violation("uncommitted-read-durable",
-                          f"{len(missing)} records handed to the read_uncommitted reader are not in the log as they "
-                          f"were after the run settled; e.g. {tp}@{offset} value {value!r}, the log holds "
-                          f"{final.get((tp, offset), 'nothing')!r} there")
-                for (tp, offset), value in missing[:1]]
-
     def stale_read(self, reader: str, tp: TopicPartition, node: str, told: int, answer: str) -> None:
         """A fetch answered that `tp` ends before `told`, where an earlier answer said it ended."""
         self._violations.append(Violation("no-stale-read", f"{reader}: {node} answered {answer} for {tp}, which an "
@@ -650,38 +578,3 @@ class ClusterModel(Model):
                 if i in view and name not in self._waking:  # a node just woken reconciles on its own time
                     self.network.set_timer(name, 0, self.sim_nodes[name].reconcile, label="reconcile")
         self.world.after(MEMBERSHIP_TICK_MS, self._membership_tick)
-
-
-def _batch_violations(records: list[Observed]) -> list[Violation]:
-    """From the final read of the batch topic: which attempts of each (batch, task) are visible."""
-    attempts: dict[tuple[str, str], set[str]] = {}
-    for r in records:
-        if r.writer and r.writer.startswith("spark/"):
-            _, batch, task, attempt = r.writer.split("/")
-            attempts.setdefault((batch, task), set()).add(attempt)
-    found = [Violation("batch-exactly-once", f"batch {batch} task {task}: attempts {sorted(seen)} are all visible")
-             for (batch, task), seen in sorted(attempts.items()) if len(seen) > 1]
-    tasks: dict[str, set[str]] = {}
-    for batch, task in attempts:
-        tasks.setdefault(batch, set()).add(task)
-    found.extend(Violation("batch-atomic", f"batch {batch}: only tasks {sorted(seen)} of {TASKS} are visible")
-                 for batch, seen in sorted(tasks.items()) if len(seen) != TASKS)
-    return found
-
-
-def _open_read_only(reader: LogManager, tp: TopicPartition) -> PartitionLog | None:
-    """The final read opens each partition as one more node would (claiming it: every node has stopped)."""
-    if not reader.storage.exists(PurePosixPath(DATA_ROOT / f"{tp.topic}-{tp.partition}")):
-        return None
-    return reader.open_as_leader(tp.topic, tp.partition, lambda node_id: True)
-
-
-def _read_committed(log: PartitionLog, tp: TopicPartition) -> list[ConsumerRecord]:
-    """Every record of `log` a read_committed consumer returns, as the consumer's own fetcher filters them."""
-    return _read(log, tp, IsolationLevel.READ_COMMITTED)
-
-
-def _read(log: PartitionLog, tp: TopicPartition, isolation: IsolationLevel) -> list[ConsumerRecord]:
-    data = log.read(0, 1 << 30, isolation)
-    return PartitionRecords(tp, 0, data.records, isolation_level=isolation,
-                            aborted_transactions=data.aborted_transactions).take(1 << 30)
