@@ -13,14 +13,14 @@ import logging
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Protocol, TypeVar, runtime_checkable
 
 import crc32c
 from google.protobuf.message import DecodeError
 
 from coordinator.layout import write_atomically
-from partitions.segment import fsync_directory
+from partitions.storage import FILE_STORAGE, Storage
 from proto.records import RecordBatch
 
 logger = logging.getLogger(__name__)
@@ -36,6 +36,9 @@ class SnapshottedLog(Protocol):
     def directory(self) -> Path: ...
 
     @property
+    def storage(self) -> Storage: ...
+
+    @property
     def log_start_offset(self) -> int: ...
 
     @property
@@ -49,7 +52,7 @@ class SnapshottedLog(Protocol):
 @dataclass(frozen=True, slots=True)
 class SnapshotFile:
     next_offset: int
-    path: Path
+    path: PurePath
 
 
 def file_name(kind: str, next_offset: int) -> str:
@@ -71,10 +74,10 @@ def _parse_temporary(kind: str, name: str) -> int | None:
     return _parse(kind, name[:-len(".tmp")].rpartition(".")[0])
 
 
-def list_files(directory: Path, kind: str) -> list[SnapshotFile]:
+def list_files(directory: PurePath, kind: str, storage: Storage = FILE_STORAGE) -> list[SnapshotFile]:
     """The `kind` snapshot files of `directory`, oldest first."""
-    found = [SnapshotFile(offset, path) for path in directory.iterdir()
-             if (offset := _parse(kind, path.name)) is not None]
+    found = [SnapshotFile(offset, directory / name) for name in storage.list_dir(directory)
+             if (offset := _parse(kind, name)) is not None]
     return sorted(found, key=lambda file: file.next_offset)
 
 
@@ -82,10 +85,10 @@ def frame(payload: bytes) -> bytes:
     return _CRC.pack(crc32c.crc32c(payload)) + payload
 
 
-def unframe(path: Path) -> bytes | None:
+def unframe(path: PurePath, storage: Storage = FILE_STORAGE) -> bytes | None:
     """The payload of the file at `path`, or None (said in the log) if it is unreadable or damaged."""
     try:
-        data = path.read_bytes()
+        data = storage.read_bytes(path)
     except FileNotFoundError:
         return None
     except OSError as error:
@@ -105,11 +108,11 @@ def newest(shard_log: SnapshottedLog, kind: str, decode: Callable[[bytes], T]) -
     gone, and what exists is the best that can be loaded.
     """
     start, end = shard_log.log_start_offset, shard_log.high_watermark
-    for file in reversed(list_files(shard_log.directory, kind)):
+    for file in reversed(list_files(shard_log.directory, kind, shard_log.storage)):
         if file.next_offset > end:
             logger.warning("ignoring shard snapshot %s: it goes past the log end %d", file.path, end)
             continue
-        image = _decode(file, decode)
+        image = _decode(file, decode, shard_log.storage)
         if image is None:
             continue
         if file.next_offset < start:
@@ -122,8 +125,8 @@ def newest(shard_log: SnapshottedLog, kind: str, decode: Callable[[bytes], T]) -
     return None
 
 
-def _decode(file: SnapshotFile, decode: Callable[[bytes], T]) -> T | None:
-    payload = unframe(file.path)
+def _decode(file: SnapshotFile, decode: Callable[[bytes], T], storage: Storage) -> T | None:
+    payload = unframe(file.path, storage)
     if payload is None:
         return None
     try:
@@ -133,7 +136,8 @@ def _decode(file: SnapshotFile, decode: Callable[[bytes], T]) -> T | None:
         return None
 
 
-def write(directory: Path, kind: str, next_offset: int, payload: bytes) -> int | None:
+def write(directory: PurePath, kind: str, next_offset: int, payload: bytes,
+          storage: Storage = FILE_STORAGE) -> int | None:
     """Make the snapshot at `next_offset` durable, then prune older files; returns the fallback's offset.
 
     An existing good file at the same offset is kept as it is (never replaced). Pruning keeps
@@ -142,18 +146,28 @@ def write(directory: Path, kind: str, next_offset: int, payload: bytes) -> int |
     half-written temporaries below `next_offset` a crash or a fenced writer left.
     """
     path = directory / file_name(kind, next_offset)
-    if unframe(path) is None:
-        write_atomically(path, frame(payload))
-    older = [file for file in list_files(directory, kind) if file.next_offset < next_offset]
-    fallback = next((file for file in reversed(older) if unframe(file.path) is not None), None)
+    if unframe(path, storage) is None:
+        _write_durably(storage, path, frame(payload))
+    older = [file for file in list_files(directory, kind, storage) if file.next_offset < next_offset]
+    fallback = next((file for file in reversed(older) if unframe(file.path, storage) is not None), None)
     doomed = [file.path for file in older if file is not fallback]
-    doomed += [path for path in directory.iterdir()
-               if (offset := _parse_temporary(kind, path.name)) is not None and offset < next_offset]
+    doomed += [directory / name for name in storage.list_dir(directory)
+               if (offset := _parse_temporary(kind, name)) is not None and offset < next_offset]
     for doomed_path in doomed:
-        doomed_path.unlink(missing_ok=True)
+        storage.delete(doomed_path)
     if doomed:
-        fsync_directory(directory)
+        storage.fsync_directory(directory)
     return None if fallback is None else fallback.next_offset
+
+
+def _write_durably(storage: Storage, path: PurePath, data: bytes) -> None:
+    """Temp file, fsync, rename, directory fsync. On the real disk the temp file is named by process, since a
+    fenced writer and the shard's new owner may write the snapshot of one offset at the same moment."""
+    if storage is FILE_STORAGE:
+        write_atomically(Path(path), data)
+    else:
+        storage.replace_atomically(path, data, fsync=True)
+        storage.fsync_directory(path.parent)
 
 
 def commit(shard_log: SnapshottedLog, kind: str, next_offset: int, payload: bytes) -> int:
@@ -162,6 +176,6 @@ def commit(shard_log: SnapshottedLog, kind: str, next_offset: int, payload: byte
     Below the fallback rather than below the new snapshot: if the new one is ever damaged, the
     fallback plus the log after it still rebuild everything.
     """
-    fallback = write(shard_log.directory, kind, next_offset, payload)
+    fallback = write(shard_log.directory, kind, next_offset, payload, shard_log.storage)
     return 0 if fallback is None else shard_log.delete_segments_before(fallback)
 

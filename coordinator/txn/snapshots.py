@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import PurePath
 
 from google.protobuf.message import DecodeError
 
 from coordinator import shard_snapshots
 from coordinator.shard_snapshots import SnapshottedLog
-from partitions.storage import FILE_STORAGE
+from partitions.storage import FILE_STORAGE, Storage
 from proto import txnsim_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -43,13 +43,8 @@ def decode_values(payload: bytes) -> dict[str, bytes]:
 
 
 def read(shard_log: SnapshottedLog) -> ShardImage | None:
-    """The newest usable snapshot of the shard (see shard_snapshots.newest), or None.
-
-    Snapshot files live on the real disk only (shard_snapshots does not go through partitions.Storage
-    yet): a shard on a simulated disk loads from its log alone, and none is ever written there."""
-    if getattr(shard_log, "storage", FILE_STORAGE) is not FILE_STORAGE:
-        return None
-    convert_legacy(shard_log.directory)
+    """The newest usable snapshot of the shard (see shard_snapshots.newest), or None."""
+    convert_legacy(shard_log.directory, shard_log.storage)
     found = shard_snapshots.newest(shard_log, KIND, decode_values)
     return None if found is None else ShardImage(*found)
 
@@ -59,18 +54,18 @@ def write(shard_log: SnapshottedLog, image: ShardImage) -> int:
     return shard_snapshots.commit(shard_log, KIND, image.next_offset, encode(image))
 
 
-def convert_legacy(directory: Path) -> None:
+def convert_legacy(directory: PurePath, storage: Storage = FILE_STORAGE) -> None:
     """Rename-by-offset the single snapshot file of earlier versions (a damaged one is dropped)."""
     path = directory / LEGACY_FILE
-    if not path.exists():
+    if not storage.exists(path):
         return
-    payload = shard_snapshots.unframe(path)
+    payload = shard_snapshots.unframe(path, storage)
     try:
         if payload is not None:
             next_offset = pb.TransactionSnapshot.FromString(payload).next_offset
-            shard_snapshots.write(directory, KIND, next_offset, payload)
+            shard_snapshots.write(directory, KIND, next_offset, payload, storage)
             log.info("%s: converted %s to %s", directory.name, LEGACY_FILE,
                      shard_snapshots.file_name(KIND, next_offset))
     except DecodeError as error:
         log.warning("dropping %s: it does not decode (%s)", path, error)
-    path.unlink(missing_ok=True)
+    storage.delete(path)

@@ -210,3 +210,15 @@ def test_the_read_uncommitted_reader_is_handed_undecided_and_aborted_records_tha
     assert result.failure is None, result.failure
     assert result.counters["records read uncommitted"] > 100
     assert result.counters["of them never committed"] > 0, "it saw only what read_committed sees"
+
+
+def test_coordinator_shards_are_snapshotted_and_a_take_over_loads_the_snapshot_and_the_log_after_it():
+    """The transaction and group coordinators snapshot their shards and drop the segments below each
+    snapshot's fallback; after a crash the next owner must rebuild from snapshot plus tail, not the whole log."""
+    result = simulate(SimConfig(seed=3, model="cluster", faults=("crash",), keep_trace=True))
+    assert result.failure is None, result.failure
+    snapshots = [line for line in result.trace_lines if " snapshot of __transaction_state" in line]
+    assert any(not line.endswith("log from 0") for line in snapshots), "no segment was ever dropped below one"
+    loads = [line for line in result.trace_lines if " loaded: " in line and " records replayed from offset " in line]
+    assert any(int(line.split("from offset ")[1].split()[0]) > 0 for line in loads), \
+        "no take-over started from a snapshot (every load replayed its log from offset 0)"

@@ -21,15 +21,8 @@ from typing import TYPE_CHECKING, Any
 from proto import consumer_protocol
 from proto import records as codec
 from proto import txnsim_pb2 as pb
-from proto.errors import (
-    ERRORS_BY_CODE,
-    UnknownServerError,
-)
-from proto.structs import (
-    CONSUMER_OFFSETS_TOPIC,
-    TRANSACTION_STATE_TOPIC,
-    TopicPartition,
-)
+from proto.errors import ERRORS_BY_CODE, UnknownServerError
+from proto.structs import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicPartition
 from txnsim.chaos.history import TXN_HEADER, Outcome
 from txnsim.simulate.cluster.groups import shard_of_group
 from txnsim.simulate.network import TIMED_OUT

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import PurePosixPath
 
 from consumer.fetcher import PartitionRecords
-from coordinator.group.replay import ShardContents
+from coordinator.group import snapshots as group_snapshots
 from coordinator.rocketmq.log_format import MESSAGE_ID, decode_half
 from coordinator.rocketmq.shard_load import load_half_shard
 from partitions import LogConfig, LogManager, PartitionLog
@@ -32,11 +32,7 @@ from txnsim.chaos.history import FinalRead, Observed
 from txnsim.simulate.cluster.batch_client import TASKS
 from txnsim.simulate.cluster.copier import COPY_GROUP
 from txnsim.simulate.cluster.groups import OFFSETS_SHARDS
-from txnsim.simulate.cluster.halfmessages import (
-    CHECK_INTERVAL_MS,
-    CHECK_MAX,
-    HALF_SHARDS,
-)
+from txnsim.simulate.cluster.halfmessages import CHECK_INTERVAL_MS, CHECK_MAX, HALF_SHARDS
 from txnsim.simulate.cluster.node import DATA_ROOT, SEGMENT_BYTES
 from txnsim.simulate.cluster.rmq_client import COMMITTED, RMQ_PARTITIONS, RMQ_TOPICS
 from txnsim.simulate.model import Violation
@@ -66,8 +62,7 @@ def read_topics(reader: LogManager, partitions: Iterable[TopicPartition],
         log = open_read_only(reader, TopicPartition(CONSUMER_OFFSETS_TOPIC, shard))
         if log is None:
             continue
-        contents = ShardContents(shard, now_ms)
-        contents.replay(log.batches())
+        contents = group_snapshots.restore(log, shard, now_ms)  # segments below a snapshot may be gone
         group = contents.groups.get(COPY_GROUP)
         if group is not None:
             final.committed.update({tp: value.offset for tp, value in group.offsets.items()})

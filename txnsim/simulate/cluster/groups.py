@@ -6,7 +6,8 @@ pending transactional offsets (coordinator/group/metadata.py), the log's record 
 Each shard is a real PartitionLog on the simulated disk, opened with a bumped leader epoch as the node
 opens it. A membership record (StoreGroup) and a TxnOffsetCommit are appended to it and answered after
 the simulated fsync; a COMMIT/ABORT marker the node appends to it applies or drops the producer's
-pending offsets; a node taking a shard over replays the log, as the real coordinator does.
+pending offsets; a node taking a shard over loads its newest snapshot and replays the log after it, as the
+real coordinator does, and every few dozen records the shard is snapshotted (SimNode.count_shard_write).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import dataclasses
 import functools
 from typing import TYPE_CHECKING, Any
 
-from coordinator.group import log_format
+from coordinator.group import log_format, snapshots
 from coordinator.group.classic import (
     CompleteJoin,
     CompleteSync,
@@ -26,7 +27,6 @@ from coordinator.group.classic import (
 from coordinator.group.membership import join_request, join_response, sync_response
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.offsets import add_pending, fetch_offsets, prepare_txn_offset_commit
-from coordinator.group.replay import ShardContents
 from partitions import PartitionLog
 from partitions.model import AppendOrigin
 from proto import txnsim_pb2 as pb
@@ -94,9 +94,7 @@ class SimGroupCoordinator:
         except KafkaError as error:
             self.model.note(self.node.name, f"offsets shard {shard} not taken: {type(error).__name__}")
             return False
-        now = self.node.now()
-        contents = ShardContents(shard, now)
-        contents.replay(log.batches())
+        contents = snapshots.restore(log, shard, self.node.now())  # its newest snapshot and the log after it
         self.shards[shard] = log
         for group_id, group in contents.groups.items():
             self._configure(group)
@@ -215,6 +213,7 @@ class SimGroupCoordinator:
                     log.make_durable(appended.last_offset + 1)
                 except KafkaError as exc:
                     return self._refuse_offsets(env, shard, exc)
+                self.node.count_shard_write(log)
                 self.node.net.reply(env, pb.TxnOffsetCommitResponse(results=write.results))
 
             self.node.net.set_timer(self.node.name, self.node.fsync_ms, durable, label="fsync")
@@ -298,6 +297,7 @@ class SimGroupCoordinator:
         error: KafkaError | None = None
         try:
             log.make_durable(end)
+            self.node.count_shard_write(log)
         except KafkaError as exc:
             error = NotCoordinatorError(f"[NOT_COORDINATOR] {self.node.name} cannot write {group.group_id!r}: {exc}")
         self._carry_out(group, group.classic.store_completed(self.node.now(), generation, error))

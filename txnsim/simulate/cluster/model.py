@@ -45,18 +45,10 @@ from txnsim.simulate.cluster.batch_client import BATCH_TOPIC, SparkQuery
 from txnsim.simulate.cluster.clients import TOPIC, GroupMember, TxnProducer
 from txnsim.simulate.cluster.copier import COPY_GROUP, OUT_TOPIC, Copier
 from txnsim.simulate.cluster.groups import OFFSETS_SHARDS
-from txnsim.simulate.cluster.halfmessages import (
-    CHECK_INTERVAL_MS,
-    CHECK_MAX,
-)
+from txnsim.simulate.cluster.halfmessages import CHECK_INTERVAL_MS, CHECK_MAX
 from txnsim.simulate.cluster.node import DATA_ROOT, SimNode
 from txnsim.simulate.cluster.readers import Reader
-from txnsim.simulate.cluster.rmq_client import (
-    RMQ_IN_PLACE_TOPIC,
-    RMQ_PARTITIONS,
-    RMQ_TOPICS,
-    RmqProducer,
-)
+from txnsim.simulate.cluster.rmq_client import RMQ_IN_PLACE_TOPIC, RMQ_PARTITIONS, RMQ_TOPICS, RmqProducer
 from txnsim.simulate.model import Model, Report, Violation
 from txnsim.simulate.network import Envelope, Network
 from txnsim.simulate.world import World
@@ -69,8 +61,9 @@ GROUP_MEMBERS = 3
 COPIERS = 2
 RMQ_PRODUCERS = 2
 GROUP = "sim-group"
-#: the files a `bitflip` fault damages: derived from the segments, checksummed, rebuilt when refused
-FLIPPABLE_SUFFIXES = (INDEX_SUFFIX, SNAPSHOT_SUFFIX)
+#: the files a `bitflip` fault damages: derived from the segments, checksummed, rebuilt when refused (saved
+#: indexes, producer-state snapshots, and the coordinators' shard snapshots: `<offset>.txn-snapshot`, ...)
+FLIPPABLE_SUFFIXES = (INDEX_SUFFIX, SNAPSHOT_SUFFIX, "-snapshot")
 #: planted bugs of how a log is opened, which the final read (one more node opening every log) has too
 _OPENING_BUGS = frozenset({"trust-saved-index"})
 #: how long the cluster takes to declare a crashed node dead (heartbeats stop)
@@ -359,10 +352,10 @@ class ClusterModel(Model):
         self.sim_nodes[node].reconcile()
 
     def flip_bit(self, node: str, rng: random.Random) -> None:
-        """One bit of a file the node keeps beside its logs flips: a sealed segment's saved index or a producer-
-        state snapshot. Both are derived from the segments and carry a CRC-32C, so the flip must be caught when
-        the file is next read (the segment is scanned, the snapshot set aside) and change nothing else; every
-        invariant stays in force. Segments and claim files are not flipped: txnsim keeps one copy of them, so
+        """One bit of a file the node keeps beside its logs flips: a sealed segment's saved index, a producer-
+        state snapshot or a coordinator shard's snapshot. Each is derived from the segments and carries a
+        CRC-32C, so the flip must be caught when the file is next read (the segment is scanned, the snapshot set
+        aside for an older one and more of the log) and change nothing else; every invariant stays in force. Segments and claim files are not flipped: txnsim keeps one copy of them, so
         a flip there is data lost by design (docs/simulator.md)."""
         candidates = []
         for log in sorted(self.sim_nodes[node].logs.open_logs(), key=lambda log: (log.topic, log.partition)):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from coordinator.group import snapshots as group_snapshots
 from coordinator.partition_service import verification_error
 from coordinator.placement import NO_OWNER
 from coordinator.reconcile import logs_to_release
@@ -54,6 +55,9 @@ DATA_ROOT = Path("/sim/data")
 #: small segments, so runs roll them: sealed segments are loaded from their saved index on a take-over, and
 #: producer-state snapshots are written and loaded, as on a node that has run for a while
 SEGMENT_BYTES = 4096
+#: a coordinator shard is snapshotted every this many records written to it (a node's default is 1,000): small,
+#: so that runs write snapshots, drop the segments below each one's fallback, and load from them on a take-over
+SNAPSHOT_INTERVAL_RECORDS = 40
 #: requests a node sends to another node wait this long for an answer
 NODE_REQUEST_TIMEOUT_MS = 500
 #: how soon a node tries again to take a shard another node has not let go of yet
@@ -109,6 +113,8 @@ class SimNode:
         self.next_ticket = 0
         self.sends: dict[int, _MarkerSend] = {}
         self.retrying = False
+        #: (topic, shard) -> records written to the coordinator shard since its last snapshot was asked for
+        self._since_snapshot: dict[tuple[str, int], int] = {}
         self.groups = SimGroupCoordinator(self)
         self.half = SimHalfMessages(self)
         self.reconcile()
@@ -152,9 +158,11 @@ class SimNode:
             return False
         self.txn_logs[shard] = log
         self._run(self.core.begin_loading(shard, log.leader_epoch))
-        entries, _replayed = state_log.load(log)
+        entries, replayed = state_log.load(log)
         self._run(self.core.loaded(shard, log.leader_epoch, entries, self.now()))
         self.model.ownership_changed(self.name, TRANSACTION_STATE_TOPIC, shard, log.leader_epoch)
+        self.model.note(self.name, f"shard {shard} loaded: {len(entries)} ids, {replayed} records replayed from "
+                                   f"offset {log.log_start_offset} or its snapshot")
         return True
 
     # ------------------------------------------------------------ requests
@@ -408,7 +416,33 @@ class SimNode:
         except KafkaError as exc:
             return self._entry_written(write_id, exc)
         self.model.appended(self.name, log, -1, -1)
+        self.count_shard_write(log)
         self._entry_written(write_id, None)
+
+    def count_shard_write(self, log: PartitionLog) -> None:
+        """A record of a coordinator shard is durable; every snapshot interval the shard is snapshotted from its
+        durable log, a moment later (the node does it in the background), as the real coordinators do."""
+        key = (log.topic, log.partition)
+        written = self._since_snapshot.get(key, 0) + 1
+        if written >= SNAPSHOT_INTERVAL_RECORDS:
+            written = 0
+            self.net.set_timer(self.name, 0, self._snapshot, log, label="snapshot")
+        self._since_snapshot[key] = written
+
+    def _snapshot(self, log: PartitionLog) -> None:
+        try:
+            if log.topic == TRANSACTION_STATE_TOPIC:
+                next_offset = state_log.take_snapshot(log).next_offset
+            else:
+                next_offset = group_snapshots.take_snapshot(log, log.partition).next_offset
+        except KafkaError as error:  # the shard moved away or was fenced meanwhile: the next owner snapshots
+            self.model.note(self.name, f"snapshot of {log.topic}-{log.partition} skipped: {type(error).__name__}")
+            return
+        except OSError as error:  # the simulated disk lost power under it; the log keeps everything
+            self.model.note(self.name, f"snapshot of {log.topic}-{log.partition} failed: {error.strerror}")
+            return
+        self.model.note(self.name, f"snapshot of {log.topic}-{log.partition} up to offset {next_offset}, log from "
+                                   f"{log.log_start_offset}")
 
     def _entry_written(self, write_id: int, error: KafkaError | None) -> None:
         self._run(self.core.entry_written(write_id, error, self.now()))
