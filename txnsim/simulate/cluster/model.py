@@ -308,7 +308,7 @@ class ClusterModel(Model):
                 "check-backs via another node": self._rmq_checks_via_peer,
                 "half messages discarded": self._rmq_discards,
                 "records read uncommitted": len(self._uncommitted),
-                "of them never committed": self._uncommitted_never_committed,
+                "read uncommitted, never committed": self._uncommitted_never_committed,
                 "bit flips applied": self._flips["bit flips applied"]}
 
     # ------------------------------------------------------------ faults
