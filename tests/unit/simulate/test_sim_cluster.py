@@ -18,6 +18,16 @@ from txnsim.simulate.world import World
 CLEAN_SEEDS = range(1, 16)
 
 
+def set_up_model(seed: int) -> tuple[World, ClusterModel]:
+    """The cluster model set up on a world of `seed`, for a test to run by hand and then look inside."""
+    world = World(seed)
+    trace = Trace()
+    network = Network(world, Actors(world, trace), trace)
+    model = ClusterModel()
+    model.setup(world, network)
+    return world, model
+
+
 def first_failure(bug: str, *, faults: tuple[str, ...] | None = None, seeds: range = range(1, 41)):
     for seed in seeds:
         config = SimConfig(seed=seed, model="cluster", bug=bug)
@@ -30,11 +40,7 @@ def first_failure(bug: str, *, faults: tuple[str, ...] | None = None, seeds: ran
 
 
 def test_the_simulated_nodes_run_the_real_cores_not_copies():
-    world = World(1)
-    trace = Trace()
-    network = Network(world, Actors(world, trace), trace)
-    model = ClusterModel()
-    model.setup(world, network)
+    world, model = set_up_model(1)
     world.run(until_ms=2_000)
     node = model.sim_nodes["n0"]
     assert type(node.core) is TxnCoordinatorCore
@@ -100,11 +106,7 @@ def test_the_simulated_group_rebalances_on_the_real_group_core_and_never_double_
 
 
 def test_the_copiers_copy_exactly_once_and_commit_their_offsets_in_the_same_transactions():
-    world = World(5)
-    trace = Trace()
-    network = Network(world, Actors(world, trace), trace)
-    model = ClusterModel()
-    model.setup(world, network)
+    world, model = set_up_model(5)
     world.run(until_ms=4_000)
     model.quiesce()
     world.run(until_ms=8_000)
@@ -129,11 +131,7 @@ def test_spark_style_batches_commit_whole_once_through_lost_tasks_and_driver_res
 
 
 def test_half_messages_are_checked_back_decided_and_copied_exactly_once_on_the_real_half_shard_core():
-    world = World(5)
-    trace = Trace()
-    network = Network(world, Actors(world, trace), trace)
-    model = ClusterModel()
-    model.setup(world, network)
+    world, model = set_up_model(5)
     world.run(until_ms=5_000)
     model.quiesce()
     world.run(until_ms=11_000)
@@ -160,11 +158,7 @@ def test_messages_stored_in_place_open_kafka_transactions_that_their_decisions_e
     from txnsim.simulate.cluster.model import NODES
     from txnsim.simulate.cluster.node import DATA_ROOT
     from txnsim.simulate.cluster.rmq_client import RMQ_IN_PLACE_TOPIC, RMQ_PARTITIONS
-    world = World(5)
-    trace = Trace()
-    network = Network(world, Actors(world, trace), trace)
-    model = ClusterModel()
-    model.setup(world, network)
+    world, model = set_up_model(5)
     world.run(until_ms=5_000)
     model.quiesce()
     world.run(until_ms=11_000)
