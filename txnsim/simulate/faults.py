@@ -17,7 +17,7 @@ from txnsim.simulate.world import derive_seed
 
 #: every kind, in the order they are planned and listed
 FAULT_KINDS = ("net-delay", "drop", "dup", "reorder", "late", "partition", "crash", "pause", "bitflip", "slow-fsync",
-               "clock-jump")
+               "clock-jump", "power-loss")
 #: the requests a "late" fault holds back (param `what` indexes this): KAFKA-17754's schedules
 LATE_MESSAGES = ("ProduceRequest", "EndTxnRequest", "WriteTxnMarkersRequest")
 
@@ -34,6 +34,8 @@ MEANINGS = {
     "bitflip": "one bit of the target node's stored data flips (position drawn from flip_seed)",
     "slow-fsync": "the target node's fsyncs take extra_ms more, for duration_ms",
     "clock-jump": "the target node's local clock jumps by jump_ms (the world's clock does not)",
+    "power-loss": "every node loses power at once (paused ones too): each loses what it wrote without an fsync, "
+                  "and all restart after down_ms",
 }
 
 #: kinds whose target is a node that can crash; the others target links (an actor or "*")
@@ -58,7 +60,7 @@ class Fault:
 
     @property
     def duration_ms(self) -> int:
-        return self.param("down_ms") if self.kind == "crash" else self.param("duration_ms")
+        return self.param("down_ms") if self.kind in ("crash", "power-loss") else self.param("duration_ms")
 
     def describe(self) -> str:
         shown = " ".join(f"{k}={v}" for k, v in self.params)
@@ -103,6 +105,8 @@ def plan_faults(seed: int, kinds: Iterable[str], nodes: Sequence[str], actors: S
             targets = list(nodes)
         elif kind == "late":  # every request a late fault holds back goes to or comes from a node
             targets = ["*", *nodes]
+        elif kind == "power-loss":  # the whole machine room
+            targets = ["*"]
         else:
             targets = ["*", *actors]
         at = rng.randint(interval_ms // 4, interval_ms)
@@ -128,7 +132,7 @@ def _params(kind: str, rng: random.Random, session_timeout_ms: int) -> tuple[tup
                 ("extra_ms", extra), ("duration_ms", rng.randint(500, 3_000)))
     if kind == "partition":
         return (("duration_ms", rng.randint(300, 3_000)), ("oneway", rng.randint(0, 1)))
-    if kind == "crash":
+    if kind in ("crash", "power-loss"):
         return (("down_ms", rng.randint(100, 2_000)),)
     if kind == "pause":
         return (("duration_ms", rng.randint(session_timeout_ms + 1, 3 * session_timeout_ms)),)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable
 
+from txnsim.simulate.actors import ActorState
 from txnsim.simulate.faults import LATE_MESSAGES, Fault
 from txnsim.simulate.model import Model
 from txnsim.simulate.network import ANY, LinkRule, Network
@@ -87,6 +88,8 @@ class Injector:
                 for src, dst in links:
                     network.heal(src, dst)
             return reconnect
+        if fault.kind == "power-loss":
+            return self._power_loss()
         if not actors.is_up(target):
             return None
         if fault.kind == "crash":
@@ -103,8 +106,9 @@ class Injector:
             model.pause(target)
 
             def resume() -> None:
-                actors.resume(target)
-                model.resume(target)
+                if actors.state(target) is ActorState.PAUSED:  # not if a power loss took it meanwhile
+                    actors.resume(target)
+                    model.resume(target)
             return resume
         if fault.kind == "bitflip":
             model.flip_bit(target, random.Random(derive_seed(fault.param("flip_seed"), target)))
@@ -117,6 +121,25 @@ class Injector:
             model.clock_jump(target, fault.param("jump_ms"))
             return _nothing
         raise ValueError(f"unknown fault kind {fault.kind!r}")
+
+    def _power_loss(self) -> Callable[[], None] | None:
+        """Every node that is up or paused crashes at the same instant (a crashed one stays down until its own
+        restart); they all restart when the power comes back."""
+        network, actors, model = self._network, self._network.actors, self._model
+        hit = [node for node in model.nodes() if actors.state(node) is not ActorState.CRASHED]
+        if not hit:
+            return None
+        for node in hit:
+            actors.crash(node)
+            network.forget_calls_of(node)
+            model.crash(node)
+
+        def restore_power() -> None:
+            for node in hit:
+                if actors.state(node) is ActorState.CRASHED:
+                    actors.restart(node)
+                    model.restart(node)
+        return restore_power
 
 
 def _nothing() -> None:

@@ -216,3 +216,23 @@ def test_coordinator_shards_are_snapshotted_and_a_take_over_loads_the_snapshot_a
     loads = [line for line in result.trace_lines if " loaded: " in line and " records replayed from offset " in line]
     assert any(int(line.split("from offset ")[1].split()[0]) > 0 for line in loads), \
         "no take-over started from a snapshot (every load replayed its log from offset 0)"
+
+
+def test_a_power_loss_takes_every_node_down_at_once_and_loses_nothing_acknowledged():
+    result = simulate(SimConfig(seed=1, model="cluster", faults=("power-loss",), keep_trace=True))
+    assert result.failure is None, result.failure
+    (first, *_) = [line for line in result.trace_lines if " fault world->* power-loss " in line]
+    at = int(first.split()[0])
+    lost = {line.split()[2].split("->")[0] for line in result.trace_lines
+            if int(line.split()[0]) == at and " power loss: " in line}
+    assert lost, "the power loss cut no unsynced write"
+    taken_over = {line.split()[2].split("->")[0] for line in result.trace_lines
+                  if " owner " in line and int(line.split()[0]) > at}
+    assert taken_over == {"n0", "n1", "n2"}, "not every node came back and opened its logs again"
+    assert result.counters["transactions committed"] > 0
+
+
+@pytest.mark.slow
+def test_a_power_loss_finds_an_acknowledgement_before_fsync():
+    found = first_failure("ack-before-fsync", faults=("power-loss",), seeds=range(1, 11))
+    assert found.failure is not None
