@@ -277,3 +277,44 @@ def test_a_send_retried_while_its_first_attempt_is_being_written_stores_one_half
     channel.close()
     assert all(len(tids) == 1 for tids in answers), answers
     assert len(pending(admin, group)) == 10
+
+
+def test_a_retried_in_place_send_whose_write_fails_leaves_the_message_undecided_for_its_end(tmp_path):
+    """The first attempt of a send was written in place and answered, so the producer's local transaction
+    may have committed. A retry of it whose write then fails (the partition's owner is stalled) reports the
+    error and must not roll the message back: the producer's COMMIT still delivers it."""
+    import grpc
+
+    from proto import txnsim_pb2 as pb
+    from proto.txnsim_pb2_grpc import HalfMessagesStub
+    from tests.helpers import leader_of
+    from txnsim import Admin
+    # a stall longer than a node's 5 s request timeout, with no takeover meanwhile: the write fails, no owner moves
+    settings = dict(HALF_SETTINGS, broker_session_timeout_ms=60_000)
+    with LocalCluster(nodes=3, data_dir=tmp_path, **settings) as c:
+        with Admin(c.bootstrap_servers) as admin:
+            admin.create_topic("points", partitions=1, configs={"half.message.storage": "kafka"})
+        stalled = leader_of(c.bootstrap_servers, "points", 0)
+        group = next(g for g in (f"orders-{i}" for i in range(100)) if _owner_of_group(c, g) != stalled)
+        channel = grpc.insecure_channel(c.spec.nodes[_owner_of_group(c, group)])
+        try:
+            stub = HalfMessagesStub(channel)
+            send = pb.SendHalfMessageRequest(producer_group=group, message=pb.HalfMessage(
+                topic="points", partition=0, value=b"-10", message_id="order-1"))
+            first = stub.SendHalfMessage(send, timeout=10)
+            assert first.error_code == 0, first.error_message
+            c.pause(stalled)
+            try:
+                retry_error = stub.SendHalfMessage(send, timeout=20).error_code
+            except grpc.RpcError as error:
+                retry_error = error.code()
+            finally:
+                c.resume(stalled)
+            assert retry_error, "the retry's write reached a stalled partition owner"
+            end = stub.EndHalfTransaction(pb.EndHalfTransactionRequest(
+                transaction_id=first.transaction_id, producer_group=group, message_id="order-1",
+                resolution=pb.RESOLUTION_COMMIT, source=pb.SOURCE_CLIENT), timeout=20)
+            assert end.error_code == 0, end.error_message
+        finally:
+            channel.close()
+        assert values(c, "points", partitions=1) == [b"-10"]
