@@ -267,7 +267,8 @@ class TransactionCoordinator:
             error = NotCoordinatorError(f"[NOT_COORDINATOR] shard {effect.shard} is no longer this node's")
         else:
             try:
-                state_log.append_entry(shard_log, effect.transactional_id, effect.value, effect.timestamp_ms)
+                state_log.append_entry(shard_log, effect.transactional_id, effect.value, effect.timestamp_ms,
+                                       passing=effect.passing)
             except KafkaError as exc:
                 error = exc
             except Exception as exc:  # an I/O failure the log did not name: the client retries elsewhere
@@ -280,9 +281,11 @@ class TransactionCoordinator:
             timed_out = effect.write_id in self._timeout_writes
             self._timeout_writes.discard(effect.write_id)
         if installed:
-            self._observe(previous, effect.value, timed_out)
+            for value in (*effect.passing, effect.value):
+                self._observe(previous, value, timed_out)
+                previous = None if value is None else value.state
         if error is None and shard_log is not None:
-            self._count_write(effect.shard, shard_log)
+            self._count_write(effect.shard, shard_log, 1 + len(effect.passing))
         return effects
 
     def _state_of(self, shard: int, transactional_id: str) -> TransactionState | None:
@@ -341,9 +344,9 @@ class TransactionCoordinator:
 
     # ------------------------------------------------------------ snapshots
 
-    def _count_write(self, shard: int, shard_log: PartitionLog) -> None:
+    def _count_write(self, shard: int, shard_log: PartitionLog, records: int) -> None:
         with self._lock:
-            written = self._writes_since_snapshot.get(shard, 0) + 1
+            written = self._writes_since_snapshot.get(shard, 0) + records
             self._writes_since_snapshot[shard] = 0 if written >= self._snapshot_interval else written
         if written >= self._snapshot_interval:
             self._snapshotter.submit(self._snapshot, shard, shard_log)

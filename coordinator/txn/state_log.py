@@ -8,6 +8,7 @@ records after it.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from coordinator.txn import snapshots
 from coordinator.txn.batch_metadata import BatchTxn
@@ -25,19 +26,24 @@ def decode_entry(key: str, data: bytes) -> TxnMetadata | BatchTxn:
     return TxnMetadata.from_log_value(key, data)
 
 
-def encode_entry(transactional_id: str, metadata: TxnMetadata | BatchTxn | None, timestamp_ms: int) -> bytes:
-    value = None if metadata is None else metadata.to_log_value()
-    return records.encode_batch([(timestamp_ms, transactional_id.encode(), value, ())])
+def encode_entry(transactional_id: str, metadata: TxnMetadata | BatchTxn | None, timestamp_ms: int,
+                 passing: Sequence[TxnMetadata | BatchTxn] = ()) -> bytes:
+    """One batch: a record per value in `passing`, then `metadata`'s (one CRC: all of them or none)."""
+    key = transactional_id.encode()
+    values = [value.to_log_value() for value in passing] + [None if metadata is None else metadata.to_log_value()]
+    return records.encode_batch([(timestamp_ms, key, value, ()) for value in values])
 
 
 def append_entry(shard_log: PartitionLog, transactional_id: str, metadata: TxnMetadata | BatchTxn | None,
-                 timestamp_ms: int | None = None, *, wait_durable: bool = True) -> int:
+                 timestamp_ms: int | None = None, *, wait_durable: bool = True,
+                 passing: Sequence[TxnMetadata | BatchTxn] = ()) -> int:
     """Returns once the entry is durable (the log group-commits its fsyncs), or with `wait_durable` False
     once written (then make_durable(returned end offset) before acting on it). The record's timestamp is
-    the coordinator's time of the change (the wall clock if not given)."""
+    the coordinator's time of the change (the wall clock if not given). `passing`: values of the same id
+    written before it in the same batch (see core.WriteEntry)."""
     stamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-    appended = shard_log.append(encode_entry(transactional_id, metadata, stamp), origin=AppendOrigin.COORDINATOR,
-                                wait_durable=wait_durable)
+    appended = shard_log.append(encode_entry(transactional_id, metadata, stamp, passing),
+                                origin=AppendOrigin.COORDINATOR, wait_durable=wait_durable)
     return appended.last_offset + 1
 
 

@@ -24,7 +24,7 @@ from proto.errors import (
     ProducerFencedError,
     UnknownServerError,
 )
-from proto.structs import TransactionState
+from proto.structs import TopicPartition, TransactionState
 
 S = TransactionState
 EPOCH = 5
@@ -167,10 +167,42 @@ def test_the_next_transactions_first_add_is_held_until_the_previous_complete_lan
     held = h.add(bumped, 1)
     assert held not in h.replies, "answered while the previous markers were out"
     h.ack()
-    h.land()  # CompleteCommit lands: the held call is retried and writes Ongoing
-    h.land()
+    both = h.land()  # CompleteCommit and the held call's Ongoing, one batch, one fsync
+    assert [v.state for v in (*both.passing, both.value)] == [S.COMPLETE_COMMIT, S.ONGOING]
+    assert both.value.partitions == frozenset({TopicPartition("t", 1)})
+    assert not h.writes
     assert h.answer(held).results[0].error_code == 0
     assert h.state().state == S.ONGOING
+
+
+def test_a_held_add_sharing_a_failed_complete_write_waits_for_the_retry_of_both():
+    h = Harness()
+    ids = open_transaction(h, 0)
+    end = h.end(ids)
+    h.land()
+    held = h.add(h.answer(end), 1)
+    h.ack()
+    h.land(error=UnknownServerError("[UNKNOWN_SERVER_ERROR] disk full"))
+    assert held not in h.replies, "answered although neither value was written"
+    assert h.state().state == S.PREPARE_COMMIT
+    h.fire_timers("complete")
+    both = h.land()
+    assert [v.state for v in (*both.passing, both.value)] == [S.COMPLETE_COMMIT, S.ONGOING]
+    assert h.answer(held).results[0].error_code == 0
+
+
+def test_a_held_add_from_a_fenced_producer_is_refused_after_the_complete_lands_alone():
+    h = Harness()
+    ids = open_transaction(h, 0)
+    end = h.end(ids)
+    h.land()
+    held = h.add(ids, 1)  # the epoch before the end's bump: a zombie of the previous transaction
+    h.ack()
+    alone = h.land()
+    assert alone.passing == () and alone.value.state == S.COMPLETE_COMMIT
+    with pytest.raises(ProducerFencedError):
+        h.answer(held)
+    assert h.answer(end).producer_epoch == ids.producer_epoch + 1
 
 
 def test_a_held_add_whose_deadline_passes_hears_concurrent_transactions():

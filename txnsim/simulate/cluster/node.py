@@ -398,7 +398,7 @@ class SimNode:
         else:
             try:
                 end = state_log.append_entry(log, effect.transactional_id, effect.value, effect.timestamp_ms,
-                                             wait_durable=False)
+                                             wait_durable=False, passing=effect.passing)
                 self.model.appended(self.name, log, -1, -1)
             except KafkaError as exc:
                 error = exc
