@@ -58,6 +58,7 @@ from proto.errors import (
     KafkaConfigurationError,
     KafkaError,
     NotLeaderOrFollowerError,
+    UnknownServerError,
     code_of,
 )
 from proto.hashing import partition_for
@@ -119,7 +120,7 @@ class Node:
             node_id=node_id, logs=self.logs, membership=self.membership, topics=self.topics,
             offsets_shards=self.config.offsets_shards, txn_shards=self.config.txn_shards,
             half_shards=self.config.half_shards,
-            verify=self._verify_partition_in_txn, on_offsets_marker=self._on_offsets_marker, observer=self.metrics)
+            verify=self._verify_partitions_in_txn, on_offsets_marker=self._on_offsets_marker, observer=self.metrics)
         self.markers = MarkerWriter(
             local_node_id=node_id, owner_of=lambda tp: self.membership.owner(tp.topic, tp.partition),
             address_of=lambda n: self.spec.nodes[n], write_locally=self.partitions.write_txn_markers,
@@ -327,13 +328,15 @@ class Node:
 
     # ------------------------------------------------------------ cross-component calls
 
-    def _verify_partition_in_txn(self, tid: str, producer_id: int, producer_epoch: int, tp: TopicPartition) -> int:
+    def _verify_partitions_in_txn(self, tid: str, producer_id: int, producer_epoch: int,
+                                  tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """One verify-only AddPartitionsToTxn for all of `tps` (a half-message id asks its shard per partition)."""
         half_shard = shard_of_transactional_id(tid)
         if half_shard is not None:
-            return self._verify_half_write(half_shard, producer_id, tp)
+            return {tp: self._verify_half_write(half_shard, producer_id, tp) for tp in tps}
         request = pb.AddPartitionsToTxnRequest(
             transactional_id=tid, producer_id=producer_id, producer_epoch=producer_epoch, verify_only=True,
-            partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition)])
+            partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition) for tp in tps])
         owner = self.membership.owner(TRANSACTION_STATE_TOPIC, partition_for(tid, self.config.txn_shards))
         try:
             if owner == self.node_id:
@@ -342,10 +345,12 @@ class Node:
                 stubs = self.channels.stubs(self.spec.nodes[owner])
                 response = call(stubs.transactions.AddPartitionsToTxn, request, 5.0, check=False)
         except KafkaError as exc:  # unreachable or timed out: the coordinator is moving, not saying no
-            return code_of(exc) if isinstance(exc, BrokerResponseError) else CoordinatorNotAvailableError.errno
+            code = code_of(exc) if isinstance(exc, BrokerResponseError) else CoordinatorNotAvailableError.errno
+            return dict.fromkeys(tps, code)
         if response.error_code:
-            return response.error_code
-        return response.results[0].error_code if response.results else 0
+            return dict.fromkeys(tps, response.error_code)
+        codes = {TopicPartition(r.topic, r.partition): r.error_code for r in response.results}
+        return {tp: codes.get(tp, UnknownServerError.errno) for tp in tps}
 
     def _verify_half_write(self, shard: int, producer_id: int, tp: TopicPartition) -> int:
         """Ask the owner of a half-message shard whether a message stored in place may open its transaction."""

@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -52,7 +53,12 @@ log = logging.getLogger(__name__)
 LATEST_TIMESTAMP, EARLIEST_TIMESTAMP, MAX_TIMESTAMP = -1, -2, -3
 
 #: (transactional_id, producer_id, producer_epoch, partition) -> error code (0 = the partition is in the txn)
-Verifier = Callable[[str, int, int, TopicPartition], int]
+#: asks the coordinator of a transactional id whether these partitions are in the open transaction of a
+#: producer id and epoch (KIP-890 part 1); the error code per partition, 0 where it may be written
+Verifier = Callable[[str, int, int, list[TopicPartition]], dict[TopicPartition, int]]
+#: what a produce request's verification decided for one of its partitions: the producer ids verified for
+#: it, or the error it is answered with
+Verdict = frozenset[int] | KafkaError
 
 
 class WaitingFetches:
@@ -175,21 +181,24 @@ class PartitionServer:
         if not req.partitions:
             raise InvalidRequestError("[INVALID_REQUEST] a produce request must carry at least one partition")
         tid = req.transactional_id if req.HasField("transactional_id") else None
+        verdicts = self._verify_new_transactions(tid, req.partitions)
         if len(req.partitions) == 1:
-            results = [self._produce_one(tid, req.partitions[0])]
+            results = [self._produce_one(req.partitions[0], verdicts.get(0, frozenset()))]
         else:  # appends to different logs fsync in parallel
-            results = list(self._pool.map(lambda p: self._produce_one(tid, p), req.partitions))
+            results = list(self._pool.map(lambda i, p: self._produce_one(p, verdicts.get(i, frozenset())),
+                                          range(len(req.partitions)), req.partitions))
         self._waiting_fetches.wake((p.topic, p.partition) for p in req.partitions)
         return pb.ProduceResponse(partitions=results)
 
-    def _produce_one(self, tid: str | None, part: pb.PartitionRecords) -> pb.PartitionProduceResult:
+    def _produce_one(self, part: pb.PartitionRecords, verdict: Verdict) -> pb.PartitionProduceResult:
         result = pb.PartitionProduceResult(topic=part.topic, partition=part.partition, base_offset=-1)
         try:
             if part.topic in INTERNAL_TOPICS:
                 raise InvalidTopicError(f"[INVALID_TOPIC_EXCEPTION] clients cannot write to internal topic {part.topic}")
             partition_log = self.owned_log(part.topic, part.partition)
-            verified = self._verify_new_transactions(tid, partition_log, part)
-            appended = partition_log.append(part.records, verified_producer_ids=verified)
+            if isinstance(verdict, KafkaError):
+                raise verdict
+            appended = partition_log.append(part.records, verified_producer_ids=verdict)
             result.base_offset = appended.base_offset
             result.log_start_offset = appended.log_start_offset
         except KafkaError as exc:
@@ -197,23 +206,43 @@ class PartitionServer:
             result.error_message = str(exc)
         return result
 
-    def _verify_new_transactions(self, tid: str | None, partition_log: PartitionLog,
-                                 part: pb.PartitionRecords) -> frozenset[int]:
-        unverified = partition_log.needs_txn_verification(part.records)
-        if not unverified:
-            return frozenset()
-        if not tid:
-            raise TransactionAbortableError(
-                "[TRANSACTION_ABORTABLE] a transactional batch needs the request's transactional_id")
-        tp = TopicPartition(part.topic, part.partition)
-        verified = set()
-        for producer_id, producer_epoch in unverified:
-            error = verification_error(self._verify(tid, producer_id, producer_epoch, tp), tid, tp, producer_id,
-                                       producer_epoch)
-            if error is not None:
-                raise error
-            verified.add(producer_id)
-        return frozenset(verified)
+    def _verify_new_transactions(self, tid: str | None, parts: Sequence[pb.PartitionRecords]) -> dict[int, Verdict]:
+        """KIP-890 part 1 for a whole request: each transactional batch that would open a transaction on its
+        partition is checked with the transaction's coordinator first, one call per producer for all the
+        request's partitions (as Kafka's AddPartitionsToTxnManager batches them), so a transaction's first
+        write to two partitions of this node waits for one round trip, not two. Keyed by the partition's
+        index in the request; a partition with nothing to verify (or that _produce_one refuses anyway) has
+        no entry."""
+        asks: dict[tuple[int, int], list[tuple[int, TopicPartition]]] = defaultdict(list)
+        verdicts: dict[int, Verdict] = {}
+        for i, part in enumerate(parts):
+            if part.topic in INTERNAL_TOPICS:
+                continue
+            try:
+                unverified = self.owned_log(part.topic, part.partition).needs_txn_verification(part.records)
+            except KafkaError as exc:
+                verdicts[i] = exc
+                continue
+            if unverified and not tid:
+                verdicts[i] = TransactionAbortableError(
+                    "[TRANSACTION_ABORTABLE] a transactional batch needs the request's transactional_id")
+                continue
+            for producer in unverified:
+                asks[producer].append((i, TopicPartition(part.topic, part.partition)))
+        verified: dict[int, set[int]] = defaultdict(set)
+        for (producer_id, producer_epoch), where in asks.items():
+            assert tid is not None
+            codes = self._verify(tid, producer_id, producer_epoch, [tp for _i, tp in where])
+            for i, tp in where:
+                error = verification_error(codes.get(tp, UnknownServerError.errno), tid, tp, producer_id,
+                                           producer_epoch)
+                if error is not None:
+                    verdicts.setdefault(i, error)
+                else:
+                    verified[i].add(producer_id)
+        for i, pids in verified.items():
+            verdicts.setdefault(i, frozenset(pids))
+        return verdicts
 
     # ------------------------------------------------------------ fetch
 

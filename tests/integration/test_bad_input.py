@@ -134,6 +134,35 @@ def test_stale_epochs_and_unknown_producer_ids_are_rejected(cluster, client, top
     assert log_bytes(cluster, topic) == before
 
 
+def test_each_partition_of_a_request_is_verified_on_its_own_merits(cluster, admin, client, txn_id):
+    """Two partitions of one leader in one request, both opening the transaction there: the request is
+    verified with the coordinator in one ask, yet the partition added to the transaction is written and
+    the one never added is refused TRANSACTION_ABORTABLE with its log unchanged."""
+    name = f"verify-{txn_id}"
+    admin.create_topic(name, partitions=12)
+    by_leader: dict[str, list[int]] = {}
+    for partition in range(12):
+        by_leader.setdefault(client.leader_address(TopicPartition(name, partition)), []).append(partition)
+    leader, (added, never_added, *_rest) = next((a, ps) for a, ps in sorted(by_leader.items()) if len(ps) >= 2)
+    coordinator = client.stubs(client.coordinator_address(1, txn_id))
+    init = call(coordinator.transactions.InitProducerId,
+                pb.InitProducerIdRequest(transactional_id=txn_id, transaction_timeout_ms=10_000,
+                                         producer_id=-1, producer_epoch=-1), 10.0)
+    call(coordinator.transactions.AddPartitionsToTxn, pb.AddPartitionsToTxnRequest(
+        transactional_id=txn_id, producer_id=init.producer_id, producer_epoch=init.producer_epoch,
+        partitions=[pb.TopicPartitionRef(topic=name, partition=added)]), 10.0)
+    batch = one_batch(b"in the transaction?", producer_id=init.producer_id, producer_epoch=init.producer_epoch,
+                      base_sequence=0, transactional=True)
+    before = log_bytes(cluster, name, never_added)
+    response = call(client.stubs(leader).partitions.Produce, pb.ProduceRequest(
+        acks=-1, timeout_ms=5000, transactional_id=txn_id,
+        partitions=[pb.PartitionRecords(topic=name, partition=p, records=batch) for p in (added, never_added)]),
+        10.0)
+    outcome = {r.partition: errors.name_of(r.error_code) for r in response.partitions}
+    assert outcome == {added: "NONE", never_added: "TRANSACTION_ABORTABLE"}
+    assert log_bytes(cluster, name, never_added) == before
+
+
 def test_empty_transactional_id_and_bad_isolation_level(cluster, client):
     response = call(client.stubs(client.known_addresses()[0]).transactions.InitProducerId,
                     pb.InitProducerIdRequest(transactional_id="", transaction_timeout_ms=1000), 5.0, check=False)
