@@ -1,8 +1,10 @@
-"""Builds partitions/framing.py with mypyc (it ships with mypy) when a C compiler is at hand.
+"""Builds the two per-record walks with mypyc (it ships with mypy) when a C compiler is at hand.
 
-The record framing check is a produce's only Python work per record; compiled it runs about thirty times
-faster, from the same source. The build is optional: without a compiler the module runs interpreted and
-gives the same answers, only slower (partitions.validation.FRAMING_COMPILED says which one runs).
+partitions/framing.py is a produce's only Python work per record on the node; proto/record_decoding.py
+is every reader's (consumers, the nodes' own readers of their logs). Compiled they run several times
+faster, from the same source. The build is optional: without a compiler the modules run interpreted and
+give the same answers, only slower (partitions.validation.FRAMING_COMPILED and
+proto.records.RECORD_DECODING_COMPILED say which one runs).
 Everything else about the package is in pyproject.toml.
 """
 from setuptools import setup
@@ -12,7 +14,8 @@ try:
 except ImportError:  # pragma: no cover - mypy is in build-system.requires
     extensions = []
 else:
-    extensions = mypycify(["partitions/framing.py"], opt_level="3")
+    extensions = mypycify(["partitions/framing.py", "proto/record_decoding.py"], opt_level="3",
+                          separate=True)  # each beside its source, as partitions/framing*.so
     for extension in extensions:
         extension.optional = True  # a failed compile skips the speed-up, never the install
 

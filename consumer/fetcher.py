@@ -32,10 +32,11 @@ from proto.errors import (
     for_code,
 )
 from proto.read_committed import AbortedTransactions
-from proto.records import HEADER_SIZE, Record, RecordBatch, read_header
+from proto.records import HEADER_SIZE, Fields, RecordBatch, read_header
 from proto.structs import ConsumerRecord, IsolationLevel, TopicPartition
 
 log = logging.getLogger(__name__)
+_new_tuple = tuple.__new__
 
 #: (topic, headers, data) -> the application's key or value
 DeserializeFn = Callable[[str, list[tuple[str, bytes | None]], bytes | None], Any]
@@ -108,23 +109,32 @@ class PartitionRecords:
         self.exhausted = False
         self._aborted = (AbortedTransactions(aborted_transactions)
                          if isolation_level is IsolationLevel.READ_COMMITTED else None)
-        self._records = self._unpack(records)
+        self._batches = self._unpack(records)
+        #: the records of the batch being drained (offset, timestamp, key, value, headers), and the next one's index
+        self._pending: list[Fields] = []
+        self._next = 0
         self._error: Exception | None = None
 
     def _advance_to(self, offset: int) -> None:
         self.next_fetch_offset = max(self.next_fetch_offset, offset)
 
-    def _unpack(self, buf: bytes) -> Iterator[Record]:
+    def _unpack(self, buf: bytes) -> Iterator[list[Fields]]:
+        """The records of each batch the application should see, a batch at a time (decoding is one call per
+        batch, proto/record_decoding.py); a damaged record raises after the ones before it were handed out."""
         for batch in iter_whole_batches(buf):
             header = batch.header
             hidden = self._aborted.hides(batch) if self._aborted is not None else header.is_control
             if hidden:  # a control marker, or (read_committed) a batch of an aborted transaction
                 self._advance_to(header.next_offset)
                 continue
-            for record in batch.records():
-                # the node answers from the batch holding fetch_offset; its earlier records were consumed
-                if record.offset >= self.next_fetch_offset:
-                    yield record
+            decoded, problem = batch.decoded()
+            # the node answers from the batch holding fetch_offset; its earlier records were consumed
+            if decoded and decoded[0][0] < self.next_fetch_offset:
+                decoded = [fields for fields in decoded if fields[0] >= self.next_fetch_offset]
+            if decoded:
+                yield decoded
+            if problem is not None:
+                raise CorruptMessageError(problem)
             self._advance_to(header.next_offset)
 
     def take(self, max_records: int) -> list[ConsumerRecord]:
@@ -140,36 +150,53 @@ class PartitionRecords:
             raise error
         out: list[ConsumerRecord] = []
         while len(out) < max_records:
+            if self._next >= len(self._pending):
+                try:
+                    self._pending, self._next = next(self._batches), 0
+                except StopIteration:
+                    self.exhausted = True
+                    break
+                except Exception as exc:  # a damaged record: raised now, or by the next take
+                    if not out:
+                        self.exhausted = True
+                        raise
+                    self._error = exc
+                    break
+            chunk = self._pending[self._next:self._next + max_records - len(out)]
             try:
-                record = next(self._records)
-                out.append(self._to_consumer_record(record))
-            except StopIteration:
-                self.exhausted = True
-                break
+                self._convert(chunk, out)
             except Exception as exc:  # a deserializer may raise anything; raised now or by the next take
                 if not out:
                     self.exhausted = True
                     raise
                 self._error = exc
                 break
-            self.next_fetch_offset = record.offset + 1
+            finally:
+                if out:
+                    self.next_fetch_offset = max(self.next_fetch_offset, out[-1].offset + 1)
+            self._next += len(chunk)
         return out
 
-    def _to_consumer_record(self, record: Record) -> ConsumerRecord:
-        key, value = record.key, record.value
-        if self._key_deserializer is not None or self._value_deserializer is not None:
-            headers = list(record.headers)
+    def _convert(self, chunk: list[Fields], out: list[ConsumerRecord]) -> None:
+        """Append the chunk's records to `out` as the application sees them; a deserializer's error leaves
+        `out` holding the records before the one that failed."""
+        topic, partition = self.tp
+        if self._key_deserializer is None and self._value_deserializer is None:
+            prefix = (topic, partition)
+            out += [_new_tuple(ConsumerRecord, prefix + fields) for fields in chunk]  # skips __new__'s argument parsing
+            return
+        for offset, timestamp, key, value, headers in chunk:
+            header_list = list(headers)
             try:
                 if self._key_deserializer is not None:
-                    key = self._key_deserializer(self.tp.topic, headers, key)
+                    key = self._key_deserializer(topic, header_list, key)
                 if self._value_deserializer is not None:
-                    value = self._value_deserializer(self.tp.topic, headers, value)
+                    value = self._value_deserializer(topic, header_list, value)
             except Exception as exc:
-                exc.add_note(f"txnsim: deserializing the record of {self.tp} at offset {record.offset} failed; "
-                             f"poll() raises this until you seek({self.tp}, {record.offset + 1}) past it")
+                exc.add_note(f"txnsim: deserializing the record of {self.tp} at offset {offset} failed; "
+                             f"poll() raises this until you seek({self.tp}, {offset + 1}) past it")
                 raise
-        return ConsumerRecord(self.tp.topic, self.tp.partition, record.offset, record.timestamp, key, value,
-                              record.headers)
+            out.append(ConsumerRecord(topic, partition, offset, timestamp, key, value, headers))
 
 
 # ---------------------------------------------------------------- RPCs

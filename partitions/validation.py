@@ -7,14 +7,12 @@ Pure: either every batch passes and the parsed list is returned, or the first fa
 """
 from __future__ import annotations
 
-import importlib.util
 import logging
 from collections.abc import Callable
-from pathlib import Path
 
 from partitions import framing
 from partitions.model import AppendOrigin, LogConfig
-from proto import records
+from proto import compiled, records
 from proto.errors import CorruptMessageError, InvalidRecordError, RecordTooLargeError
 from proto.records import RecordBatch
 
@@ -24,33 +22,16 @@ log = logging.getLogger(__name__)
 _COMPRESSION_MASK = 0x07
 
 
-def _load_framing() -> tuple[Callable[[bytes, int], str | None], bool]:
-    """partitions.framing's check, and whether it is the mypyc build setup.py made. A build older than the
-    source would shadow an edit of it (Python imports the extension first), so then the source runs."""
-    built = Path(framing.__file__ or "")
-    if built.suffix == ".py":
-        return framing.framing_problem, False
-    source = built.with_name("framing.py")
-    if not source.exists() or source.stat().st_mtime <= built.stat().st_mtime:
-        return framing.framing_problem, True
-    log.warning("%s was edited after %s was built from it: running the source (bash scripts/setup.sh rebuilds it)",
-                source, built.name)
-    return framing_problem_from_source(), False
-
-
 def framing_problem_from_source() -> Callable[[bytes, int], str | None]:
     """partitions/framing.py's check run from its source, whatever setup.py built from it."""
-    source = Path(framing.__file__ or "").with_name("framing.py")
-    spec = importlib.util.spec_from_file_location("partitions.framing_source", source)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    check: Callable[[bytes, int], str | None] = module.framing_problem
+    check: Callable[[bytes, int], str | None] = compiled.from_source(framing, "framing_problem")
     return check
 
 
-#: what makes an uncompressed batch's records undecodable, or None (see partitions.framing)
-framing_problem, FRAMING_COMPILED = _load_framing()
+#: what makes an uncompressed batch's records undecodable, or None (see partitions.framing), and whether
+#: it is the mypyc build setup.py made
+framing_problem: Callable[[bytes, int], str | None]
+framing_problem, FRAMING_COMPILED = compiled.load(framing, "framing_problem")
 
 
 def parse_batches(data: bytes) -> list[RecordBatch]:

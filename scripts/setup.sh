@@ -4,25 +4,29 @@
 # the packages that existed when it was made) or what setup.py compiles changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# setup.py compiles the nodes' per-record framing check with mypyc when a C compiler is present (without
-# one it runs interpreted, slower); install gcc (as root) only when no compiler is there.
+# setup.py compiles the two per-record walks (the nodes' framing check, every reader's record decoding) with
+# mypyc when a C compiler is present (without one they run interpreted, slower); install gcc (as root) only
+# when no compiler is there.
 if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     apt-get install -y -qq gcc >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq gcc; }
   else
-    echo "note: no C compiler (apt-get install gcc as root); the record framing check will run interpreted" >&2
+    echo "note: no C compiler (apt-get install gcc as root); record framing and decoding will run interpreted" >&2
   fi
 fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 stamp=.venv/.txnsim-installed
-wanted="$(cat pyproject.toml setup.py partitions/framing.py; ls -d */__init__.py 2>/dev/null | sort)"
-# partitions.validation runs framing.py's source, not its build, once the source is newer (an edit, a
-# checkout): rebuild then too, even if its content is what was built
+compiled_sources="partitions/framing.py proto/record_decoding.py"
+wanted="$(cat pyproject.toml setup.py $compiled_sources; ls -d */__init__.py 2>/dev/null | sort)"
+# proto.compiled runs a module's source, not its build, once the source is newer (an edit, a checkout):
+# rebuild then too, even if its content is what was built
 stale_build=""
-for built in partitions/framing.*.so; do
-  if [ -e "$built" ] && [ partitions/framing.py -nt "$built" ]; then stale_build=1; fi
+for source in $compiled_sources; do
+  for built in "${source%.py}".*.so; do
+    if [ -e "$built" ] && [ "$source" -nt "$built" ]; then stale_build=1; fi
+  done
 done
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ] || [ -n "$stale_build" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from partitions.validation import FRAMING_COMPILED
+from proto.records import RECORD_DECODING_COMPILED
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,10 +20,13 @@ class Machine:
     system: str
     #: partitions.validation.FRAMING_COMPILED: the nodes check produced records about 30x faster when it is
     framing_compiled: bool = True
+    #: proto.records.RECORD_DECODING_COMPILED: every reader decodes records several times faster when it is
+    decoding_compiled: bool = True
 
     def describe(self) -> str:
         framing = "" if self.framing_compiled else "; record framing check interpreted (no mypyc build: slower produce)"
-        return f"{self.cpus} CPUs ({self.cpu_model}), Python {self.python}, {self.system}{framing}"
+        decoding = "" if self.decoding_compiled else "; record decoding interpreted (no mypyc build: slower reads)"
+        return f"{self.cpus} CPUs ({self.cpu_model}), Python {self.python}, {self.system}{framing}{decoding}"
 
 
 def busy_seconds_from_proc_stat(text: str, ticks_per_second: int) -> float:
@@ -99,4 +103,5 @@ def this_machine() -> Machine:
     model = cpu_model_from_cpuinfo(cpuinfo) if cpuinfo else (platform.processor() or "unknown CPU")
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 0)
     return Machine(cpus=cpus, cpu_model=model, python=platform.python_version(),
-                   system=f"{platform.system()} {platform.release()}", framing_compiled=FRAMING_COMPILED)
+                   system=f"{platform.system()} {platform.release()}", framing_compiled=FRAMING_COMPILED,
+                   decoding_compiled=RECORD_DECODING_COMPILED)

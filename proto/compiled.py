@@ -1,0 +1,42 @@
+"""Loading a module that setup.py may have compiled with mypyc, without ever running a stale build.
+
+Python imports a compiled extension before the .py beside it, so a build older than its source would
+shadow an edit of the source. `load` hands out the compiled function only when the build is at least
+as new as the source, and otherwise runs the source itself (with a warning saying how to rebuild).
+"""
+from __future__ import annotations
+
+import importlib.util
+import logging
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def load(module: ModuleType, name: str) -> tuple[Any, bool]:
+    """`module.name`, and whether it comes from the mypyc build (False: the interpreted source)."""
+    built = Path(module.__file__ or "")
+    if built.suffix == ".py":
+        return getattr(module, name), False
+    source = source_path(module)
+    if not source.exists() or source.stat().st_mtime <= built.stat().st_mtime:
+        return getattr(module, name), True
+    log.warning("%s was edited after %s was built from it: running the source (bash scripts/setup.sh rebuilds it)",
+                source, built.name)
+    return from_source(module, name), False
+
+
+def source_path(module: ModuleType) -> Path:
+    """The .py file a module (compiled or not) is made from."""
+    return Path(module.__file__ or "").with_name(module.__name__.rpartition(".")[2] + ".py")
+
+
+def from_source(module: ModuleType, name: str) -> Any:
+    """`name` from the module's source run by the interpreter, whatever setup.py built from it."""
+    spec = importlib.util.spec_from_file_location(module.__name__ + "_source", source_path(module))
+    assert spec is not None and spec.loader is not None
+    source = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(source)
+    return getattr(source, name)
