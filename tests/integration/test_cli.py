@@ -353,12 +353,19 @@ def test_produce_keys_headers_and_a_transaction_left_open_then_consume_shows_the
     fails_cleanly(txnsim("produce", "shown", "--property", "no.such=1", *args, stdin="x\n"), "INVALID_CONFIG")
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def test_consume_follow_prints_records_produced_later(cli_cluster):
     args = cli_cluster.cluster_args()
     ok("topics", "create", "followed", *args)
     ok("produce", "followed", *args, stdin="early\n")
+    # started with SIGINT ignored, as a shell's background job (`txnsim consume ... --follow &`) has it:
+    # Ctrl-C (here SIGINT) must still end it
     follower = subprocess.Popen([*TXNSIM, "consume", "followed", "--from-beginning", "--follow", "--timeout-ms",
-                                 "100", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+                                 "100", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV,
+                                preexec_fn=_ignore_sigint)
 
     def next_value() -> str:
         assert follower.stdout is not None
@@ -374,7 +381,12 @@ def test_consume_follow_prints_records_produced_later(cli_cluster):
         assert follower.poll() is None
     finally:
         follower.send_signal(signal.SIGINT)
-        follower.wait(timeout=20)
+        try:
+            follower.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            follower.kill()  # never left behind by a failing test
+            follower.wait()
+            raise AssertionError("consume --follow did not stop at SIGINT") from None
     assert follower.returncode == 0, follower.stderr.read() if follower.stderr else None
 
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import threading
 import time
 from collections.abc import Iterable
@@ -32,6 +31,7 @@ from txnsim.cli.common import (
     non_negative_int,
     port_arg,
     positive_int,
+    stop_on_interrupt,
 )
 from txnsim.cli.output import new_table, print_json
 from txnsim.cli.ui_cmd import port_number
@@ -75,10 +75,7 @@ def start_cluster(args: argparse.Namespace) -> int:
         if running:  # its nodes would refuse to start, and the old ones would answer for them
             raise SystemExit(f"error: a cluster is already running in {args.data_dir} (nodes {running}); "
                              "stop it with Ctrl-C where it runs, or pass another --data-dir")
-    # Ctrl-C stops the nodes cleanly even when started from a script (`txnsim cluster start &`), where
-    # the shell hands us SIGINT ignored; SIGTERM (kill, systemd, CI) does the same.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    stop_on_interrupt()  # Ctrl-C or SIGTERM stops the nodes cleanly, also when started from a script
     ui_socket = None
     if args.ui is not None:  # bound before the nodes start, so a taken port fails fast
         from txnsim.ui.server import BackgroundUI, bind  # starlette and uvicorn load only when asked for

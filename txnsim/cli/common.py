@@ -10,6 +10,7 @@ import contextlib
 import functools
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -35,6 +36,14 @@ DEFAULT_REQUEST_TIMEOUT_MS = 10_000
 #: environment variables that stand in for --data-dir and --bootstrap-servers (as KAFKA_* do in many images)
 DATA_DIR_ENV = "TXNSIM_DATA_DIR"
 BOOTSTRAP_SERVERS_ENV = "TXNSIM_BOOTSTRAP_SERVERS"
+
+
+def stop_on_interrupt() -> None:
+    """Let Ctrl-C and SIGTERM raise KeyboardInterrupt, for commands that run until stopped: a shell starting
+    a command in the background (`txnsim cluster start &`, a script, a test runner) hands it SIGINT ignored,
+    and SIGTERM (kill, systemd, CI) would otherwise end it without its clean-up."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
 def default_data_dir() -> Path:

@@ -26,6 +26,7 @@ from txnsim.cli.common import (
     partition_arg,
     positive_int,
     print_data,
+    stop_on_interrupt,
 )
 
 #: kafka-console-producer's and -consumer's defaults
@@ -249,6 +250,8 @@ def consume_records(args: argparse.Namespace) -> int:
                 c.seek(TopicPartition(args.topic, args.partition), start)
         seen = 0
         idle_since = time.monotonic()
+        if args.follow:
+            stop_on_interrupt()  # its only way to end, also when a script started it in the background
         try:
             while args.max_messages is None or seen < args.max_messages:
                 remaining = None if args.max_messages is None else args.max_messages - seen
