@@ -11,12 +11,14 @@ from __future__ import annotations
 Fields = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
 
 
-class _VarintTooLong(Exception):
-    pass
+class _Damaged(Exception):
+    """Stops the walk; its text says what is wrong (the words proto.records has always used)."""
 
 
 def _varint(raw: bytes, pos: int) -> tuple[int, int]:
-    """A zigzag varint at `pos` (IndexError past the end); the one-byte case, by far the commonest, first."""
+    """A zigzag varint at `pos` (IndexError past the end); the one-byte case, by far the commonest, first.
+    partitions/framing.py has the same reader: each compiled module keeps its own, so that the calls of
+    its hot loop stay native calls within the module."""
     value = raw[pos]
     pos += 1
     if value < 0x80:
@@ -31,7 +33,18 @@ def _varint(raw: bytes, pos: int) -> tuple[int, int]:
             return (value >> 1) ^ -(value & 1), pos
         shift += 7
         if shift > 63:
-            raise _VarintTooLong()
+            raise _Damaged("varint is too long")
+
+
+def _field(raw: bytes, pos: int) -> tuple[bytes | None, int]:
+    """A length-prefixed field at `pos` (a negative length: null) and the position after it."""
+    length, pos = _varint(raw, pos)
+    if length < 0:
+        return None, pos
+    end = pos + length
+    if end > len(raw):
+        raise _Damaged("record field runs past the end of its batch")
+    return raw[pos:end], end
 
 
 def decode_records(raw: bytes, pos: int, count: int, base_offset: int,
@@ -49,46 +62,22 @@ def decode_records(raw: bytes, pos: int, count: int, base_offset: int,
                 return out, "record runs past the end of its batch"
             timestamp_delta, pos = _varint(raw, pos + 1)  # after the attributes byte
             offset_delta, pos = _varint(raw, pos)
-            key_length, pos = _varint(raw, pos)
-            key: bytes | None = None
-            if key_length >= 0:
-                if pos + key_length > batch_end:
-                    return out, "record field runs past the end of its batch"
-                key = raw[pos:pos + key_length]
-                pos += key_length
-            value_length, pos = _varint(raw, pos)
-            value: bytes | None = None
-            if value_length >= 0:
-                if pos + value_length > batch_end:
-                    return out, "record field runs past the end of its batch"
-                value = raw[pos:pos + value_length]
-                pos += value_length
+            key, pos = _field(raw, pos)
+            value, pos = _field(raw, pos)
             header_count, pos = _varint(raw, pos)
             headers: tuple[tuple[str, bytes | None], ...] = ()
             if header_count > 0:
                 decoded: list[tuple[str, bytes | None]] = []
                 for _h in range(header_count):
-                    name_length, pos = _varint(raw, pos)
-                    name = b""
-                    if name_length >= 0:
-                        if pos + name_length > batch_end:
-                            return out, "record field runs past the end of its batch"
-                        name = raw[pos:pos + name_length]
-                        pos += name_length
-                    header_length, pos = _varint(raw, pos)
-                    header_value: bytes | None = None
-                    if header_length >= 0:
-                        if pos + header_length > batch_end:
-                            return out, "record field runs past the end of its batch"
-                        header_value = raw[pos:pos + header_length]
-                        pos += header_length
-                    decoded.append((name.decode("utf-8", "replace"), header_value))
+                    name, pos = _field(raw, pos)
+                    header_value, pos = _field(raw, pos)
+                    decoded.append(((name or b"").decode("utf-8", "replace"), header_value))
                 headers = tuple(decoded)
             if pos != end:
                 return out, "record length does not match its fields"
             out.append((base_offset + offset_delta, base_timestamp + timestamp_delta, key, value, headers))
     except IndexError:
         return out, "record is truncated inside a varint"
-    except _VarintTooLong:
-        return out, "varint is too long"
+    except _Damaged as damage:
+        return out, str(damage)
     return out, None
