@@ -55,20 +55,30 @@ def framing_problem(raw: bytes, records_count: int) -> str | None:
             offset_delta, pos = _varint(raw, pos)
             if offset_delta != count:
                 return f"record {count} has offset delta {offset_delta}"
+            # every skip is checked against the record's end at once, so a position never grows past the
+            # batch (the compiled build indexes with 64-bit integers: a crafted length must not reach one)
             key_length, pos = _varint(raw, pos)
             pos += max(key_length, 0)
+            if pos > stop:
+                return f"the key of record {count} runs past the record"
             value_length, pos = _varint(raw, pos)
             pos += max(value_length, 0)
+            if pos > stop:
+                return f"the value of record {count} runs past the record"
             header_count, pos = _varint(raw, pos)
-            if header_count < 0:
-                return f"record {count} has {header_count} headers"
+            if header_count < 0 or header_count > stop - pos:
+                return f"record {count} has {header_count} headers in {stop - pos} bytes"
             for _ in range(header_count):
                 header_key_length, pos = _varint(raw, pos)
                 if header_key_length < 0:
                     return f"a header of record {count} has no key"
                 pos += header_key_length
+                if pos > stop:
+                    return f"a header key of record {count} runs past the record"
                 header_value_length, pos = _varint(raw, pos)
                 pos += max(header_value_length, 0)
+                if pos > stop:
+                    return f"a header value of record {count} runs past the record"
             if pos != stop:
                 return f"the fields of record {count} end at byte {pos}, its length says {stop}"
             count += 1

@@ -65,6 +65,8 @@ def decode_records(raw: bytes, pos: int, count: int, base_offset: int,
             key, pos = _field(raw, pos)
             value, pos = _field(raw, pos)
             header_count, pos = _varint(raw, pos)
+            if header_count > end - pos:  # each header takes two bytes at least; and no count past 64 bits
+                return out, "record length does not match its fields"
             headers: tuple[tuple[str, bytes | None], ...] = ()
             if header_count > 0:
                 decoded: list[tuple[str, bytes | None]] = []

@@ -43,9 +43,23 @@ def damaged_batches() -> dict[str, bytes]:
     second_delta_at = HEADER_SIZE + 8 + 3  # the first record is 8 bytes; then length, attributes, timestamp
     assert wrong_delta[second_delta_at] == 2    # zigzag(1): the second record's offset delta
     wrong_delta[second_delta_at] = 0
+    # lengths and counts no 64-bit index can hold (a 10-byte varint): the compiled walk indexes with 64-bit
+    # integers, so it must refuse them before a position grows past the record
+    beyond_i64 = b"\x80" * 9 + b"\x02"  # zigzag value 2**64: the field claims 2**63 bytes
+    key_beyond = _raw_record_batch(b"\x00\x00\x00" + beyond_i64 + b"\x01\x00")
+    headers_beyond = _raw_record_batch(b"\x00\x00\x00\x01\x01" + beyond_i64)
+    header_value_beyond = _raw_record_batch(b"\x00\x00\x00\x01\x01\x02\x02h" + beyond_i64)
     return {name: with_valid_crc(batch) for name, batch in [
         ("shorter value", shorter_value), ("count", two_counted), ("trailing garbage", trailing),
-        ("truncated record", cut), ("record longer than batch", huge_length), ("offset delta", wrong_delta)]}
+        ("truncated record", cut), ("record longer than batch", huge_length), ("offset delta", wrong_delta),
+        ("key length beyond 64 bits", key_beyond), ("header count beyond 64 bits", headers_beyond),
+        ("header value length beyond 64 bits", header_value_beyond)]}
+
+
+def _raw_record_batch(fields: bytes) -> bytearray:
+    """One record of these raw fields (attributes onwards) behind a valid batch header."""
+    assert len(fields) < 64
+    return one_record_batch()[:HEADER_SIZE] + bytearray([len(fields) << 1]) + fields
 
 
 @pytest.mark.parametrize("name", sorted(damaged_batches()))
