@@ -1,10 +1,15 @@
-"""Shared test helpers: waiting on conditions with deadlines (never fixed sleeps)."""
+"""Shared test helpers: waiting on conditions with deadlines (never fixed sleeps), and damaged record batches
+for the property tests of the compiled per-record walks."""
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
+
+from hypothesis import strategies as st
+
+from proto.records import HEADER_SIZE
 
 T = TypeVar("T")
 
@@ -86,3 +91,20 @@ class ScriptProcess:
         """SIGKILL: no clean-up, no leave-group, an open transaction stays open."""
         self.process.kill()
         self.process.wait()
+
+
+def damage_records(raw: bytearray, data: st.DataObject) -> bytes:
+    """The batch with its records overwritten, cut or extended in up to three places, the header kept:
+    what the property tests of the two compiled per-record walks feed them."""
+    for _ in range(data.draw(st.integers(0, 3))):
+        where = data.draw(st.integers(HEADER_SIZE, len(raw) - 1))
+        edit = data.draw(st.sampled_from(["byte", "cut", "grow"]))
+        if edit == "byte":
+            raw[where] = data.draw(st.integers(0, 255))
+        elif edit == "cut":
+            del raw[where:]
+            if len(raw) == HEADER_SIZE:
+                break
+        else:
+            raw[where:where] = data.draw(st.binary(min_size=1, max_size=12))
+    return bytes(raw)

@@ -11,6 +11,7 @@ from partitions.validation import framing_problem
 from proto import compiled, record_decoding, records
 from proto.errors import CorruptMessageError
 from proto.records import HEADER_SIZE, iter_batches
+from tests.helpers import damage_records
 
 _header = st.tuples(st.text(max_size=8), st.one_of(st.none(), st.binary(max_size=20)))
 _record = st.tuples(st.integers(0, 10**6), st.one_of(st.none(), st.binary(max_size=300)),
@@ -41,18 +42,7 @@ def test_a_batch_decodes_to_what_was_encoded(batch_records, base_offset, base_ti
 @given(st.lists(_record, min_size=1, max_size=12), st.data())
 def test_damaged_records_decode_as_the_source_says_and_fail_where_the_framing_check_fails(batch_records, data):
     raw = bytearray(records.encode_batch([(ts, k, v, tuple(h)) for ts, k, v, h in batch_records]))
-    for _ in range(data.draw(st.integers(0, 3))):  # overwrite, cut or extend the records, the header kept
-        where = data.draw(st.integers(HEADER_SIZE, len(raw) - 1))
-        edit = data.draw(st.sampled_from(["byte", "cut", "grow"]))
-        if edit == "byte":
-            raw[where] = data.draw(st.integers(0, 255))
-        elif edit == "cut":
-            del raw[where:]
-            if len(raw) == HEADER_SIZE:
-                break
-        else:
-            raw[where:where] = data.draw(st.binary(min_size=1, max_size=12))
-    damaged = bytes(raw)
+    damaged = damage_records(raw, data)
     count = len(batch_records)
     answer = records.decode_records(damaged, HEADER_SIZE, count, 100, 1000)
     assert answer == interpreted_decode_records()(damaged, HEADER_SIZE, count, 100, 1000)

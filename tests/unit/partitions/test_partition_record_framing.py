@@ -14,6 +14,7 @@ from partitions.validation import framing_problem
 from proto import records
 from proto.errors import CorruptMessageError
 from proto.records import HEADER_SIZE, iter_batches
+from tests.helpers import damage_records
 
 
 def with_valid_crc(batch: bytearray) -> bytes:
@@ -111,16 +112,6 @@ def test_setup_compiled_the_framing_check_and_the_node_uses_it():
 @given(st.lists(_record, min_size=1, max_size=12), st.data())
 def test_the_compiled_check_answers_as_its_source_does_on_damaged_batches(batch_records, data):
     raw = bytearray(records.encode_batch([(ts, k, v, tuple(h)) for ts, k, v, h in batch_records]))
-    for _ in range(data.draw(st.integers(0, 3))):  # overwrite, cut or extend the records, the header kept
-        where = data.draw(st.integers(HEADER_SIZE, len(raw) - 1))
-        edit = data.draw(st.sampled_from(["byte", "cut", "grow"]))
-        if edit == "byte":
-            raw[where] = data.draw(st.integers(0, 255))
-        elif edit == "cut":
-            del raw[where:]
-            if len(raw) == HEADER_SIZE:
-                break
-        else:
-            raw[where:where] = data.draw(st.binary(min_size=1, max_size=12))
+    raw = bytearray(damage_records(raw, data))
     claimed = data.draw(st.sampled_from([len(batch_records), len(batch_records) + 1, max(len(batch_records) - 1, 0)]))
     assert validation.framing_problem(bytes(raw), claimed) == interpreted_framing_problem()(bytes(raw), claimed)
