@@ -128,7 +128,7 @@ class RecordBatch:
         return _crc32c.crc32c(self.raw[_CRC_START:]) == self.header.crc
 
     def records(self) -> Iterator[Record]:
-        return _decode_records(self.raw, self.header)
+        return _records_of(self)
 
     def decoded(self) -> tuple[list[Fields], str | None]:
         """Every record's fields (offset, timestamp, key, value, headers) in one call, and what stopped the
@@ -385,9 +385,9 @@ def iter_batches(buf: bytes | memoryview, *, verify_crc: bool = True) -> Iterato
         pos = stop
 
 
-def _decode_records(raw: bytes, header: BatchHeader) -> Iterator[Record]:
-    decoded, problem = decode_records(raw, HEADER_SIZE, header.records_count, header.base_offset,
-                                      header.base_timestamp)
+def _records_of(batch: RecordBatch) -> Iterator[Record]:
+    """RecordBatch.records(): the decoded fields as Records, then the decoding's error if it stopped early."""
+    decoded, problem = batch.decoded()
     yield from map(Record._make, decoded)
     if problem is not None:
         raise CorruptMessageError(problem)
