@@ -52,7 +52,6 @@ log = logging.getLogger(__name__)
 #: ListOffsets timestamps with a meaning of their own (Kafka's): the HW or LSO, the log start, the largest timestamp
 LATEST_TIMESTAMP, EARLIEST_TIMESTAMP, MAX_TIMESTAMP = -1, -2, -3
 
-#: (transactional_id, producer_id, producer_epoch, partition) -> error code (0 = the partition is in the txn)
 #: asks the coordinator of a transactional id whether these partitions are in the open transaction of a
 #: producer id and epoch (KIP-890 part 1); the error code per partition, 0 where it may be written
 Verifier = Callable[[str, int, int, list[TopicPartition]], dict[TopicPartition, int]]
