@@ -4,9 +4,9 @@
 # the packages that existed when it was made) or what setup.py compiles changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# setup.py compiles the two per-record walks (the nodes' framing check, every reader's record decoding) with
-# mypyc when a C compiler is present (without one they run interpreted, slower); install gcc (as root) only
-# when no compiler is there.
+# setup.py compiles the three per-record walks (the nodes' framing check, every reader's record decoding, the
+# producer's record encoding) with mypyc when a C compiler is present (without one they run interpreted,
+# slower); install gcc (as root) only when no compiler is there.
 if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     apt-get install -y -qq gcc >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq gcc; }
@@ -18,7 +18,7 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 stamp=.venv/.txnsim-installed
-compiled_sources="partitions/framing.py proto/record_decoding.py"
+compiled_sources="partitions/framing.py proto/record_decoding.py proto/record_encoding.py"
 wanted="$(cat pyproject.toml setup.py $compiled_sources; ls -d */__init__.py 2>/dev/null | sort)"
 # proto.compiled runs a module's source, not its build, once the source is newer (an edit, a checkout):
 # rebuild then too, even if its content is what was built
