@@ -4,7 +4,9 @@ interleaved round by round, so an optimisation is judged by the ratio of two run
 Each variant runs in a process of its own (PYTHONPATH = its tree), on a 3-node cluster of its own, the
 measuring script (code_run.py) the same for all: the older tree is a `git archive` of the given revision.
 Variants: the older revision; this tree with one request in flight per connection (so one batch in flight
-per partition: what the per-record work alone gained); this tree as configured by default.
+per partition: what the per-record work alone gained); this tree as configured by default. The older tree's
+mypyc modules (setup.py, if the revision has one) are built for it first, as this tree's are: otherwise the
+older nodes and clients would run them interpreted and the change would look larger than it is.
 """
 from __future__ import annotations
 
@@ -53,6 +55,18 @@ def exported(revision: str) -> Iterator[Path]:
         yield Path(tmp)
 
 
+def build_compiled(tree: Path) -> str | None:
+    """Build the tree's mypyc modules in place, as scripts/setup.sh does for this one; what went wrong, if
+    anything (None: built, or the revision compiles nothing)."""
+    if not (tree / "setup.py").exists():
+        return None
+    done = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=tree, capture_output=True,
+                          text=True, timeout=900)
+    if done.returncode != 0:
+        return done.stderr.strip()[-500:] or f"setup.py build_ext exited with {done.returncode}"
+    return None
+
+
 def run_variant(variant: Variant, scenarios: tuple[str, ...], seconds: float, run_id: str) -> dict[str, dict[str, float]]:
     env = dict(os.environ, PYTHONPATH=str(variant.tree))
     done = subprocess.run([sys.executable, str(RUN_SCRIPT), f"{seconds:g}", run_id, json.dumps(variant.settings),
@@ -67,6 +81,12 @@ def run(before: str, seconds: float = 2.0, repeat: int = 3, scenarios: tuple[str
         progress: Progress | None = None) -> BenchResult:
     progress = progress or NullProgress()
     with exported(before) as before_tree:
+        progress.phase(f"building {before}'s compiled modules", 1)
+        problem = build_compiled(before_tree)
+        if problem is not None:
+            print(f"warning: {before}'s compiled modules did not build, it runs them interpreted: {problem}",
+                  file=sys.stderr)
+        progress.advance()
         variants = (Variant(f"before ({before})", before_tree, {}),
                     Variant("after, 1 request in flight per connection", THIS_TREE,
                             {"max_in_flight_requests_per_connection": 1}),

@@ -23,3 +23,9 @@ def test_the_rate_target_is_judged_on_the_current_code():
     runs = {"before": runs_at(100_000.0), "after": runs_at(160_000.0)}
     (verdict,) = code_bench.verdicts(runs, "after", "before", ("idempotent",))
     assert verdict.met and "160,000" in verdict.detail
+
+
+def test_an_older_tree_without_setup_py_builds_nothing_and_a_failed_build_says_why(tmp_path):
+    assert code_bench.build_compiled(tmp_path) is None  # revisions before the mypyc modules: nothing to build
+    (tmp_path / "setup.py").write_text("raise SystemExit('no compiler here')\n")
+    assert "no compiler here" in code_bench.build_compiled(tmp_path)
