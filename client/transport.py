@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import grpc
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_before_delay, wait_exponential, wait_random
 
+from client import call_workers
 from proto import txnsim_pb2_grpc as rpc
 from proto.errors import (
     InvalidRequestError,
@@ -112,8 +113,9 @@ def call(method: Callable[..., T], request: Any, timeout_s: float, *, check: boo
 
 
 def call_future(method: Any, request: Any, timeout_s: float) -> grpc.Future:
-    """Start one unary RPC without waiting; resolve it with `result_of`."""
-    return method.future(request, timeout=max(timeout_s, 0.001))
+    """Start one unary RPC without waiting; resolve it with `result_of`. Made by a pooled worker thread
+    (client.call_workers: gRPC's own future() starts a thread per call on an otherwise idle channel)."""
+    return call_workers.submit(method, request, max(timeout_s, 0.001))
 
 
 def result_of(future: grpc.Future, *, check: bool = True) -> Any:
