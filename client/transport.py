@@ -113,8 +113,17 @@ def call(method: Callable[..., T], request: Any, timeout_s: float, *, check: boo
 
 
 def call_future(method: Any, request: Any, timeout_s: float) -> grpc.Future:
-    """Start one unary RPC without waiting; resolve it with `result_of`. Made by a pooled worker thread
-    (client.call_workers: gRPC's own future() starts a thread per call on an otherwise idle channel)."""
+    """Start one unary RPC without waiting; resolve it with `result_of`. Calls started one after another on a
+    channel reach the node in that order and their answers are handled in the order they arrive (one gRPC
+    thread per busy channel): the producer's pipelined Produce requests rely on both."""
+    return method.future(request, timeout=max(timeout_s, 0.001))
+
+
+def call_in_worker(method: Any, request: Any, timeout_s: float) -> grpc.Future:
+    """call_future for a call that keeps no order with other calls on its channel (the only one of its kind
+    in flight: a fetch per node, a group's join, AddPartitionsToTxn): made as a blocking call by a pooled
+    worker thread, without the thread gRPC's future() starts on an idle channel (client.call_workers).
+    Two such calls may reach the node, and be answered, in either order."""
     return call_workers.submit(method, request, max(timeout_s, 0.001))
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 
 from client.cluster import ClusterClient
-from client.transport import Deadline, call_future, result_of, retrying
+from client.transport import Deadline, call_future, call_in_worker, result_of, retrying
 from consumer.config import ConsumerConfig, OffsetResetStrategy
 from consumer.subscription import SubscriptionState
 from proto import txnsim_pb2 as pb
@@ -283,7 +283,7 @@ class Fetcher:
                                               max_bytes=self._config.max_partition_fetch_bytes)
                             for tp, offset in offsets.items()])
             try:
-                future = call_future(self._cluster.stubs(address).partitions.Fetch, request, self._request_timeout_s)
+                future = call_in_worker(self._cluster.stubs(address).partitions.Fetch, request, self._request_timeout_s)
             except grpc.RpcError as exc:  # a channel that cannot even start the call
                 log.warning("fetch from %s could not start: %s", address, exc)
                 self._invalidate(offsets)

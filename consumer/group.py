@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from client.cluster import GROUP, ClusterClient
-from client.transport import Deadline, call, call_future, result_of, retrying
+from client.transport import Deadline, call, call_in_worker, result_of, retrying
 from consumer.assignors import ASSIGNORS
 from consumer.config import ConsumerConfig
 from proto import txnsim_pb2 as pb
@@ -249,7 +249,7 @@ class GroupMembership:
     def _send(self, kind: str, rpc: str, request: Any, deadline: Deadline, member_id: str, generation_id: int
               ) -> None:
         stub = self._client.coordinator_stub(deadline)
-        future = call_future(getattr(stub, rpc), request, self._group_wait_s())
+        future = call_in_worker(getattr(stub, rpc), request, self._group_wait_s())
         self._pending = (kind, future, member_id, generation_id)
         future.add_done_callback(lambda _: self._wakeup.set())
 

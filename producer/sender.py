@@ -26,7 +26,7 @@ from collections.abc import Callable
 import grpc
 
 from client.cluster import LOOKUP_TIMEOUT_S, ClusterClient
-from client.transport import Deadline, call, call_future, result_of
+from client.transport import Deadline, call, call_future, call_in_worker, result_of
 from producer.accumulator import ProducerBatch, RecordAccumulator
 from producer.config import ProducerConfig
 from producer.error_policy import Action, classify_produce_error, fenced_error
@@ -205,7 +205,7 @@ class Sender(threading.Thread):
         try:
             address = self._requests.coordinator_address(Deadline(LOOKUP_TIMEOUT_S))
             request = self._requests.add_partitions_request(partitions)
-            future = call_future(self._cluster.stubs(address).transactions.AddPartitionsToTxn, request,
+            future = call_in_worker(self._cluster.stubs(address).transactions.AddPartitionsToTxn, request,
                                  self._request_timeout_s)
         except KafkaError as exc:
             self._after_add_partitions(partitions, None, exc)

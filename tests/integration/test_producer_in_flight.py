@@ -175,3 +175,21 @@ def test_batches_in_flight_when_their_leader_is_paused_land_once_and_in_order_on
     values = partition_values(bs, 1)
     assert values == list(range(len(values)))  # no gap, no duplicate, in order
     assert set(acknowledged) <= set(values)
+
+
+def test_a_hundred_thousand_records_flat_out_are_all_acknowledged_once_in_order(tmp_path):
+    """Requests of one producer to a node are started in order and their answers handled in arrival order: a
+    session that made Produce calls from a pool of threads lost 0.4-4% of 100,000 records to
+    OUT_OF_ORDER_SEQUENCE (a batch refused for overtaking its predecessor, whose success was handled first)."""
+    with LocalCluster(nodes=3, data_dir=tmp_path, **FAST_SETTINGS) as cluster:
+        bs = cluster.bootstrap_servers
+        with Admin(bs) as admin:
+            admin.create_topic("flat-out", partitions=4)
+        with Producer(bootstrap_servers=bs) as producer:
+            futures = [producer.send("flat-out", value=b"%d" % i, partition=i % 4) for i in range(100_000)]
+            producer.flush(timeout=60)
+        failed = [f.exception for f in futures if f.failed()]
+        assert failed == []
+        for partition in range(4):
+            offsets = [f.get(timeout=1).offset for f in futures[partition::4]]
+            assert offsets == list(range(25_000))

@@ -1,4 +1,4 @@
-"""Calls that do not block their caller (client.call_workers, behind client.transport.call_future), against a
+"""Calls that do not block their caller (client.call_workers, behind client.transport.call_in_worker), against a
 real gRPC server on loopback: answers, errors and callbacks arrive as grpc.Future's would, and a client
 sending one call at a time no longer starts a thread per call."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from client import call_workers
-from client.transport import CHANNEL_OPTIONS, call_future, result_of
+from client.transport import CHANNEL_OPTIONS, call_in_worker, result_of
 from proto import txnsim_pb2 as pb
 from proto import txnsim_pb2_grpc as rpc
 from proto.errors import KafkaConnectionError, KafkaTimeoutError
@@ -54,7 +54,7 @@ def ask(key: str) -> pb.FindCoordinatorRequest:
 
 def test_one_call_at_a_time_reuses_one_worker_instead_of_a_thread_per_call(served, monkeypatch):
     _, method = served
-    assert result_of(call_future(method, ask("warm-up"), 5)).address == "warm-up"
+    assert result_of(call_in_worker(method, ask("warm-up"), 5)).address == "warm-up"
     threads_started: list[str] = []
     start = threading.Thread.start
 
@@ -64,7 +64,7 @@ def test_one_call_at_a_time_reuses_one_worker_instead_of_a_thread_per_call(serve
 
     monkeypatch.setattr(threading.Thread, "start", counted_start)  # gRPC's own future() starts one per call here
     for n in range(30):
-        assert result_of(call_future(method, ask(f"key-{n}"), 5)).address == f"key-{n}"
+        assert result_of(call_in_worker(method, ask(f"key-{n}"), 5)).address == f"key-{n}"
     assert threads_started == []
 
 
@@ -78,7 +78,7 @@ def test_calls_in_flight_together_each_get_a_worker_and_call_back_when_answered(
         if len(answered) == 5:
             all_answered.set()
 
-    calls = [call_future(method, ask("hold"), 10) for _ in range(5)]
+    calls = [call_in_worker(method, ask("hold"), 10) for _ in range(5)]
     for call in calls:
         call.add_done_callback(on_done)
     for _ in range(5):  # all five reach the server at once: none waits for another's worker
@@ -95,14 +95,14 @@ def test_calls_in_flight_together_each_get_a_worker_and_call_back_when_answered(
 def test_errors_and_deadlines_come_back_as_kafka_errors(served):
     _, method = served
     with pytest.raises(KafkaConnectionError, match="node is restarting"):
-        result_of(call_future(method, ask("unavailable"), 5))
+        result_of(call_in_worker(method, ask("unavailable"), 5))
     with pytest.raises(KafkaTimeoutError):
-        result_of(call_future(method, ask("slow"), 0.2))
+        result_of(call_in_worker(method, ask("slow"), 0.2))
 
 
 def test_a_started_call_cannot_be_cancelled_and_a_failing_callback_harms_no_other(served):
     servicer, method = served
-    call = call_future(method, ask("hold"), 10)
+    call = call_in_worker(method, ask("hold"), 10)
     assert servicer.held.acquire(timeout=5)
     assert call.running() and not call.cancel()
     with pytest.raises(grpc.FutureTimeoutError):
@@ -114,7 +114,7 @@ def test_a_started_call_cannot_be_cancelled_and_a_failing_callback_harms_no_othe
     servicer.release.set()
     assert call.exception(timeout=5) is None
     assert called_back.wait(5) and seen == ["hold"]
-    assert result_of(call_future(method, ask("after"), 5)).address == "after"  # the worker lives on
+    assert result_of(call_in_worker(method, ask("after"), 5)).address == "after"  # the worker lives on
 
 
 def test_a_call_cancelled_before_it_starts_never_reaches_the_server():
