@@ -2,13 +2,16 @@
 
 gRPC's own `multicallable.future()` starts a new thread whenever a channel goes from no call in flight
 to one (its "channel spin" thread exits when the last call ends). A client that sends one request
-at a time per node, as the producer's I/O thread and the consumer's fetcher mostly do, paid for a
-thread start with every call: about 0.2 ms of CPU and a wait for the new thread to get the GIL, on
-every produce, fetch and AddPartitionsToTxn (measured on loopback: a future call cost 410-470 us of
-client CPU, a blocking one 220-260 us). Here a blocking call (gRPC runs it in the calling thread)
-is handed to a worker that is already running; workers are started only when every one is busy, so
-their number follows the peak of calls in flight, and they are daemon threads, never in the way of
-an exiting process.
+at a time per node, as the consumer's fetcher does, paid for a thread start with every call: about
+0.1-0.2 ms of CPU and a wait for the new thread to get the GIL (measured on loopback: a future call
+cost 370-490 us of client CPU, a blocking one 190-250 us, one handed to a running worker 270-310 us).
+Here a blocking call (gRPC runs it in the calling thread) is handed to a worker that is already
+running; workers are started only when every one is busy, so their number follows the peak of calls
+in flight, and they are daemon threads, never in the way of an exiting process.
+
+Calls made here keep no order: two of them may reach a node, and be answered, in either order. The
+producer's pipelined Produce requests need both orders kept and use gRPC's future()
+(client.transport.call_future says why).
 
 CallFuture offers the part of grpc.Future txnsim's clients use. A call that has started cannot be
 cancelled (cancel() says False, as concurrent.futures does); closing the channel ends it at once.
