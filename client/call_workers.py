@@ -123,20 +123,21 @@ class CallWorkers:
         self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._idle = 0  # workers waiting for a job, less the jobs already promised to them
-        self.started = 0
+        self._started = 0
 
     def submit(self, method: Any, request: Any, timeout_s: float) -> CallFuture:
         """Start `method(request, timeout=timeout_s)` on an idle worker (a new one if none is idle)."""
         future = CallFuture()
         with self._lock:
             spawn = self._idle == 0
-            if not spawn:
-                self._idle -= 1
+            if spawn:
+                self._started += 1
+                name = f"txnsim-call-{self._started}"
             else:
-                self.started += 1
+                self._idle -= 1
         self._jobs.put((future, method, request, timeout_s))
         if spawn:
-            threading.Thread(target=self._work, name=f"txnsim-call-{self.started}", daemon=True).start()
+            threading.Thread(target=self._work, name=name, daemon=True).start()
         return future
 
     def _work(self) -> None:
@@ -146,9 +147,7 @@ class CallWorkers:
             if future._start():
                 try:
                     response = method(request, timeout=timeout_s)
-                except grpc.RpcError as error:
-                    future._finish(None, error)
-                except BaseException as error:  # noqa: BLE001 - handed to whoever waits for the call
+                except BaseException as error:  # noqa: BLE001 - a grpc.RpcError or not: whoever waits gets it
                     future._finish(None, error)
                 else:
                     future._finish(response, None)
@@ -171,8 +170,3 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 def submit(method: Any, request: Any, timeout_s: float) -> CallFuture:
     """One unary call, made by the process's call workers; see the module's docstring."""
     return _workers.submit(method, request, timeout_s)
-
-
-def workers_started() -> int:
-    """How many call workers this process has started (for tests: it follows the peak, not the calls)."""
-    return _workers.started

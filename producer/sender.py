@@ -206,7 +206,7 @@ class Sender(threading.Thread):
             address = self._requests.coordinator_address(Deadline(LOOKUP_TIMEOUT_S))
             request = self._requests.add_partitions_request(partitions)
             future = call_in_worker(self._cluster.stubs(address).transactions.AddPartitionsToTxn, request,
-                                 self._request_timeout_s)
+                                    self._request_timeout_s)
         except KafkaError as exc:
             self._after_add_partitions(partitions, None, exc)
             return
