@@ -178,6 +178,10 @@ class _Write:
     on_failure: Callable[[KafkaError, int], list[Effect]]
 
 
+#: a held AddPartitionsToTxn call and the partitions it asks for
+_HeldAdd = tuple[_Call, list[TopicPartition]]
+
+
 class _Wait(Exception):
     """Raised by a handler to park its call until the id settles (or the deadline passes)."""
 
@@ -739,46 +743,63 @@ class TxnCoordinatorCore:
         follower = self._next_transaction_start(shard, tid, done, now)
         if follower is None:
             return self._write(shard, done, now, completed, failed)
-        call, started, answer = follower
+        adds, started = follower
 
         def both_durable(t: int) -> list[Effect]:
-            return completed(t) + [self._reply(call, answer)]
+            return completed(t) + _answer_adds(adds)
 
         def neither_durable(error: KafkaError, t: int) -> list[Effect]:
-            self._block(shard, tid, call)  # woken next, it waits again for the Complete* retry
+            for call, _wanted in adds:  # woken next, they wait again for the Complete* retry
+                self._block(shard, tid, call)
             return failed(error, t)
 
         return self._write_value(shard, tid, started, started.state, now, both_durable, neither_durable,
                                  passing=(done,))
 
     def _next_transaction_start(self, shard: ShardState, tid: str, done: Value,
-                                now: int) -> tuple[_Call, TxnMetadata, pb.AddPartitionsToTxnResponse] | None:
-        """The call held for this Complete* that starts the next transaction (its first AddPartitionsToTxn,
-        or AddOffsetsToTxn), taken off the waiting list with the Ongoing value it writes; None if the first
-        held call is anything else or would be refused (it then runs after Complete* lands, as before).
+                                now: int) -> tuple[list[_HeldAdd], TxnMetadata] | None:
+        """The calls held for this Complete* that start the next transaction (its first AddPartitionsToTxn
+        calls, or AddOffsetsToTxn), with the Ongoing value they write; None if the first held call is
+        anything else or would be refused (it then runs after Complete* lands, as before).
 
         Writing Complete* and that Ongoing in one batch saves a durable write on every transaction's path
         (the producer's next transaction waits for both) and changes nothing a reader of the log sees."""
+        if not isinstance(done, TxnMetadata):
+            return None
+        return self._take_held_adds(shard, tid, done, now)
+
+    def _take_held_adds(self, shard: ShardState, tid: str, base: TxnMetadata,
+                        now: int) -> tuple[list[_HeldAdd], TxnMetadata] | None:
+        """The leading run of held AddPartitionsToTxn calls (AddOffsetsToTxn's among them) that `base`
+        accepts, taken off the waiting list, with the one value that adds all their partitions; None if
+        the first held call is anything else or would be refused (it is then dispatched on its own).
+
+        With the implicit add (KIP-890 part 2) every partition leader a transaction writes to adds its
+        partitions at the same moment; one durable write answers them all, not one write each in turn."""
         calls = shard.blocked.get(tid)
-        if not calls or not isinstance(done, TxnMetadata):
+        taken: list[_HeldAdd] = []
+        value = base
+        for call in calls or ():
+            req = call.request
+            if not isinstance(req, pb.AddPartitionsToTxnRequest) or req.verify_only or not req.partitions:
+                break
+            wanted = [TopicPartition(p.topic, p.partition) for p in req.partitions]
+            if not all(self._partition_exists(tp) for tp in wanted):
+                break
+            try:
+                value = _with_partitions(_producer_checked(value, tid, req.producer_id, req.producer_epoch),
+                                         wanted, now)
+            except KafkaError:
+                break
+            taken.append((call, wanted))
+        if not calls or not taken:
             return None
-        call = calls[0]
-        req = call.request
-        if not isinstance(req, pb.AddPartitionsToTxnRequest) or req.verify_only or not req.partitions:
-            return None
-        wanted = [TopicPartition(p.topic, p.partition) for p in req.partitions]
-        if not all(self._partition_exists(tp) for tp in wanted):
-            return None
-        try:
-            started = _with_partitions(_producer_checked(done, tid, req.producer_id, req.producer_epoch),
-                                       wanted, now)
-        except KafkaError:
-            return None
-        calls.pop(0)
+        del calls[:len(taken)]
         if not calls:
             del shard.blocked[tid]
-        self._waiting_calls.pop(call.ticket, None)
-        return call, started, _partition_results(wanted, {}, 0)
+        for call, _wanted in taken:
+            self._waiting_calls.pop(call.ticket, None)
+        return taken, value
 
     def _completed_value(self, prepared: Value, now: int) -> Value:
         if isinstance(prepared, BatchTxn):
@@ -830,9 +851,20 @@ class TxnCoordinatorCore:
         return effects
 
     def _wake(self, shard: ShardState, tid: str, now: int) -> list[Effect]:
-        """The id's write landed: retry the calls waiting on it (each may wait again, until its deadline)."""
-        calls = shard.blocked.pop(tid, [])
+        """The id's write landed: retry the calls waiting on it (each may wait again, until its deadline);
+        the adds at the head of the queue go together, in one write."""
         effects: list[Effect] = []
+        current = shard.entries.get(tid)
+        if isinstance(current, TxnMetadata) and self._settled(shard, tid):
+            held = self._take_held_adds(shard, tid, current, now)
+            if held is not None:
+                adds, value = held
+                if value is current:
+                    effects += _answer_adds(adds)
+                else:
+                    effects += self._write(shard, value, now, lambda t: _answer_adds(adds),
+                                           lambda error, t: [Reply(call.ticket, error=error) for call, _ in adds])
+        calls = shard.blocked.pop(tid, [])
         for call in calls:
             self._waiting_calls.pop(call.ticket, None)
             effects += self._dispatch(call, now)
@@ -1043,6 +1075,14 @@ def _end_already_decided(current: TxnMetadata, committed: bool) -> pb.EndTxnResp
         raise InvalidTxnStateError(
             f"[INVALID_TXN_STATE] {current.transactional_id!r} already ended with {current.state}")
     return None
+
+
+def _answer_adds(adds: list[_HeldAdd]) -> list[Effect]:
+    replies: list[Effect] = []
+    for call, wanted in adds:
+        response = _partition_results(wanted, {}, 0)
+        replies.append(Reply(call.ticket, call.adapt(response) if call.adapt is not None else response))
+    return replies
 
 
 def _partition_results(wanted: list[TopicPartition], errors: dict[TopicPartition, int],

@@ -175,6 +175,58 @@ def test_the_next_transactions_first_add_is_held_until_the_previous_complete_lan
     assert h.state().state == S.ONGOING
 
 
+def test_adds_held_for_the_previous_markers_all_ride_on_the_complete_write():
+    """Implicit add (KIP-890 part 2): each leader of the next transaction adds its partition at once."""
+    h = Harness()
+    ids = open_transaction(h, 0)
+    end = h.end(ids)
+    h.land()
+    bumped = h.answer(end)
+    held = [h.add(bumped, p) for p in (1, 2, 3)]
+    offsets = h.request(pb.AddOffsetsToTxnRequest(transactional_id="tx", producer_id=bumped.producer_id,
+                                                  producer_epoch=bumped.producer_epoch, group_id="g"))
+    h.ack()
+    both = h.land()
+    assert [v.state for v in (*both.passing, both.value)] == [S.COMPLETE_COMMIT, S.ONGOING]
+    assert {tp.partition for tp in both.value.partitions if tp.topic == "t"} == {1, 2, 3}
+    assert len(both.value.partitions) == 4, "the group's offsets partition is in the same write"
+    assert not h.writes, "one durable write answers every held add"
+    assert all(h.answer(t).results[0].error_code == 0 for t in held)
+    assert h.answer(offsets).error_code == 0
+
+
+def test_adds_arriving_while_a_write_is_in_flight_share_the_next_write():
+    h = Harness()
+    ids = open_transaction(h, 0)  # Ongoing with partition 0
+    first = h.add(ids, 1)
+    waiting = [h.add(ids, 2), h.add(ids, 3), h.add(ids, 1)]
+    assert len(h.writes) == 1 and not set(waiting) & set(h.replies), "the later adds wait for the first"
+    h.land()
+    assert h.answer(first).results[0].error_code == 0
+    (write,) = h.writes
+    assert {tp.partition for tp in write.value.partitions} == {0, 1, 2, 3}
+    h.land()
+    assert all(h.answer(t).results[0].error_code == 0 for t in waiting)
+    fenced = h.add(pb.InitProducerIdResponse(producer_id=ids.producer_id, producer_epoch=ids.producer_epoch - 1), 2)
+    with pytest.raises(ProducerFencedError):
+        h.answer(fenced)
+
+
+def test_a_refused_add_among_held_ones_is_answered_alone_and_the_rest_still_share_a_write():
+    h = Harness()
+    ids = open_transaction(h, 0)
+    h.add(ids, 1)
+    zombie = h.add(pb.InitProducerIdResponse(producer_id=ids.producer_id, producer_epoch=ids.producer_epoch - 1), 2)
+    good = [h.add(ids, 2), h.add(ids, 3)]
+    with pytest.raises(ProducerFencedError):
+        h.answer(zombie)  # refused at once: a fenced epoch does not wait
+    h.land()
+    (write,) = h.writes
+    assert {tp.partition for tp in write.value.partitions} == {0, 1, 2, 3}
+    h.land()
+    assert all(h.answer(t).results[0].error_code == 0 for t in good)
+
+
 def test_a_held_add_sharing_a_failed_complete_write_waits_for_the_retry_of_both():
     h = Harness()
     ids = open_transaction(h, 0)
