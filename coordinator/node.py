@@ -329,13 +329,14 @@ class Node:
     # ------------------------------------------------------------ cross-component calls
 
     def _verify_partitions_in_txn(self, tid: str, producer_id: int, producer_epoch: int,
-                                  tps: list[TopicPartition]) -> dict[TopicPartition, int]:
-        """One verify-only AddPartitionsToTxn for all of `tps` (a half-message id asks its shard per partition)."""
+                                  tps: list[TopicPartition], add: bool) -> dict[TopicPartition, int]:
+        """One AddPartitionsToTxn for all of `tps`: verify-only, or adding them with `add` (the implicit add of
+        transactions V2); a half-message id asks its shard per partition."""
         half_shard = shard_of_transactional_id(tid)
         if half_shard is not None:
             return {tp: self._verify_half_write(half_shard, producer_id, tp) for tp in tps}
         request = pb.AddPartitionsToTxnRequest(
-            transactional_id=tid, producer_id=producer_id, producer_epoch=producer_epoch, verify_only=True,
+            transactional_id=tid, producer_id=producer_id, producer_epoch=producer_epoch, verify_only=not add,
             partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition) for tp in tps])
         owner = self.membership.owner(TRANSACTION_STATE_TOPIC, partition_for(tid, self.config.txn_shards))
         try:

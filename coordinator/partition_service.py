@@ -26,6 +26,7 @@ from proto import txnsim_pb2_grpc as rpc
 from proto.errors import (
     ERRORS_BY_CODE,
     InvalidProducerEpochError,
+    InvalidProducerIdMappingError,
     InvalidRequestError,
     InvalidTopicError,
     InvalidTxnStateError,
@@ -53,8 +54,9 @@ log = logging.getLogger(__name__)
 LATEST_TIMESTAMP, EARLIEST_TIMESTAMP, MAX_TIMESTAMP = -1, -2, -3
 
 #: asks the coordinator of a transactional id whether these partitions are in the open transaction of a
-#: producer id and epoch (KIP-890 part 1); the error code per partition, 0 where it may be written
-Verifier = Callable[[str, int, int, list[TopicPartition]], dict[TopicPartition, int]]
+#: producer id and epoch (KIP-890 part 1), or, when the last argument is True, to add them to it (part 2's
+#: implicit add); the error code per partition, 0 where it may be written
+Verifier = Callable[[str, int, int, list[TopicPartition], bool], dict[TopicPartition, int]]
 #: what a produce request's verification decided for one of its partitions: the producer ids verified for
 #: it, or the error it is answered with
 Verdict = frozenset[int] | KafkaError
@@ -180,7 +182,7 @@ class PartitionServer:
         if not req.partitions:
             raise InvalidRequestError("[INVALID_REQUEST] a produce request must carry at least one partition")
         tid = req.transactional_id if req.HasField("transactional_id") else None
-        verdicts = self._verify_new_transactions(tid, req.partitions)
+        verdicts = self._verify_new_transactions(tid, req.partitions, req.add_partitions)
         if len(req.partitions) == 1:
             results = [self._produce_one(req.partitions[0], verdicts.get(0, frozenset()))]
         else:  # appends to different logs fsync in parallel
@@ -205,13 +207,15 @@ class PartitionServer:
             result.error_message = str(exc)
         return result
 
-    def _verify_new_transactions(self, tid: str | None, parts: Sequence[pb.PartitionRecords]) -> dict[int, Verdict]:
+    def _verify_new_transactions(self, tid: str | None, parts: Sequence[pb.PartitionRecords],
+                                 add: bool) -> dict[int, Verdict]:
         """KIP-890 part 1 for a whole request: each transactional batch that would open a transaction on its
         partition is checked with the transaction's coordinator first, one call per producer for all the
         request's partitions (as Kafka's AddPartitionsToTxnManager batches them), so a transaction's first
-        write to two partitions of this node waits for one round trip, not two. Keyed by the partition's
-        index in the request; a partition with nothing to verify (or that _produce_one refuses anyway) has
-        no entry."""
+        write to two partitions of this node waits for one round trip, not two. With `add` (the request's
+        add_partitions: part 2's implicit add) the same call adds the partitions to the transaction. Keyed by
+        the partition's index in the request; a partition with nothing to verify (or that _produce_one
+        refuses anyway) has no entry."""
         asks: dict[tuple[int, int], list[tuple[int, TopicPartition]]] = defaultdict(list)
         verdicts: dict[int, Verdict] = {}
         for i, part in enumerate(parts):
@@ -231,7 +235,7 @@ class PartitionServer:
         verified: dict[int, set[int]] = defaultdict(set)
         for (producer_id, producer_epoch), where in asks.items():
             assert tid is not None
-            codes = self._verify(tid, producer_id, producer_epoch, [tp for _i, tp in where])
+            codes = self._verify(tid, producer_id, producer_epoch, [tp for _i, tp in where], add)
             for i, tp in where:
                 error = verification_error(codes.get(tp, UnknownServerError.errno), tid, tp, producer_id,
                                            producer_epoch)
@@ -453,6 +457,12 @@ def verification_error(code: int, tid: str, tp: TopicPartition, producer_id: int
             f"[INVALID_PRODUCER_EPOCH] producer {producer_id} wrote to {tp} with epoch {producer_epoch}, "
             f"but the coordinator of {tid!r} has a newer one ({name_of(code)}): a newer producer "
             "instance fenced this one")
+    if code == InvalidProducerIdMappingError.errno:
+        # passed on as Kafka's leader does: the id expired, so the producer's abort skips EndTxn and takes a
+        # new producer id (what a producer's own AddPartitionsToTxn would have told it)
+        return InvalidProducerIdMappingError(
+            f"[INVALID_PRODUCER_ID_MAPPING] the coordinator of {tid!r} does not know producer {producer_id} "
+            f"(the transactional id expired or moved on); abort the transaction")
     return TransactionAbortableError(
         f"[TRANSACTION_ABORTABLE] {tp} is not part of the open transaction of {tid!r} "
         f"(producer {producer_id}, epoch {producer_epoch}); call AddPartitionsToTxn first")

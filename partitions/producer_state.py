@@ -209,18 +209,24 @@ class ProducerStateTable:
             self._install(entry)
 
     def needs_verification(self, headers: Iterable[BatchHeader]) -> list[tuple[int, int]]:
-        """(pid, epoch) of transactional batches whose producer has no open transaction here.
+        """(pid, epoch) of transactional batches whose producer has no open transaction here, or whose
+        open transaction is of an older epoch: under transactions V2 every end bumps the epoch, so that is
+        the next transaction's first write, arriving before the previous one's marker (Kafka compares the
+        epoch too). Appended now it would join the previous transaction; the coordinator answers only
+        once that transaction's markers are written.
 
         A batch whose epoch is below the one stored for its producer is INVALID_PRODUCER_EPOCH at
         once, as in Kafka, before anyone asks the coordinator (a fenced zombie's send)."""
         wanted: dict[int, int] = {}
         for header in headers:
             if header.is_transactional and not header.is_control and header.producer_id >= 0:
-                stored = self._entries.get(header.producer_id)
+                pid = header.producer_id
+                stored = self._entries.get(pid)
                 if stored is not None:
                     check_epoch(stored, header.producer_epoch)
-                if header.producer_id not in self._open and header.producer_id not in wanted:
-                    wanted[header.producer_id] = header.producer_epoch
+                opened_before = pid in self._open and stored is not None and stored.producer_epoch != header.producer_epoch
+                if (pid not in self._open or opened_before) and pid not in wanted:
+                    wanted[pid] = header.producer_epoch
         return list(wanted.items())
 
     # ------------------------------------------------------------ markers

@@ -35,6 +35,7 @@ class BatchParticipant(Producer):
     """Producer(transactional_id=<batch transaction id>, ...), then join(), send(), finish(), close()."""
 
     _aborts_on_close = False  # the driver decides; an unnamed participant is aborted by the coordinator
+    _implicit_add = False  # a batch registers each participant's partitions itself (JoinBatchTxn's producer id)
 
     def join(self, batch_id: int, *, task: int = 0, attempt: int = 0) -> bool:
         """Join batch `batch_id` and begin its transaction. False: the batch committed earlier

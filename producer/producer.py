@@ -69,6 +69,8 @@ class Producer:
 
     #: close() aborts an open transaction (Kafka's behaviour); batch participants leave it to their driver
     _aborts_on_close = True
+    #: transactions V2's implicit add: partitions join the transaction with their first produce request
+    _implicit_add = True
 
     def __init__(self, **configs: Any) -> None:
         self.config = config = ProducerConfig.from_kwargs(**configs)
@@ -76,7 +78,8 @@ class Producer:
             self._cluster = ClusterClient(config.bootstrap_servers, request_timeout_ms=config.request_timeout_ms)
         except ValueError as exc:
             raise KafkaConfigurationError(str(exc)) from None
-        self._tm = TransactionManager(config.transactional_id, idempotent=config.enable_idempotence)
+        self._tm = TransactionManager(config.transactional_id, idempotent=config.enable_idempotence,
+                                      implicit_add=self._implicit_add)
         # several batches of a partition in flight only with sequence numbers, which keep them in order
         self._accumulator = RecordAccumulator(
             batch_size=config.batch_size, linger_ms=config.linger_ms, buffer_memory=config.buffer_memory,

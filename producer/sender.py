@@ -244,7 +244,7 @@ class Sender(threading.Thread):
         by_node: dict[str, list[ProducerBatch]] = defaultdict(list)
         for batch in ready:
             tp = batch.topic_partition
-            if self._tm.is_transactional and not self._tm.is_partition_added(tp):
+            if self._tm.is_transactional and not self._tm.is_partition_added(tp) and not self._tm.add_implicitly(tp):
                 self._tm.maybe_add_partition(tp)  # the AddPartitionsToTxn answer wakes us
                 continue
             backoff = self._leader_retry_at.get(tp)
@@ -332,6 +332,7 @@ class Sender(threading.Thread):
                                         for tp, group in by_partition.items()])
         if self._tm.transactional_id is not None:
             request.transactional_id = self._tm.transactional_id
+            request.add_partitions = self._tm.implicit_add
         for batch in batches:
             batch.in_flight = True
             batch.attempts += 1

@@ -82,9 +82,12 @@ NO_PRODUCER_ID = ProducerIdAndEpoch(-1, -1)
 class TransactionManager:
     """Client-side transaction state, shared by the caller's threads and the sender thread."""
 
-    def __init__(self, transactional_id: str | None, *, idempotent: bool = True) -> None:
+    def __init__(self, transactional_id: str | None, *, idempotent: bool = True, implicit_add: bool = False) -> None:
         self.transactional_id = transactional_id
         self.idempotent = idempotent or transactional_id is not None
+        #: transactions V2's implicit add (KIP-890 part 2): a partition joins the transaction with its first
+        #: produce request, which asks its leader to add it; no AddPartitionsToTxn of our own
+        self.implicit_add = implicit_add and transactional_id is not None
         self._lock = threading.RLock()
         self._state = TransactionState.UNINITIALIZED
         self._last_error: KafkaError | None = None
@@ -336,8 +339,9 @@ class TransactionManager:
     # ------------------------------------------------------------ what the transaction holds
 
     def maybe_add_partition(self, tp: TopicPartition) -> bool:
-        """Note that the transaction writes to `tp`; True when it is new (the sender must register it)."""
-        if tp in self._txn_partitions or tp in self._pending_partitions or tp in self._adding_partitions:
+        """Note that the transaction writes to `tp`; True when it is new (the sender must register it).
+        Never with the implicit add: the first produce request to `tp` registers it (`add_implicitly`)."""
+        if self.implicit_add or tp in self._txn_partitions or tp in self._pending_partitions or tp in self._adding_partitions:
             return False  # the per-record fast path: set lookups without the lock
         with self._lock:
             if tp in self._txn_partitions or tp in self._adding_partitions:
@@ -348,6 +352,16 @@ class TransactionManager:
 
     def is_partition_added(self, tp: TopicPartition) -> bool:
         return tp in self._txn_partitions
+
+    def add_implicitly(self, tp: TopicPartition) -> bool:
+        """With the implicit add, `tp`'s first batch is about to go, asking its leader to add `tp`: from
+        now on the coordinator may know it, so the transaction must be ended. False without the implicit add."""
+        if not self.implicit_add:
+            return False
+        with self._lock:
+            self._txn_partitions.add(tp)
+            self._registration_sent = True
+        return True
 
     def has_pending_partitions(self) -> bool:
         return bool(self._pending_partitions)

@@ -292,16 +292,18 @@ class PartitionRecords(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., records: _Optional[bytes] = ...) -> None: ...
 
 class ProduceRequest(_message.Message):
-    __slots__ = ("transactional_id", "acks", "timeout_ms", "partitions")
+    __slots__ = ("transactional_id", "acks", "timeout_ms", "partitions", "add_partitions")
     TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
     ACKS_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    ADD_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     transactional_id: str
     acks: int
     timeout_ms: int
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionRecords]
-    def __init__(self, transactional_id: _Optional[str] = ..., acks: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionRecords, _Mapping]]] = ...) -> None: ...
+    add_partitions: bool
+    def __init__(self, transactional_id: _Optional[str] = ..., acks: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionRecords, _Mapping]]] = ..., add_partitions: _Optional[bool] = ...) -> None: ...
 
 class PartitionProduceResult(_message.Message):
     __slots__ = ("topic", "partition", "error_code", "error_message", "base_offset", "log_start_offset")

@@ -71,9 +71,14 @@ def test_a_zombie_producer_is_fenced_and_its_records_never_appear(cluster, topic
     zombie.send(topic, value=b"zombie", partition=0).get(timeout=10)
     with Producer(bootstrap_servers=bs, transactional_id=txn_id) as fresh:
         fresh.init_transactions()
-        with pytest.raises(errors.ProducerFencedError):
+        # Kafka's order under transactions V2: the leader's implicit add hears PRODUCER_FENCED and answers the
+        # send INVALID_PRODUCER_EPOCH (abortable); the abort's EndTxn then hears PRODUCER_FENCED (fatal)
+        with pytest.raises(errors.InvalidProducerEpochError):
             zombie.send(topic, value=b"zombie-2", partition=1).get(timeout=10)
+        with pytest.raises(errors.InvalidProducerEpochError, match="abort_transaction"):
             zombie.commit_transaction()
+        with pytest.raises(errors.ProducerFencedError):
+            zombie.abort_transaction()
         zombie.close()
         fresh.begin_transaction()
         fresh.send(topic, value=b"fresh", partition=2)

@@ -151,6 +151,19 @@ def test_an_unverified_transactional_batch_is_rejected_as_abortable(open_log):
     log.append(following)  # the transaction is open here: no verification needed
 
 
+def test_the_next_transactions_write_before_the_previous_marker_is_verified_again(open_log):
+    """Transactions V2 bumps the epoch at every end: a write of the new epoch that arrives while the previous
+    transaction is still open here (its marker on the way) must be checked with the coordinator, or it would
+    be appended into the previous transaction and ended by its marker (the simulator found this)."""
+    log = open_log()
+    txn_append(log, 5, 0, b"first", epoch=0)
+    next_txn = data(b"second", pid=5, epoch=1, seq=0, txn=True)
+    assert log.needs_txn_verification(next_txn) == [(5, 1)]
+    end(log, 5, committed=True, epoch=1)  # the previous transaction's marker, at the bumped epoch
+    log.append(next_txn, verified_producer_ids=frozenset({5}))
+    assert [t.first_offset for t in log.open_transactions()] == [2], "the second write opened its own transaction"
+
+
 def test_a_coordinator_write_opens_a_transaction_without_verification(open_log):
     log = open_log()
     log.append(data(b"offsets", pid=8, epoch=2, txn=True), origin=AppendOrigin.COORDINATOR)

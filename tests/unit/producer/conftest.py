@@ -21,9 +21,11 @@ import grpc
 import pytest
 
 from client.transport import SERVER_OPTIONS
+from coordinator.partition_service import verification_error
 from proto import txnsim_pb2 as pb
 from proto import txnsim_pb2_grpc as rpc
 from proto.records import iter_batches
+from proto.structs import TopicPartition
 
 NONE = 0
 
@@ -316,6 +318,16 @@ class FakeCluster:
                                                      base_offset=base_offset))
         return pb.ProduceResponse(partitions=results)
 
+    def _implicit_add(self, tid: str, producer_id: int, epoch: int, tp: tuple[str, int]) -> int:
+        """Transactions V2: the leader adds the partition by an AddPartitionsToTxn of its own (scripts apply
+        to it and it is in `calls`), answering the produce as a node does when that fails."""
+        request = pb.AddPartitionsToTxnRequest(transactional_id=tid, producer_id=producer_id, producer_epoch=epoch,
+                                               partitions=[pb.TopicPartitionRef(topic=tp[0], partition=tp[1])])
+        response = self.handle("AddPartitionsToTxn", self.txn_coordinator, request)
+        code = response.error_code or next((r.error_code for r in response.results if r.error_code), 0)
+        error = verification_error(code, tid, TopicPartition(*tp), producer_id, epoch)
+        return 0 if error is None else error.errno
+
     def _append(self, node_id: int, request: pb.ProduceRequest, part: pb.PartitionRecords) -> tuple[int, int]:
         tp = (part.topic, part.partition)
         if part.topic not in self.topics or not 0 <= part.partition < self.topics[part.topic]:
@@ -330,6 +342,10 @@ class FakeCluster:
                 return 120, -1
             if h.producer_epoch < txn.epoch:
                 return 47, -1
+            if request.add_partitions and (tp not in txn.partitions or txn.state != "Ongoing"):
+                code = self._implicit_add(request.transactional_id, h.producer_id, h.producer_epoch, tp)
+                if code:
+                    return code, -1
             if tp not in txn.partitions or txn.state != "Ongoing":
                 return 120, -1  # KIP-890 verification: not registered
         if h.producer_id >= 0:
@@ -385,9 +401,13 @@ def make_producer() -> Any:
 
     made: list[Producer] = []
 
-    def make(cluster: FakeCluster, **overrides: Any) -> Producer:
+    class ExplicitAddProducer(Producer):
+        """Registers partitions with AddPartitionsToTxn of its own, as batch participants do."""
+        _implicit_add = False
+
+    def make(cluster: FakeCluster, *, explicit_add: bool = False, **overrides: Any) -> Producer:
         settings = {**FAST, **overrides}
-        producer = Producer(bootstrap_servers=cluster.bootstrap, **settings)
+        producer = (ExplicitAddProducer if explicit_add else Producer)(bootstrap_servers=cluster.bootstrap, **settings)
         made.append(producer)
         return producer
 

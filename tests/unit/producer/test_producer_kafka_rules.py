@@ -22,8 +22,10 @@ def transactional(make_producer, cluster, tid: str = "tx-1", **kw):
 def test_abort_after_invalid_producer_id_mapping_skips_end_txn_and_gets_a_new_producer_id(fake_cluster,
                                                                                           make_producer):
     """The transactional id expired: the coordinator answers every request of the old producer id with
-    INVALID_PRODUCER_ID_MAPPING, EndTxn included. Kafka skips EndTxn and goes to InitProducerId."""
-    p = transactional(make_producer, fake_cluster)
+    INVALID_PRODUCER_ID_MAPPING, EndTxn included. Kafka skips EndTxn and goes to InitProducerId.
+    (The producer's own AddPartitionsToTxn hears it first; a partition leader's implicit add would turn it
+    into TRANSACTION_ABORTABLE, and the EndTxn case below covers that.)"""
+    p = transactional(make_producer, fake_cluster, explicit_add=True)
     pid, epoch = p.producer_id_and_epoch
     p.begin_transaction()
     fake_cluster.script("AddPartitionsToTxn", 49)

@@ -24,8 +24,12 @@ def transactional(make_producer, cluster, tid: str = "tx-1", **kw) -> Producer:
 # ---------------------------------------------------------------- the happy path
 
 
-def test_commit_registers_partitions_before_producing_and_adopts_the_new_epoch(fake_cluster, make_producer):
-    p = transactional(make_producer, fake_cluster)
+@pytest.mark.parametrize("explicit_add", [False, True], ids=["implicit add", "explicit add"])
+def test_commit_registers_partitions_before_producing_and_adopts_the_new_epoch(fake_cluster, make_producer,
+                                                                                explicit_add):
+    """Transactions V2: the produce requests ask their leaders to add the partitions (the leaders' adds are
+    the coordinator's only AddPartitionsToTxn); a batch participant's producer registers them itself first."""
+    p = transactional(make_producer, fake_cluster, explicit_add=explicit_add)
     pid, epoch = p.producer_id_and_epoch
     p.begin_transaction()
     futures = [p.send("orders", value=b"v%d" % i, key=b"k%d" % i) for i in range(30)]
@@ -33,7 +37,11 @@ def test_commit_registers_partitions_before_producing_and_adopts_the_new_epoch(f
     metas = [f.get(timeout=5) for f in futures]
     assert {m.partition for m in metas} == {0, 1, 2}
     methods = fake_cluster.methods()
-    assert methods.index("AddPartitionsToTxn") < methods.index("Produce")
+    if explicit_add:
+        assert methods.index("AddPartitionsToTxn") < methods.index("Produce")
+    else:
+        assert methods.index("Produce") < methods.index("AddPartitionsToTxn")
+    assert all(r.add_partitions is not explicit_add for r in fake_cluster.calls_of("Produce"))
     assert methods[-1] == "EndTxn"
     (end,) = fake_cluster.calls_of("EndTxn")
     assert end.committed and (end.producer_id, end.producer_epoch) == (pid, epoch)
@@ -266,7 +274,8 @@ def test_abort_discards_unsent_records(fake_cluster, make_producer):
 
 
 def test_fenced_producer_fails_every_call_but_close(fake_cluster, make_producer):
-    old = transactional(make_producer, fake_cluster)
+    """Its own AddPartitionsToTxn hears PRODUCER_FENCED: fatal at once."""
+    old = transactional(make_producer, fake_cluster, explicit_add=True)
     transactional(make_producer, fake_cluster)  # same id: fences `old`
     old.begin_transaction()
     future = old.send("orders", value=b"zombie", partition=0)
@@ -274,6 +283,26 @@ def test_fenced_producer_fails_every_call_but_close(fake_cluster, make_producer)
         old.commit_transaction()
     with pytest.raises(e.ProducerFencedError):
         future.get(timeout=5)
+    assert_fenced_for_good(old, fake_cluster)
+
+
+def test_a_fenced_producer_with_the_implicit_add_learns_it_from_its_abort(fake_cluster, make_producer):
+    """Kafka's order under transactions V2: the zombie's send fails with INVALID_PRODUCER_EPOCH (abortable),
+    its abort with PRODUCER_FENCED (fatal)."""
+    old = transactional(make_producer, fake_cluster)
+    transactional(make_producer, fake_cluster)  # same id: fences `old`
+    old.begin_transaction()
+    future = old.send("orders", value=b"zombie", partition=0)
+    with pytest.raises(e.InvalidProducerEpochError):
+        future.get(timeout=5)
+    with pytest.raises(e.InvalidProducerEpochError, match="abort_transaction"):
+        old.commit_transaction()
+    with pytest.raises(e.ProducerFencedError):
+        old.abort_transaction()
+    assert_fenced_for_good(old, fake_cluster)
+
+
+def assert_fenced_for_good(old: Producer, fake_cluster) -> None:
     assert old.transaction_state is S.FATAL_ERROR
     for call in (old.begin_transaction, old.abort_transaction, old.commit_transaction, old.init_transactions,
                  old.flush, lambda: old.send("orders", value=b"v"), lambda: old.partitions_for("orders")):
@@ -450,13 +479,26 @@ def test_one_batch_in_flight_per_partition_but_other_partitions_proceed(fake_clu
 
 
 def test_no_produce_before_the_partition_is_registered(fake_cluster, make_producer):
-    p = transactional(make_producer, fake_cluster)
+    p = transactional(make_producer, fake_cluster, explicit_add=True)
     fake_cluster.script("AddPartitionsToTxn", 51, 15)  # still completing, then coordinator gone
     p.begin_transaction()
     assert p.send("orders", value=b"v", partition=0).get(timeout=5).offset == 0
     methods = [m for m in fake_cluster.methods() if m in ("AddPartitionsToTxn", "Produce")]
     assert methods == ["AddPartitionsToTxn"] * 3 + ["Produce"]
     p.commit_transaction()
+
+
+def test_a_leaders_add_that_cannot_complete_is_retried_with_the_same_batch(fake_cluster, make_producer):
+    """The implicit add: the leader answers NOT_ENOUGH_REPLICAS while the coordinator cannot add (still
+    completing, then gone); the producer resends the batch, written once."""
+    p = transactional(make_producer, fake_cluster)
+    fake_cluster.script("AddPartitionsToTxn", 51, 15)
+    p.begin_transaction()
+    assert p.send("orders", value=b"v", partition=0).get(timeout=5).offset == 0
+    methods = [m for m in fake_cluster.methods() if m in ("AddPartitionsToTxn", "Produce")]
+    assert methods == ["Produce", "AddPartitionsToTxn"] * 3
+    p.commit_transaction()
+    assert [e.count for e in fake_cluster.data("orders", 0)] == [1]
 
 
 def test_idempotent_out_of_order_fails_the_batch_and_starts_a_new_epoch(fake_cluster, make_producer):

@@ -9,6 +9,7 @@ from coordinator.txn.core import TxnCoordinatorCore
 from partitions import PartitionLog
 from txnsim.simulate.actors import Actors
 from txnsim.simulate.cluster import ClusterModel
+from txnsim.simulate.cluster.model import FLIPPABLE_SUFFIXES
 from txnsim.simulate.network import Network
 from txnsim.simulate.simulation import SimConfig, simulate
 from txnsim.simulate.trace import Trace
@@ -195,7 +196,7 @@ def test_bit_flips_land_in_saved_indexes_and_snapshots_and_are_caught_on_the_nex
     assert result.failure is None, result.failure
     flips = [line for line in result.trace_lines if " bitflip: bit " in line]
     assert len(flips) == result.counters["bit flips applied"] > 0
-    assert all(line.endswith((".index", ".snapshot")) for line in flips)
+    assert all(line.endswith(FLIPPABLE_SUFFIXES) for line in flips), "a flip outside the saved indexes and snapshots"
     assert simulate(SimConfig(seed=1, model="cluster", faults=("bitflip",), bug="trust-saved-index")).failed
 
 

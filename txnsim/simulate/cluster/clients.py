@@ -6,7 +6,9 @@ anomaly names `txnsim chaos` reports. Each value written is unique in the run, a
 its transaction in the chaos-txn header, as in `txnsim chaos`.
 
 The producer keeps Kafka's rules that matter here: one open transaction per transactional id, a
-partition added before its first write, sequence numbers per partition (a retried batch keeps its
+partition added before its first write (by an AddPartitionsToTxn of its own, or, for the producers with
+`implicit_add` as txnsim's own producer does, by the first write's leader: KIP-890 part 2), sequence
+numbers per partition (a retried batch keeps its
 sequence, so a duplicate is recognised), transactions V2 (EndTxn answers the next epoch), and an
 EndTxn retried after a timeout at the same epoch. A produce that times out twice makes it abort: its
 first send may still arrive late, after the transaction ended, which is how KAFKA-17754's hanging
@@ -47,8 +49,10 @@ def _error_name(code: int) -> str:
 class TxnProducer:
     """One transactional id's producer: init, then transactions of a few partitions each, forever."""
 
-    def __init__(self, name: str, transactional_id: str, model: ClusterModel, rng: random.Random) -> None:
+    def __init__(self, name: str, transactional_id: str, model: ClusterModel, rng: random.Random, *,
+                 implicit_add: bool = False) -> None:
         self.name = name
+        self.implicit_add = implicit_add
         self.tid = transactional_id
         self.model = model
         self.net = model.network
@@ -99,6 +103,8 @@ class TxnProducer:
         self.model.history.begun(self.txn, self.name)
         partitions = self.model.data_partitions
         chosen = sorted(self.rng.sample(partitions, self.rng.randint(1, min(3, len(partitions)))))
+        if self.implicit_add:
+            return self.produce(chosen)
         self.add(chosen)
 
     def add(self, chosen: list[TopicPartition]) -> None:
@@ -127,9 +133,9 @@ class TxnProducer:
         def send(tp: TopicPartition) -> None:
             pending[tp] += 1
             records, values = batches[tp]
+            part = pb.PartitionRecords(topic=tp.topic, partition=tp.partition, records=records)
             request = pb.ProduceRequest(transactional_id=self.tid, acks=-1, timeout_ms=REQUEST_TIMEOUT_MS,
-                                        partitions=[pb.PartitionRecords(topic=tp.topic, partition=tp.partition,
-                                                                        records=records)])
+                                        add_partitions=self.implicit_add, partitions=[part])
             owner = self.model.owner_now(tp.topic, tp.partition)
             self._call(owner, request, lambda response: answered(tp, values, response))
 

@@ -225,7 +225,10 @@ class ClusterModel(Model):
             network.register(name, functools.partial(self._deliver, name))
         for i, name in enumerate(self.nodes()):
             self.sim_nodes[name] = SimNode(name, i, self)
-        self.producers = [TxnProducer(f"p{i}", f"tx-{i}", self, world.rng(f"producer-{i}")) for i in range(PRODUCERS)]
+        # p0 and p2 let the leaders add their partitions (txnsim's own producer, transactions V2), p1 adds them
+        # itself (Kafka clients): both paths meet the same faults
+        self.producers = [TxnProducer(f"p{i}", f"tx-{i}", self, world.rng(f"producer-{i}"), implicit_add=i % 2 == 0)
+                          for i in range(PRODUCERS)]
         for producer in self.producers:
             network.register(producer.name, lambda env: None)
             producer.start()

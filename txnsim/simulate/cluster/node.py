@@ -202,7 +202,8 @@ class SimNode:
 
     def _produce(self, env: Envelope, req: pb.ProduceRequest) -> None:
         """One partition per request (the simulated producer sends so); a first transactional write is
-        verified with its coordinator before it is appended (KIP-890 part 1)."""
+        verified with its coordinator before it is appended (KIP-890 part 1), or added to its transaction
+        there when the request asks for the implicit add (part 2)."""
         part = req.partitions[0]
         tp = TopicPartition(part.topic, part.partition)
         result = pb.PartitionProduceResult(topic=part.topic, partition=part.partition, base_offset=-1)
@@ -253,7 +254,8 @@ class SimNode:
             coordinator = self.owner(TRANSACTION_STATE_TOPIC, self.core.shard_of(req.transactional_id))
             check = pb.AddPartitionsToTxnRequest(
                 transactional_id=req.transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
-                verify_only=True, partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition)])
+                verify_only=not req.add_partitions,  # transactions V2's implicit add asks to add it
+                partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition)])
         if coordinator == NO_OWNER:
             return answer(verification_error(15, req.transactional_id, tp, producer_id, producer_epoch))
 
