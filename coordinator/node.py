@@ -154,7 +154,8 @@ class Node:
             max_session_timeout_ms=self.config.group_max_session_timeout_ms,
             partitions_for=self.partitions.partition_count,
             snapshot_interval_records=self.config.offsets_snapshot_interval_records,
-            initial_rebalance_delay_ms=self.config.group_initial_rebalance_delay_ms, observer=self.metrics)
+            initial_rebalance_delay_ms=self.config.group_initial_rebalance_delay_ms, observer=self.metrics,
+            add_to_transaction=self._verify_partitions_in_txn)
         self.metrics.watch(NodeState(open_transactions=self.txn.open_transactions, open_logs=self.logs.open_logs,
                                      undecided_half_messages=self.half.undecided_count))
         self._server: grpc.Server | None = None

@@ -20,25 +20,20 @@ from coordinator.membership import Membership
 from coordinator.observers import NO_OBSERVER, OwnershipObserver
 from coordinator.rpc import answers_with
 from coordinator.topics import TopicStore
+from coordinator.verification import Verifier, verification_error
 from partitions import LogManager, PartitionLog, ProducerSnapshot
 from proto import txnsim_pb2 as pb
 from proto import txnsim_pb2_grpc as rpc
 from proto.errors import (
-    ERRORS_BY_CODE,
-    InvalidProducerEpochError,
-    InvalidProducerIdMappingError,
     InvalidRequestError,
     InvalidTopicError,
     InvalidTxnStateError,
     KafkaError,
-    NotEnoughReplicasError,
     NotLeaderOrFollowerError,
-    ProducerFencedError,
     TransactionAbortableError,
     UnknownServerError,
     UnknownTopicOrPartitionError,
     code_of,
-    name_of,
 )
 from proto.structs import (
     CONSUMER_OFFSETS_TOPIC,
@@ -53,10 +48,6 @@ log = logging.getLogger(__name__)
 #: ListOffsets timestamps with a meaning of their own (Kafka's): the HW or LSO, the log start, the largest timestamp
 LATEST_TIMESTAMP, EARLIEST_TIMESTAMP, MAX_TIMESTAMP = -1, -2, -3
 
-#: asks the coordinator of a transactional id whether these partitions are in the open transaction of a
-#: producer id and epoch (KIP-890 part 1), or, when the last argument is True, to add them to it (part 2's
-#: implicit add); the error code per partition, 0 where it may be written
-Verifier = Callable[[str, int, int, list[TopicPartition], bool], dict[TopicPartition, int]]
 #: what a produce request's verification decided for one of its partitions: the producer ids verified for
 #: it, or the error it is answered with
 Verdict = frozenset[int] | KafkaError
@@ -436,36 +427,6 @@ class PartitionsServicer(rpc.PartitionsServicer):
     @answers_with(pb.DescribeProducersResponse)
     def DescribeProducers(self, request: pb.DescribeProducersRequest, context: Any) -> pb.DescribeProducersResponse:
         return self._server.describe_producers(request)
-
-
-def verification_error(code: int, tid: str, tp: TopicPartition, producer_id: int,
-                       producer_epoch: int) -> KafkaError | None:
-    """What a partition leader answers a transactional write whose verification (KIP-890 part 1: is `tp` in
-    the open transaction of `tid`?) came back with `code`; None when it may be appended. Shared by the node
-    and the simulator."""
-    if code == 0:
-        return None
-    if ERRORS_BY_CODE.get(code, UnknownServerError).retriable:
-        # The coordinator moved or is loading: the producer should retry the same batch, as
-        # Kafka's leader answers NOT_ENOUGH_REPLICAS when verification cannot complete.
-        return NotEnoughReplicasError(
-            f"[NOT_ENOUGH_REPLICAS] could not verify {tp} with the coordinator of {tid!r} ({name_of(code)}); retry")
-    if code in (ProducerFencedError.errno, InvalidProducerEpochError.errno):
-        # Kafka's leader answers a fenced producer's produce with INVALID_PRODUCER_EPOCH, which
-        # producers handle there (abortable; their EndTxn then learns PRODUCER_FENCED)
-        return InvalidProducerEpochError(
-            f"[INVALID_PRODUCER_EPOCH] producer {producer_id} wrote to {tp} with epoch {producer_epoch}, "
-            f"but the coordinator of {tid!r} has a newer one ({name_of(code)}): a newer producer "
-            "instance fenced this one")
-    if code == InvalidProducerIdMappingError.errno:
-        # passed on as Kafka's leader does: the id expired, so the producer's abort skips EndTxn and takes a
-        # new producer id (what a producer's own AddPartitionsToTxn would have told it)
-        return InvalidProducerIdMappingError(
-            f"[INVALID_PRODUCER_ID_MAPPING] the coordinator of {tid!r} does not know producer {producer_id} "
-            f"(the transactional id expired or moved on); abort the transaction")
-    return TransactionAbortableError(
-        f"[TRANSACTION_ABORTABLE] {tp} is not part of the open transaction of {tid!r} "
-        f"(producer {producer_id}, epoch {producer_epoch}); call AddPartitionsToTxn first")
 
 
 def check_admin_abort(producers: list[ProducerSnapshot], marker: pb.TxnMarker, part: pb.TopicPartitionRef) -> None:

@@ -276,13 +276,14 @@ class Producer:
 
     def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
                                     consumer_group_metadata: ConsumerGroupMetadata | str | Any) -> None:
-        """Commit the consumer's offsets as part of this transaction (KIP-447)."""
+        """Commit the consumer's offsets as part of this transaction (KIP-447). Under transactions V2 the
+        TxnOffsetCommit itself adds the group's offsets partition (no AddOffsetsToTxn round trip)."""
         self._ensure_open("send_offsets_to_transaction")
         self._tm.ensure_in_transaction("send_offsets_to_transaction")
         group = _group_metadata(consumer_group_metadata)
         normalized = {_topic_partition(tp): _offset_and_metadata(tp, om) for tp, om in offsets.items()}
         deadline = Deadline(self._max_block_s)
-        if not self._tm.is_group_added(group.group_id):
+        if not self._tm.is_group_added(group.group_id) and not self._tm.implicit_add:
             self._requests.add_offsets(group.group_id, deadline)
         if normalized:
             self._requests.txn_offset_commit(group, normalized, deadline)

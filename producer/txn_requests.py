@@ -225,7 +225,10 @@ class CoordinatorRequests:
             producer_epoch=pid.epoch, generation_id=group.generation_id, member_id=group.member_id,
             group_instance_id=group.group_instance_id or "",
             offsets=[pb.OffsetEntry(topic=tp.topic, partition=tp.partition, offset=om.offset, metadata=om.metadata)
-                     for tp, om in sorted(offsets.items())])
+                     for tp, om in sorted(offsets.items())],
+            add_partitions=self._tm.implicit_add)
+        if self._tm.implicit_add:  # the group coordinator adds the offsets partition: the txn must be ended
+            self._tm.offsets_registration_sent(group.group_id)
 
         def invoke(stubs: Stubs, timeout: float) -> Any:
             response = call(stubs.groups.TxnOffsetCommit, request, timeout)
@@ -234,6 +237,8 @@ class CoordinatorRequests:
             return response
 
         self._guarded(GROUP, group.group_id, "TxnOffsetCommit", invoke, deadline)
+        if self._tm.implicit_add:
+            self._tm.offsets_added(group.group_id)
 
     # ------------------------------------------------------------ EndTxn
 

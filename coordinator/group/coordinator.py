@@ -39,17 +39,20 @@ from coordinator.group.validation import (
 )
 from coordinator.observers import NO_OBSERVER, GroupObserver
 from coordinator.shard_snapshots import SnapshottedLog
+from coordinator.verification import Verifier, verification_error
 from partitions.model import AppendOrigin
 from proto import txnsim_pb2 as pb
 from proto.errors import (
     CoordinatorLoadInProgressError,
     IllegalGenerationError,
+    InvalidRequestError,
     KafkaError,
     NotCoordinatorError,
+    UnknownServerError,
 )
 from proto.hashing import partition_for
 from proto.records import encode_batch
-from proto.structs import TopicPartition
+from proto.structs import CONSUMER_OFFSETS_TOPIC, TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -71,12 +74,16 @@ class GroupCoordinator(GroupMembership):
                  partitions_for: PartitionCount | None = None, snapshot_interval_records: int = 1000,
                  initial_rebalance_delay_ms: int = 3000,
                  new_member_id: Callable[[str, str | None], str] = _random_member_id,
-                 run_timers: bool = True, observer: GroupObserver = NO_OBSERVER) -> None:
+                 run_timers: bool = True, observer: GroupObserver = NO_OBSERVER,
+                 add_to_transaction: Verifier | None = None) -> None:
         if offsets_shards < 1:
             raise ValueError(f"offsets_shards must be at least 1, not {offsets_shards}")
         if snapshot_interval_records < 1:
             raise ValueError(f"snapshot_interval_records must be at least 1, not {snapshot_interval_records}")
         self.offsets_shards = offsets_shards
+        #: asks a transaction's coordinator to add partitions to it (the node's; None: TxnOffsetCommit's
+        #: implicit add is refused)
+        self._add_to_transaction = add_to_transaction
         self._now_ms = now_ms
         self._observer = observer
         self.min_session_timeout_ms = min_session_timeout_ms
@@ -272,6 +279,8 @@ class GroupCoordinator(GroupMembership):
 
     def txn_offset_commit(self, req: pb.TxnOffsetCommitRequest) -> pb.TxnOffsetCommitResponse:
         check_txn_offset_request(req)
+        if req.add_partitions:
+            self._add_offsets_partition(req)
         shard, group = self._group(req.group_id, create=True)
         assert group is not None
         now = self._now_ms()
@@ -284,6 +293,21 @@ class GroupCoordinator(GroupMembership):
                 base = self._append(shard, write.batch, len(write.accepted), offsets=True)
                 add_pending(group, req.producer_id, write, base)
             return pb.TxnOffsetCommitResponse(results=write.results)
+
+    def _add_offsets_partition(self, req: pb.TxnOffsetCommitRequest) -> None:
+        """Transactions V2's TxnOffsetCommit (Kafka's v5): the group's offsets partition joins the transaction
+        here, durably at its coordinator before any offset is written, instead of by the producer's
+        AddOffsetsToTxn. Asked before the group's lock is taken: the coordinator may hold the call until the
+        previous transaction's markers, one of which this node may have to write."""
+        tp = TopicPartition(CONSUMER_OFFSETS_TOPIC, partition_for(req.group_id, self.offsets_shards))
+        if self._add_to_transaction is None:
+            raise InvalidRequestError("[INVALID_REQUEST] this group coordinator cannot add the offsets partition "
+                                      "to a transaction; send AddOffsetsToTxn first")
+        codes = self._add_to_transaction(req.transactional_id, req.producer_id, req.producer_epoch, [tp], True)
+        error = verification_error(codes.get(tp, UnknownServerError.errno), req.transactional_id, tp,
+                                   req.producer_id, req.producer_epoch)
+        if error is not None:
+            raise error
 
     def offset_fetch(self, req: pb.OffsetFetchRequest) -> pb.OffsetFetchResponse:
         shard, group = self._group(req.group_id, create=False)

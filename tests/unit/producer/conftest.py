@@ -21,7 +21,7 @@ import grpc
 import pytest
 
 from client.transport import SERVER_OPTIONS
-from coordinator.partition_service import verification_error
+from coordinator.verification import verification_error
 from proto import txnsim_pb2 as pb
 from proto import txnsim_pb2_grpc as rpc
 from proto.records import iter_batches
@@ -303,6 +303,16 @@ class FakeCluster:
     def _TxnOffsetCommit(self, node_id: int, request: pb.TxnOffsetCommitRequest) -> pb.TxnOffsetCommitResponse:
         if node_id != self.group_coordinator:
             return pb.TxnOffsetCommitResponse(error_code=16)
+        if request.add_partitions:  # transactions V2: the group coordinator adds the offsets partition
+            txn, code = self._check_txn(self.txn_coordinator, request.transactional_id, request.producer_id,
+                                        request.producer_epoch)
+            offsets = TopicPartition("__consumer_offsets", 0)
+            error = verification_error(code, request.transactional_id, offsets, request.producer_id,
+                                       request.producer_epoch)
+            if txn is None or error is not None:
+                return pb.TxnOffsetCommitResponse(error_code=error.errno if error else 49)
+            txn.groups.add(request.group_id)
+            txn.state = "Ongoing"
         for entry in request.offsets:
             self.pending_offsets[request.group_id][(entry.topic, entry.partition)] = entry.offset
         return pb.TxnOffsetCommitResponse(results=[

@@ -348,13 +348,17 @@ def test_client_rejects_a_timeout_outside_int32(fake_cluster):
 # ---------------------------------------------------------------- offsets in the transaction
 
 
-def test_send_offsets_with_a_bare_group_id(fake_cluster, make_producer):
-    p = transactional(make_producer, fake_cluster)
+@pytest.mark.parametrize("explicit_add", [False, True], ids=["implicit add", "explicit add"])
+def test_send_offsets_with_a_bare_group_id(fake_cluster, make_producer, explicit_add):
+    """Transactions V2: the TxnOffsetCommit asks the group coordinator to add the offsets partition (Kafka's
+    v5); with the explicit add, AddOffsetsToTxn goes first."""
+    p = transactional(make_producer, fake_cluster, explicit_add=explicit_add)
     p.begin_transaction()
     p.send_offsets_to_transaction({TopicPartition("in", 0): OffsetAndMetadata(42)}, "group-1")
-    (add,) = fake_cluster.calls_of("AddOffsetsToTxn")
+    adds = fake_cluster.calls_of("AddOffsetsToTxn")
     (commit,) = fake_cluster.calls_of("TxnOffsetCommit")
-    assert add.group_id == "group-1"
+    assert [add.group_id for add in adds] == (["group-1"] if explicit_add else [])
+    assert commit.add_partitions is not explicit_add
     assert (commit.generation_id, commit.member_id, commit.group_id) == (-1, "", "group-1")
     assert [(o.topic, o.partition, o.offset) for o in commit.offsets] == [("in", 0, 42)]
     p.commit_transaction()

@@ -3,7 +3,9 @@
 It is a member of the consumer group `sim-copy` (the classic protocol of GroupMember), reads the
 partitions it is assigned read_committed, and copies each batch it reads to the same partition of
 `sim-out` in one transaction that also commits the group's offsets (AddOffsetsToTxn, TxnOffsetCommit
-with its member id and generation, EndTxn). On every new assignment and after every failed
+with its member id and generation, EndTxn; a copier with `implicit_add`, as txnsim's own producer under
+transactions V2, sends neither AddPartitionsToTxn nor AddOffsetsToTxn: the produce and the
+TxnOffsetCommit have the partition's leader and the group coordinator add them). On every new assignment and after every failed
 transaction it starts again from the group's committed offsets, fetched with require_stable (a
 commit awaiting its marker answers UNSTABLE_OFFSET_COMMIT: wait) and only once its own transaction in
 flight has ended, as a real consumer rebalances inside poll(), between transactions. A zombie - a copier whose
@@ -46,8 +48,9 @@ MAX_COPY = 10
 class Copier(GroupMember):
     """One copier: a group member and a transactional producer (transactional id per instance, KIP-447)."""
 
-    def __init__(self, name: str, model: ClusterModel, rng: random.Random) -> None:
+    def __init__(self, name: str, model: ClusterModel, rng: random.Random, *, implicit_add: bool = False) -> None:
         super().__init__(name, COPY_GROUP, model, rng)
+        self.implicit_add = implicit_add
         self.tid = f"copy-{name}"
         self.producer_id = -1
         self.epoch = -1
@@ -208,9 +211,9 @@ class Copier(GroupMember):
             header = ((TXN_HEADER, txn.encode()),)
             batch = codec.encode_batch([(now, None, value, header) for value in values], producer_id=self.producer_id,
                                        producer_epoch=self.epoch, base_sequence=0, transactional=True)
+            part = pb.PartitionRecords(topic=out.topic, partition=out.partition, records=batch)
             request = pb.ProduceRequest(transactional_id=self.tid, acks=-1, timeout_ms=REQUEST_TIMEOUT_MS,
-                                        partitions=[pb.PartitionRecords(topic=out.topic, partition=out.partition,
-                                                                        records=batch)])
+                                        add_partitions=self.implicit_add, partitions=[part])
 
             def answered(response: Any) -> None:
                 if response is TIMED_OUT or response.partitions[0].error_code:
@@ -229,7 +232,8 @@ class Copier(GroupMember):
             request = pb.TxnOffsetCommitRequest(
                 transactional_id=self.tid, group_id=self.group_id, producer_id=self.producer_id,
                 producer_epoch=self.epoch, generation_id=generation, member_id=member_id,
-                offsets=[pb.OffsetEntry(topic=tp.topic, partition=tp.partition, offset=next_offset)])
+                offsets=[pb.OffsetEntry(topic=tp.topic, partition=tp.partition, offset=next_offset)],
+                add_partitions=self.implicit_add)
 
             def answered(response: Any) -> None:
                 code = _code(response)
@@ -266,7 +270,10 @@ class Copier(GroupMember):
 
             self._send(self._txn_coordinator(), request, answered)
 
-        add_partition()
+        if self.implicit_add:
+            produce()
+        else:
+            add_partition()
 
     def abort(self, txn: str, fatal: bool, assignment: int) -> None:
         """Give the transaction up; start again from the committed offsets."""

@@ -27,10 +27,13 @@ from coordinator.group.classic import (
 from coordinator.group.membership import join_request, join_response, sync_response
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.offsets import add_pending, fetch_offsets, prepare_txn_offset_commit
+from coordinator.placement import NO_OWNER
+from coordinator.verification import verification_error
 from partitions import PartitionLog
 from partitions.model import AppendOrigin
 from proto import txnsim_pb2 as pb
 from proto.errors import (
+    CoordinatorNotAvailableError,
     KafkaError,
     NotCoordinatorError,
     NotLeaderOrFollowerError,
@@ -39,13 +42,15 @@ from proto.errors import (
 )
 from proto.hashing import partition_for
 from proto.records import encode_batch
-from proto.structs import CONSUMER_OFFSETS_TOPIC, TopicPartition
-from txnsim.simulate.network import Envelope
+from proto.structs import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicPartition
+from txnsim.simulate.network import TIMED_OUT, Envelope
 
 if TYPE_CHECKING:
     from txnsim.simulate.cluster.node import SimNode
 
 OFFSETS_SHARDS = 2
+#: how long a node waits for a transaction coordinator's answer (the node's own calls wait as long)
+ADD_TIMEOUT_MS = 500
 #: a short initial delay: the simulated members start together
 GROUP_CONFIG = GroupConfig(initial_rebalance_delay_ms=100, min_session_timeout_ms=100, max_session_timeout_ms=60_000)
 
@@ -133,6 +138,8 @@ class SimGroupCoordinator:
 
     def receive(self, env: Envelope) -> None:
         message: Any = env.message
+        if isinstance(message, pb.TxnOffsetCommitRequest) and message.add_partitions:
+            return self._add_offsets_partition(env, message)
         group_id = message.group_id
         response_type = getattr(pb, type(message).__name__.replace("Request", "Response"))
         if shard_of_group(group_id) not in self.shards:
@@ -181,6 +188,37 @@ class SimGroupCoordinator:
         elif isinstance(message, pb.TxnOffsetCommitRequest):
             self._txn_offset_commit(env, group, message)
         self._arm(group)
+
+    def _add_offsets_partition(self, env: Envelope, req: pb.TxnOffsetCommitRequest) -> None:
+        """Transactions V2's TxnOffsetCommit (coordinator/group/coordinator.py): the group's offsets partition is
+        added to the transaction at its coordinator first; then the commit is handled as any other."""
+        tp = TopicPartition(CONSUMER_OFFSETS_TOPIC, shard_of_group(req.group_id))
+        coordinator = self.node.owner(TRANSACTION_STATE_TOPIC, self.node.core.shard_of(req.transactional_id))
+
+        def refuse(code: int) -> None:
+            error = verification_error(code, req.transactional_id, tp, req.producer_id, req.producer_epoch)
+            assert error is not None
+            self.node.net.reply(env, pb.TxnOffsetCommitResponse(error_code=code_of(error), error_message=str(error)))
+
+        if coordinator == NO_OWNER:
+            return refuse(CoordinatorNotAvailableError.errno)
+
+        def added(response: Any) -> None:
+            if response is TIMED_OUT:
+                code = CoordinatorNotAvailableError.errno
+            else:
+                code = response.error_code or (response.results[0].error_code if response.results else 0)
+            if code:
+                return refuse(code)
+            plain = pb.TxnOffsetCommitRequest()
+            plain.CopyFrom(req)
+            plain.add_partitions = False
+            self.receive(dataclasses.replace(env, message=plain))
+
+        add = pb.AddPartitionsToTxnRequest(transactional_id=req.transactional_id, producer_id=req.producer_id,
+                                           producer_epoch=req.producer_epoch,
+                                           partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition)])
+        self.node.net.call(self.node.name, f"n{coordinator}", add, ADD_TIMEOUT_MS, added)
 
     def _offset_fetch(self, req: pb.OffsetFetchRequest) -> pb.OffsetFetchResponse:
         return fetch_offsets(self.groups.get(req.group_id), req,

@@ -238,7 +238,8 @@ class ClusterModel(Model):
             network.register(reader.name, lambda env: None)
             reader.start()
         self.members = [GroupMember(f"m{i}", GROUP, self, world.rng(f"member-{i}")) for i in range(GROUP_MEMBERS)]
-        self.copiers = [Copier(f"c{i}", self, world.rng(f"copier-{i}")) for i in range(COPIERS)]
+        self.copiers = [Copier(f"c{i}", self, world.rng(f"copier-{i}"), implicit_add=i % 2 == 0)
+                        for i in range(COPIERS)]
         for member in [*self.members, *self.copiers]:
             network.register(member.name, lambda env: None)
             member.start()

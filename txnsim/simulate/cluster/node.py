@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from coordinator.group import snapshots as group_snapshots
-from coordinator.partition_service import verification_error
 from coordinator.placement import NO_OWNER
 from coordinator.reconcile import logs_to_release
 from coordinator.rocketmq.log_format import shard_of_transactional_id
@@ -32,6 +31,7 @@ from coordinator.txn.core import (
 )
 from coordinator.txn.markers import acknowledged, marker_request
 from coordinator.txn.metadata import Owed
+from coordinator.verification import verification_error
 from partitions import LogConfig, LogManager, PartitionLog
 from proto import txnsim_pb2 as pb
 from proto.errors import (

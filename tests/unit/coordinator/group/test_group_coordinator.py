@@ -11,6 +11,7 @@ import threading
 import time
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,6 +31,7 @@ from proto.errors import (
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidGroupIdError,
+    InvalidProducerEpochError,
     InvalidRequestError,
     InvalidSessionTimeoutError,
     KafkaError,
@@ -139,10 +141,11 @@ def shard_log(request: pytest.FixtureRequest, tmp_path: Path):
     disk.log.close()
 
 
-def make_coordinator(clock: ManualClock, shard_log: MemoryLog, topics: dict[str, int] = TOPICS) -> GroupCoordinator:
+def make_coordinator(clock: ManualClock, shard_log: MemoryLog, topics: dict[str, int] = TOPICS,
+                     add_to_transaction: Any = None) -> GroupCoordinator:
     ids = itertools.count()
     coordinator = GroupCoordinator(SHARDS, now_ms=clock, min_session_timeout_ms=100, partitions_for=topics.get,
-                                   initial_rebalance_delay_ms=0, run_timers=False,
+                                   initial_rebalance_delay_ms=0, run_timers=False, add_to_transaction=add_to_transaction,
                                    new_member_id=lambda client, instance: f"{instance or 'member'}-{next(ids)}")
     coordinator.load_shard(SHARD, shard_log)
     return coordinator
@@ -467,6 +470,32 @@ def test_txn_offsets_stay_pending_until_commit_marker(gc: GroupCoordinator, shar
     assert fetch(gc, [T0, T1], require_stable=False) == {T0: 5, T1: -1}
     complete(gc, shard_log, committed=True)
     assert fetch(gc, [T0, T1]) == {T0: 9, T1: 4}
+
+
+def test_a_v2_txn_offset_commit_adds_the_offsets_partition_before_it_writes(clock: ManualClock,
+                                                                           shard_log: MemoryLog) -> None:
+    """Transactions V2 (Kafka's TxnOffsetCommit v5): the group coordinator asks the transaction's coordinator
+    to add the group's offsets partition; a refusal writes nothing and answers with the leader's mapping."""
+    asked: list[tuple[str, int, int, list[TopicPartition], bool]] = []
+    answers = [90, 0]  # PRODUCER_FENCED, then added
+
+    def add(tid: str, pid: int, epoch: int, tps: list[TopicPartition], add: bool) -> dict[TopicPartition, int]:
+        asked.append((tid, pid, epoch, tps, add))
+        return dict.fromkeys(tps, answers.pop(0))
+
+    gc = make_coordinator(clock, shard_log, add_to_transaction=add)
+    request = pb.TxnOffsetCommitRequest(transactional_id="tx-1", group_id=GROUP, producer_id=PID, producer_epoch=EPOCH,
+                                        generation_id=-1, add_partitions=True,
+                                        offsets=[pb.OffsetEntry(topic=T0.topic, partition=T0.partition, offset=9)])
+    written = shard_log.next_offset
+    with pytest.raises(InvalidProducerEpochError):
+        gc.txn_offset_commit(request)
+    assert shard_log.next_offset == written, "a refused add wrote the offsets anyway"
+    gc.txn_offset_commit(request)
+    assert asked == [("tx-1", PID, EPOCH, [TopicPartition("__consumer_offsets", SHARD)], True)] * 2
+    assert fetch(gc, [T0]) == {T0: "UNSTABLE_OFFSET_COMMIT"}
+    complete(gc, shard_log, committed=True)
+    assert fetch(gc, [T0]) == {T0: 9}
 
 
 def test_txn_offsets_vanish_on_abort_marker(gc: GroupCoordinator, shard_log: MemoryLog) -> None:
