@@ -49,6 +49,7 @@ from coordinator.topics import TopicStore
 from coordinator.txn.coordinator import TransactionCoordinator
 from coordinator.txn.markers import MarkerWriter
 from coordinator.txn.service import TransactionServicer
+from coordinator.verification import ADD_CALL_TIMEOUT_S
 from partitions import LogConfig, LogManager, PartitionLog
 from proto import txnsim_pb2 as pb
 from proto import txnsim_pb2_grpc as rpc
@@ -345,7 +346,7 @@ class Node:
                 response = self.txn.add_partitions(request)
             else:
                 stubs = self.channels.stubs(self.spec.nodes[owner])
-                response = call(stubs.transactions.AddPartitionsToTxn, request, 5.0, check=False)
+                response = call(stubs.transactions.AddPartitionsToTxn, request, ADD_CALL_TIMEOUT_S, check=False)
         except KafkaError as exc:  # unreachable or timed out: the coordinator is moving, not saying no
             code = code_of(exc) if isinstance(exc, BrokerResponseError) else CoordinatorNotAvailableError.errno
             return dict.fromkeys(tps, code)

@@ -16,6 +16,7 @@ from proto.errors import (
     InvalidProducerIdMappingError,
     KafkaError,
     NotEnoughReplicasError,
+    OperationNotAttemptedError,
     ProducerFencedError,
     TransactionAbortableError,
     UnknownServerError,
@@ -27,16 +28,22 @@ from proto.structs import TopicPartition
 #: producer id and epoch (KIP-890 part 1), or, when the last argument is True, to add them to it (part 2's
 #: implicit add); the error code per partition, 0 where it may be written
 Verifier = Callable[[str, int, int, list[TopicPartition], bool], dict[TopicPartition, int]]
+#: how long a leader or group coordinator waits for the coordinator's answer: longer than the coordinator
+#: holds an add for the previous transaction's markers (PREVIOUS_END_HOLD_MS, 1 s), so a held add is
+#: answered, not timed out while it still lands
+ADD_CALL_TIMEOUT_S = 5.0
 
 
 def verification_error(code: int, tid: str, tp: TopicPartition, producer_id: int,
                        producer_epoch: int) -> KafkaError | None:
     """What a partition leader answers a transactional write whose verification (KIP-890 part 1: is `tp` in
-    the open transaction of `tid`?) came back with `code`; None when it may be appended. Shared by the node
-    and the simulator."""
+    the open transaction of `tid`?, or part 2: add it) came back with `code`; None when it may be appended.
+    Shared by the node, the group coordinator and the simulator."""
     if code == 0:
         return None
-    if ERRORS_BY_CODE.get(code, UnknownServerError).retriable:
+    if ERRORS_BY_CODE.get(code, UnknownServerError).retriable or code == OperationNotAttemptedError.errno:
+        # OPERATION_NOT_ATTEMPTED: another partition of the same call was refused (a topic the coordinator
+        # does not know yet); this one was never looked at, so it is retried like the rest.
         # The coordinator moved or is loading: the producer should retry the same batch, as
         # Kafka's leader answers NOT_ENOUGH_REPLICAS when verification cannot complete.
         return NotEnoughReplicasError(
@@ -56,4 +63,4 @@ def verification_error(code: int, tid: str, tp: TopicPartition, producer_id: int
             f"(the transactional id expired or moved on); abort the transaction")
     return TransactionAbortableError(
         f"[TRANSACTION_ABORTABLE] {tp} is not part of the open transaction of {tid!r} "
-        f"(producer {producer_id}, epoch {producer_epoch}); call AddPartitionsToTxn first")
+        f"(producer {producer_id}, epoch {producer_epoch}); abort the transaction")

@@ -228,7 +228,8 @@ class PartitionLog:
         self._committer.wait_until_durable(end_offset)
 
     def needs_txn_verification(self, records: bytes) -> list[tuple[int, int]]:
-        """(pid, epoch) of transactional batches whose producer has no open transaction here.
+        """(pid, epoch) of transactional batches whose producer has no open transaction here, or one of an
+        older epoch (the next transaction's first write, arriving before the previous one's marker).
 
         The node asks the coordinator about these and passes the confirmed pids to append().
         Unparseable bytes raise CorruptMessageError, as append() would.

@@ -255,6 +255,7 @@ class TxnCoordinatorCore:
                 self._waiting_calls.pop(call.ticket, None)
                 effects.append(Reply(call.ticket, error=NotCoordinatorError(
                     f"[NOT_COORDINATOR] this node gave up shard {shard} of {tid!r}")))
+        state.blocked.clear()  # answered: a write still landing on this shard must not retry them
         for completion in state.completing.values():
             effects += [Reply(ticket, answer(False)) for ticket, answer in completion.waiters]
         return effects

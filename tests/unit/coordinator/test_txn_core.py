@@ -227,6 +227,18 @@ def test_a_refused_add_among_held_ones_is_answered_alone_and_the_rest_still_shar
     assert all(h.answer(t).results[0].error_code == 0 for t in good)
 
 
+def test_adds_held_on_a_shard_that_moved_away_are_not_written_when_its_last_write_lands():
+    h = Harness()
+    ids = open_transaction(h, 0)
+    h.add(ids, 1)  # its write is in flight
+    held = h.add(ids, 2)
+    h.take(h.core.unload(0))
+    with pytest.raises(NotCoordinatorError):
+        h.answer(held)
+    h.land()
+    assert not h.writes, "a held add was written by a coordinator that no longer owns the shard"
+
+
 def test_a_held_add_sharing_a_failed_complete_write_waits_for_the_retry_of_both():
     h = Harness()
     ids = open_transaction(h, 0)

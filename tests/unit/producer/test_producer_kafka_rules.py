@@ -23,8 +23,8 @@ def test_abort_after_invalid_producer_id_mapping_skips_end_txn_and_gets_a_new_pr
                                                                                           make_producer):
     """The transactional id expired: the coordinator answers every request of the old producer id with
     INVALID_PRODUCER_ID_MAPPING, EndTxn included. Kafka skips EndTxn and goes to InitProducerId.
-    (The producer's own AddPartitionsToTxn hears it first; a partition leader's implicit add would turn it
-    into TRANSACTION_ABORTABLE, and the EndTxn case below covers that.)"""
+    (Here the producer's own AddPartitionsToTxn hears it; with the implicit add the leader passes it on
+    in the produce answer, test_abort_succeeds_after_the_transactional_id_expired in the integration tests.)"""
     p = transactional(make_producer, fake_cluster, explicit_add=True)
     pid, epoch = p.producer_id_and_epoch
     p.begin_transaction()

@@ -28,7 +28,7 @@ from coordinator.group.membership import join_request, join_response, sync_respo
 from coordinator.group.metadata import GroupMetadata
 from coordinator.group.offsets import add_pending, fetch_offsets, prepare_txn_offset_commit
 from coordinator.placement import NO_OWNER
-from coordinator.verification import verification_error
+from coordinator.verification import ADD_CALL_TIMEOUT_S, verification_error
 from partitions import PartitionLog
 from partitions.model import AppendOrigin
 from proto import txnsim_pb2 as pb
@@ -49,8 +49,6 @@ if TYPE_CHECKING:
     from txnsim.simulate.cluster.node import SimNode
 
 OFFSETS_SHARDS = 2
-#: how long a node waits for a transaction coordinator's answer (the node's own calls wait as long)
-ADD_TIMEOUT_MS = 500
 #: a short initial delay: the simulated members start together
 GROUP_CONFIG = GroupConfig(initial_rebalance_delay_ms=100, min_session_timeout_ms=100, max_session_timeout_ms=60_000)
 
@@ -218,7 +216,7 @@ class SimGroupCoordinator:
         add = pb.AddPartitionsToTxnRequest(transactional_id=req.transactional_id, producer_id=req.producer_id,
                                            producer_epoch=req.producer_epoch,
                                            partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition)])
-        self.node.net.call(self.node.name, f"n{coordinator}", add, ADD_TIMEOUT_MS, added)
+        self.node.net.call(self.node.name, f"n{coordinator}", add, int(ADD_CALL_TIMEOUT_S * 1000), added)
 
     def _offset_fetch(self, req: pb.OffsetFetchRequest) -> pb.OffsetFetchResponse:
         return fetch_offsets(self.groups.get(req.group_id), req,

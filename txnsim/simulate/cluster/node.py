@@ -31,7 +31,7 @@ from coordinator.txn.core import (
 )
 from coordinator.txn.markers import acknowledged, marker_request
 from coordinator.txn.metadata import Owed
-from coordinator.verification import verification_error
+from coordinator.verification import ADD_CALL_TIMEOUT_S, verification_error
 from partitions import LogConfig, LogManager, PartitionLog
 from proto import txnsim_pb2 as pb
 from proto.errors import (
@@ -272,7 +272,7 @@ class SimNode:
                 return answer(error)
             append(frozenset({producer_id}))
 
-        self.net.call(self.name, f"n{coordinator}", check, NODE_REQUEST_TIMEOUT_MS, verified)
+        self.net.call(self.name, f"n{coordinator}", check, int(ADD_CALL_TIMEOUT_S * 1000), verified)
 
     def _write_markers(self, env: Envelope, req: pb.WriteTxnMarkersRequest) -> None:
         """Append every marker now; when the fsync's time has passed make them durable, apply the offsets
