@@ -224,8 +224,8 @@ class ProducerStateTable:
                 stored = self._entries.get(pid)
                 if stored is not None:
                     check_epoch(stored, header.producer_epoch)
-                opened_before = pid in self._open and stored is not None and stored.producer_epoch != header.producer_epoch
-                if (pid not in self._open or opened_before) and pid not in wanted:
+                in_open_txn = pid in self._open and (stored is None or stored.producer_epoch == header.producer_epoch)
+                if not in_open_txn and pid not in wanted:
                     wanted[pid] = header.producer_epoch
         return list(wanted.items())
 

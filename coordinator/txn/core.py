@@ -331,6 +331,9 @@ class TxnCoordinatorCore:
             effects.append(ReserveProducerIds())
         return effects
 
+    def _answer_adds(self, adds: list[_HeldAdd]) -> list[Effect]:
+        return [self._reply(call, _partition_results(wanted, {}, 0)) for call, wanted in adds]
+
     def _reply(self, call: _Call, response: Any) -> Reply:
         return Reply(call.ticket, call.adapt(response) if call.adapt is not None else response)
 
@@ -747,7 +750,7 @@ class TxnCoordinatorCore:
         adds, started = follower
 
         def both_durable(t: int) -> list[Effect]:
-            return completed(t) + _answer_adds(adds)
+            return completed(t) + self._answer_adds(adds)
 
         def neither_durable(error: KafkaError, t: int) -> list[Effect]:
             for call, _wanted in adds:  # woken next, they wait again for the Complete* retry
@@ -861,9 +864,9 @@ class TxnCoordinatorCore:
             if held is not None:
                 adds, value = held
                 if value is current:
-                    effects += _answer_adds(adds)
+                    effects += self._answer_adds(adds)
                 else:
-                    effects += self._write(shard, value, now, lambda t: _answer_adds(adds),
+                    effects += self._write(shard, value, now, lambda t: self._answer_adds(adds),
                                            lambda error, t: [Reply(call.ticket, error=error) for call, _ in adds])
         calls = shard.blocked.pop(tid, [])
         for call in calls:
@@ -1076,14 +1079,6 @@ def _end_already_decided(current: TxnMetadata, committed: bool) -> pb.EndTxnResp
         raise InvalidTxnStateError(
             f"[INVALID_TXN_STATE] {current.transactional_id!r} already ended with {current.state}")
     return None
-
-
-def _answer_adds(adds: list[_HeldAdd]) -> list[Effect]:
-    replies: list[Effect] = []
-    for call, wanted in adds:
-        response = _partition_results(wanted, {}, 0)
-        replies.append(Reply(call.ticket, call.adapt(response) if call.adapt is not None else response))
-    return replies
 
 
 def _partition_results(wanted: list[TopicPartition], errors: dict[TopicPartition, int],

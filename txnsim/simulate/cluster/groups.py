@@ -60,6 +60,15 @@ def shard_of_group(group_id: str) -> int:
     return partition_for(group_id, OFFSETS_SHARDS)
 
 
+def add_answer_code(response: Any) -> int:
+    """The error code of a coordinator's answer to a one-partition AddPartitionsToTxn (an add or a
+    verification); a timeout is COORDINATOR_NOT_AVAILABLE, retriable: the client sends again."""
+    if response is TIMED_OUT:
+        return CoordinatorNotAvailableError.errno
+    code: int = response.error_code or (response.results[0].error_code if response.results else 0)
+    return code
+
+
 class SimGroupCoordinator:
     """The groups of one simulated node (volatile: a crash loses them, the shard logs keep them)."""
 
@@ -202,10 +211,7 @@ class SimGroupCoordinator:
             return refuse(CoordinatorNotAvailableError.errno)
 
         def added(response: Any) -> None:
-            if response is TIMED_OUT:
-                code = CoordinatorNotAvailableError.errno
-            else:
-                code = response.error_code or (response.results[0].error_code if response.results else 0)
+            code = add_answer_code(response)
             if code:
                 return refuse(code)
             plain = pb.TxnOffsetCommitRequest()

@@ -43,7 +43,7 @@ from proto.errors import (
     code_of,
 )
 from proto.structs import CONSUMER_OFFSETS_TOPIC, HALF_TOPIC, TRANSACTION_STATE_TOPIC, IsolationLevel, TopicPartition
-from txnsim.simulate.cluster.groups import GROUP_REQUESTS, OFFSETS_SHARDS, SimGroupCoordinator
+from txnsim.simulate.cluster.groups import GROUP_REQUESTS, OFFSETS_SHARDS, SimGroupCoordinator, add_answer_code
 from txnsim.simulate.cluster.halfmessages import HALF_REQUESTS, SimHalfMessages
 from txnsim.simulate.network import TIMED_OUT, Envelope
 
@@ -260,13 +260,10 @@ class SimNode:
             return answer(verification_error(15, req.transactional_id, tp, producer_id, producer_epoch))
 
         def verified(response: object) -> None:
-            if response is TIMED_OUT:
-                code = 15  # COORDINATOR_NOT_AVAILABLE: retriable, the producer sends again
-            elif isinstance(response, pb.VerifyHalfWriteResponse):
+            if isinstance(response, pb.VerifyHalfWriteResponse):
                 code = response.error_code
             else:
-                assert isinstance(response, pb.AddPartitionsToTxnResponse)
-                code = response.error_code or (response.results[0].error_code if response.results else 0)
+                code = add_answer_code(response)
             error = verification_error(code, req.transactional_id, tp, producer_id, producer_epoch)
             if error is not None:
                 return answer(error)
