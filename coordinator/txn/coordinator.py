@@ -45,9 +45,11 @@ log = logging.getLogger(__name__)
 
 
 class MarkerSender(Protocol):
-    """What the driver needs of the marker writer (markers.MarkerWriter): one send of owed markers."""
+    """What the driver needs of the marker writer (markers.MarkerWriter): one send of owed markers, whose
+    outcome comes back through `done` (called once, from any thread, and must not block)."""
 
-    def send(self, owed: Iterable[Owed], *, coordinator_epoch: int) -> set[Owed]: ...
+    def send_async(self, owed: Iterable[Owed], *, coordinator_epoch: int,
+                   done: Callable[[frozenset[Owed]], object]) -> None: ...
 
 
 class TransactionCoordinator:
@@ -314,11 +316,20 @@ class TransactionCoordinator:
                 self._observer.commit_completed(time.monotonic() - since)
 
     def _send_markers(self, effect: SendMarkers) -> None:
+        """Owe the markers (this node's own are written in this thread); the pool thread is free once they
+        are owed, and `_markers_answered` runs on the pool once every node has answered."""
+        def done(acked: frozenset[Owed]) -> None:
+            try:
+                self._io.submit(self._markers_answered, effect, acked)
+            except RuntimeError:  # stopped meanwhile: the shard's next owner sends them
+                pass
         try:
-            acked = self._markers.send(effect.owed, coordinator_epoch=effect.coordinator_epoch)
+            self._markers.send_async(effect.owed, coordinator_epoch=effect.coordinator_epoch, done=done)
         except Exception:  # a bug must not silently strand a transaction: say so, and retry after the backoff
             log.exception("sending markers for %r failed", effect.transactional_id)
-            acked = set()
+            self._markers_answered(effect, frozenset())
+
+    def _markers_answered(self, effect: SendMarkers, acked: frozenset[Owed]) -> None:
         with self._lock:
             effects = self.core.markers_written(effect.send_id, acked, self._now_ms())
         if any(isinstance(e, StartTimer) and e.key[0] == "markers" for e in effects):

@@ -1,7 +1,8 @@
 """Phase two of a commit: COMMIT/ABORT markers to every partition of a transaction, in parallel.
 
 Partitions are grouped by owning node, one WriteTxnMarkers request per node, all nodes at
-once (a batch transaction's many producers share those requests); a partition that fails
+once; markers owed to a node while a request to it is out go together in its next request, whatever
+transaction owes them (marker_channels.py). A partition that fails
 retriably is retried (after re-resolving its owner) until it acknowledges or this
 coordinator stops owning the shard. Markers are idempotent at the partition, so a resend
 after failover is harmless.
@@ -10,11 +11,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import defaultdict
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import count
 
 from client.transport import NodeChannels, call
+from coordinator.placement import NO_OWNER
+from coordinator.txn.marker_channels import MarkerBatch, MarkerChannels, MarkersDone
 from coordinator.txn.metadata import Marker, Owed
 from proto import txnsim_pb2 as pb
 from proto.errors import (
@@ -32,6 +35,10 @@ _DONE_CODES = {0, InvalidProducerEpochError.errno, TransactionCoordinatorFencedE
 
 
 class MarkerWriter:
+    """Carries out MarkerChannels' batches: a remote node's on a pool thread (a blocking gRPC call costs a third
+    of what starting a gRPC future does), this node's own in the thread that owed them, each channel's next
+    batch in the thread that saw the previous one answered."""
+
     def __init__(self, *, local_node_id: int, owner_of: Callable[[TopicPartition], int],
                  address_of: Callable[[int], str],
                  write_locally: Callable[[pb.WriteTxnMarkersRequest], pb.WriteTxnMarkersResponse],
@@ -44,6 +51,10 @@ class MarkerWriter:
         self._timeout_s = request_timeout_s
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="markers")
         self._stopped = threading.Event()
+        self._lock = threading.Lock()
+        self._queues = MarkerChannels()
+        self._done: dict[int, Callable[[frozenset[Owed]], object]] = {}
+        self._send_ids = count(1)
 
     def write(self, markers: list[Marker], *, coordinator_epoch: int, still_valid: Callable[[], bool]) -> bool:
         """Block until every partition acknowledged its marker; False if ownership was lost first.
@@ -60,50 +71,85 @@ class MarkerWriter:
         return True
 
     def send(self, owed: Iterable[Owed], *, coordinator_epoch: int) -> set[Owed]:
-        """Send each owed marker once, one request per owning node, all nodes at once; returns those
-        acknowledged (or superseded by a newer marker).
+        """Send each owed marker once and wait; returns those acknowledged (or superseded by a newer marker)."""
+        answer: Future[frozenset[Owed]] = Future()
+        self.send_async(owed, coordinator_epoch=coordinator_epoch, done=answer.set_result)
+        return set(answer.result())
 
-        The remote requests go first, each on a pool thread (a blocking gRPC call costs a third of
-        what starting a gRPC future does), then this node's own markers are written in this thread
-        while the others travel."""
-        by_node: dict[int, list[Owed]] = defaultdict(list)
-        for item in owed:
-            by_node[self._owner_of(item[1])].append(item)
-        local = by_node.pop(self._local, None)
-        futures = [self._pool.submit(self._send, node, coordinator_epoch, items) for node, items in by_node.items()]
-        acked = self._send(self._local, coordinator_epoch, local) if local else set()
-        for future in futures:
-            acked |= future.result()
-        return acked
+    def send_async(self, owed: Iterable[Owed], *, coordinator_epoch: int,
+                   done: Callable[[frozenset[Owed]], object]) -> None:
+        """Owe each marker to its partition's owner; `done(acknowledged)` is called once every node has answered
+        (from the thread that saw the last answer: it must not block). Markers owed to a node while a request
+        to it is out go together in its next request."""
+        owed = list(owed)
+        owners = {tp: self._owner_of(tp) for _marker, tp in owed}
+        with self._lock:
+            stopped = self._stopped.is_set()
+            if not stopped:
+                send_id = next(self._send_ids)
+                self._done[send_id] = done
+                batches, finished = self._queues.send(send_id, owed, coordinator_epoch, owners.__getitem__)
+        if stopped:
+            done(frozenset())
+        else:
+            self._carry_out(batches, finished)
 
     def close(self) -> None:
-        self._stopped.set()
+        with self._lock:
+            self._stopped.set()
+            finished = self._queues.abandon()
+        self._finish(finished)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def _send(self, node: int, coordinator_epoch: int, owed: list[Owed]) -> set[Owed]:
-        request = marker_request(owed, coordinator_epoch)
-        try:
-            if node == self._local:
-                response = self._write_locally(request)
+    def _carry_out(self, batches: list[MarkerBatch], finished: list[MarkersDone]) -> None:
+        self._finish(finished)
+        local = None
+        for batch in batches:
+            if batch.node == self._local:
+                local = batch
             else:
-                stubs = self._channels.stubs(self._address_of(node))
-                response = call(stubs.partitions.WriteTxnMarkers, request, self._timeout_s, check=False)
+                try:
+                    self._pool.submit(self._deliver, batch)
+                except RuntimeError:  # closed meanwhile: close() finished every send
+                    return
+        if local is not None:  # written while the remote requests travel
+            self._deliver(local)
+
+    def _deliver(self, batch: MarkerBatch) -> None:
+        """Send a batch, then each next batch for the same node, until its queue is empty."""
+        next_batch: MarkerBatch | None = batch
+        while next_batch is not None:
+            acked = self._send_batch(next_batch)
+            with self._lock:
+                batches, finished = self._queues.answered(next_batch.batch_id, acked)
+            self._finish(finished)
+            next_batch = batches[0] if batches else None
+
+    def _finish(self, finished: list[MarkersDone]) -> None:
+        for done in finished:
+            with self._lock:
+                callback = self._done.pop(done.send_id, None)
+            if callback is not None:
+                callback(done.acked)
+
+    def _send_batch(self, batch: MarkerBatch) -> set[Owed]:
+        owed = batch.owed
+        try:
+            if batch.node == NO_OWNER:
+                log.info("markers for %d partition(s) wait: no live node owns them", len(owed))
+                return set()
+            if batch.node == self._local:
+                response = self._write_locally(batch.request())
+            else:
+                stubs = self._channels.stubs(self._address_of(batch.node))
+                response = call(stubs.partitions.WriteTxnMarkers, batch.request(), self._timeout_s, check=False)
         except KafkaError as exc:
-            log.info("markers for %d partition(s) to node %d failed, will retry: %s", len(owed), node, exc)
+            log.info("markers for %d partition(s) to node %d failed, will retry: %s", len(owed), batch.node, exc)
+            return set()
+        except Exception:  # a bug must not silently strand a transaction: say so; its coordinator retries
+            log.exception("markers for %d partition(s) to node %d failed", len(owed), batch.node)
             return set()
         return acknowledged(owed, response)
-
-
-def marker_request(owed: Iterable[Owed], coordinator_epoch: int) -> pb.WriteTxnMarkersRequest:
-    """One WriteTxnMarkers request for markers owed to one node's partitions (shared with the simulator)."""
-    by_marker: dict[Marker, list[TopicPartition]] = defaultdict(list)
-    for marker, tp in owed:
-        by_marker[marker].append(tp)
-    return pb.WriteTxnMarkersRequest(markers=[pb.TxnMarker(
-        producer_id=marker.producer_id, producer_epoch=marker.producer_epoch, committed=marker.committed,
-        coordinator_epoch=coordinator_epoch, transaction_version=marker.transaction_version,
-        partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition) for tp in sorted(tps)])
-        for marker, tps in by_marker.items()])
 
 
 def acknowledged(owed: Iterable[Owed], response: pb.WriteTxnMarkersResponse) -> set[Owed]:

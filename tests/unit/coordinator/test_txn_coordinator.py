@@ -42,6 +42,9 @@ class RecordingMarkers:
                 self.written.append((m.producer_id, m.producer_epoch, m.committed, coordinator_epoch, sorted(tps)))
         return set(owed) if self.succeed else set()
 
+    def send_async(self, owed, *, coordinator_epoch, done):
+        done(frozenset(self.send(owed, coordinator_epoch=coordinator_epoch)))
+
 
 def make(tmp_path, markers, clock=None, logs=None, assigned_here=lambda shard: False):
     logs = logs or LogManager(tmp_path / "logs")

@@ -37,7 +37,6 @@ from coordinator.rocketmq.half_shard import CheckAction, Decision, DueCheck, Hal
 from coordinator.rocketmq.in_place import in_place_batch, in_place_decisions, in_place_markers
 from coordinator.rocketmq.log_format import HalfRecord, OpRecord, Resolution, Storage
 from coordinator.rocketmq.shard_load import load_half_shard
-from coordinator.txn.markers import acknowledged, marker_request
 from coordinator.txn.metadata import Owed
 from partitions import AppendOrigin, PartitionLog
 from proto import txnsim_pb2 as pb
@@ -561,29 +560,23 @@ class SimHalfMessages:
     # ------------------------------------------------------------ effects: markers of messages stored in place
 
     def _mark(self, shard_id: int, shard: _Shard, decisions: list[Decision]) -> None:
-        """Send each owed marker to its partition's owner, fenced by the shard's leader epoch; DONE once
-        acknowledged, sent again shortly if not."""
-        by_owner: dict[int, list[Decision]] = {}
-        for d in decisions:
-            shard.marking.add(d.transaction_id)
-            by_owner.setdefault(self.model.owner_now(d.record.topic, d.record.partition), []).append(d)
-        for owner, owed in sorted(by_owner.items()):
-            markers = in_place_markers(owed)
+        """Owe each marker to its partition's owner through the node's marker channels (as a real node's
+        half shards share its MarkerWriter), fenced by the shard's leader epoch; DONE once acknowledged,
+        sent again shortly if not."""
+        shard.marking.update(d.transaction_id for d in decisions)
+        markers = in_place_markers(decisions)
 
-            def answered(response: object, owed: list[Decision] = owed, markers: list[Owed] = markers) -> None:
-                if not self._still(shard_id, shard):
-                    return
-                acked = acknowledged(markers, response) if isinstance(response, pb.WriteTxnMarkersResponse) else set()
-                done = [d for d, marker in zip(owed, markers, strict=True) if marker in acked]
-                self._done(shard, [d.transaction_id for d in done])
-                shard.marking.difference_update(d.transaction_id for d in done)
-                missing = [d for d in owed if d not in done]
-                if missing:
-                    self._later(self._mark_again, shard_id, shard, missing, delay_ms=COPY_RETRY_MS,
-                                label="marker-retry")
+        def answered(acked: frozenset[Owed]) -> None:
+            if not self._still(shard_id, shard):
+                return
+            done = [d for d, marker in zip(decisions, markers, strict=True) if marker in acked]
+            self._done(shard, [d.transaction_id for d in done])
+            shard.marking.difference_update(d.transaction_id for d in done)
+            missing = [d for d in decisions if d not in done]
+            if missing:
+                self._later(self._mark_again, shard_id, shard, missing, delay_ms=COPY_RETRY_MS, label="marker-retry")
 
-            self.net.call(self.node.name, f"n{owner}", marker_request(markers, shard.half_log.leader_epoch),
-                          COPY_TIMEOUT_MS, answered)
+        self.node.send_markers(markers, shard.half_log.leader_epoch, answered)
 
     def _mark_again(self, shard_id: int, shard: _Shard, decisions: list[Decision]) -> None:
         shard.marking.difference_update(d.transaction_id for d in decisions)

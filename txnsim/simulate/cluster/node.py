@@ -9,9 +9,8 @@ a timer is a simulated timer, a request is a simulated envelope.
 """
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from itertools import count
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +28,8 @@ from coordinator.txn.core import (
     TxnCoordinatorCore,
     WriteEntry,
 )
-from coordinator.txn.markers import acknowledged, marker_request
+from coordinator.txn.marker_channels import MarkerBatch, MarkerChannels, MarkersDone
+from coordinator.txn.markers import acknowledged
 from coordinator.txn.metadata import Owed
 from coordinator.verification import ADD_CALL_TIMEOUT_S, verification_error
 from partitions import LogConfig, LogManager, PartitionLog
@@ -75,13 +75,6 @@ _RESPONSES: dict[type, type] = {
 }
 
 
-@dataclass(slots=True)
-class _MarkerSend:
-    effect: SendMarkers
-    waiting: int
-    acked: set[Owed] = field(default_factory=set)
-
-
 class SimNode:
     """One node: `receive` takes its envelopes; everything else runs from its own timers."""
 
@@ -111,7 +104,9 @@ class SimNode:
         self.txn_logs: dict[int, PartitionLog] = {}
         self.tickets: dict[int, Envelope] = {}
         self.next_ticket = 0
-        self.sends: dict[int, _MarkerSend] = {}
+        self.marker_channels = MarkerChannels()
+        self._marker_done: dict[int, Callable[[frozenset[Owed]], None]] = {}
+        self._marker_send_ids = count(1)
         self.retrying = False
         #: (topic, shard) -> records written to the coordinator shard since its last snapshot was asked for
         self._since_snapshot: dict[tuple[str, int], int] = {}
@@ -453,25 +448,32 @@ class SimNode:
         self._run(self.core.timer_fired(key, self.now()))
 
     def _send_markers(self, effect: SendMarkers) -> None:
-        by_node: dict[int, list[Owed]] = defaultdict(list)
-        for item in effect.owed:
-            by_node[self.owner(item[1].topic, item[1].partition)].append(item)
-        send = _MarkerSend(effect, waiting=len(by_node))
-        self.sends[effect.send_id] = send
-        for node, owed in sorted(by_node.items()):
-            if node == NO_OWNER:
-                self._marker_reply(send, owed, TIMED_OUT)
-                continue
-            self.net.call(self.name, f"n{node}", marker_request(owed, effect.coordinator_epoch),
-                          NODE_REQUEST_TIMEOUT_MS, _bind(self._marker_reply, send, owed))
+        def done(acked: frozenset[Owed]) -> None:
+            self._run(self.core.markers_written(effect.send_id, acked, self.now()))
+        self.send_markers(effect.owed, effect.coordinator_epoch, done)
 
-    def _marker_reply(self, send: _MarkerSend, owed: list[Owed], response: object) -> None:
-        if isinstance(response, pb.WriteTxnMarkersResponse):
-            send.acked |= acknowledged(owed, response)
-        send.waiting -= 1
-        if send.waiting == 0:
-            self.sends.pop(send.effect.send_id, None)
-            self._run(self.core.markers_written(send.effect.send_id, send.acked, self.now()))
+    def send_markers(self, owed: Iterable[Owed], coordinator_epoch: int,
+                     done: Callable[[frozenset[Owed]], None]) -> None:
+        """What a real node's MarkerWriter.send_async does: owe each marker to its partition's owner (as this
+        node sees the cluster) through the node's marker channels; `done(acknowledged)` once all have answered."""
+        send_id = next(self._marker_send_ids)
+        self._marker_done[send_id] = done
+        self._carry_out_markers(*self.marker_channels.send(
+            send_id, owed, coordinator_epoch, lambda tp: self.owner(tp.topic, tp.partition)))
+
+    def _carry_out_markers(self, batches: list[MarkerBatch], finished: list[MarkersDone]) -> None:
+        for send in finished:
+            self._marker_done.pop(send.send_id)(send.acked)
+        for batch in batches:
+            if batch.node == NO_OWNER:
+                self._marker_batch_answered(batch, TIMED_OUT)
+            else:
+                self.net.call(self.name, f"n{batch.node}", batch.request(), NODE_REQUEST_TIMEOUT_MS,
+                              _bind(self._marker_batch_answered, batch))
+
+    def _marker_batch_answered(self, batch: MarkerBatch, response: object) -> None:
+        acked = acknowledged(batch.owed, response) if isinstance(response, pb.WriteTxnMarkersResponse) else set()
+        self._carry_out_markers(*self.marker_channels.answered(batch.batch_id, acked))
 
     def _abort_timed_out(self) -> None:
         self._run(self.core.abort_timed_out(self.now()))
