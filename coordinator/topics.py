@@ -124,7 +124,10 @@ class TopicStore:
             return dict(self._cache)
 
     def partitions(self, topic: str) -> int | None:
-        return self.all().get(topic)
+        """One topic's partition count (asked on every produce and add: no copy of the whole table)."""
+        with self._lock:
+            self._refresh()
+            return self._cache.get(topic)
 
     def configs(self, topic: str) -> dict[str, str]:
         """The topic's own settings (empty for none, or for a topic that does not exist)."""
