@@ -93,6 +93,10 @@ class NodeMetrics:
         self._marker_retries = Counter(
             "txnsim_txn_marker_retries", "COMMIT/ABORT markers a partition owner did not acknowledge, sent "
             "again after a backoff", registry=r)
+        self._marker_request_producers = Histogram(
+            "txnsim_txn_marker_request_producers", "Producers (transactions) whose markers one WriteTxnMarkers "
+            "request of this node carried: markers owed to a node while a request to it is out share the next; "
+            "_count is the requests sent", buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), registry=r)
         self._ownership_changes = Counter(
             "txnsim_ownership_changes", "Logs this node took (acquired), gave up (released) or was fenced out "
             "of; log: transaction_state, consumer_offsets, half_messages or data",
@@ -138,6 +142,9 @@ class NodeMetrics:
 
     def markers_resent(self, count: int) -> None:
         self._marker_retries.inc(count)
+
+    def marker_request_sent(self, producers: int) -> None:
+        self._marker_request_producers.observe(producers)
 
     def group_rebalanced(self) -> None:
         self._rebalances.inc()

@@ -125,7 +125,7 @@ class Node:
         self.markers = MarkerWriter(
             local_node_id=node_id, owner_of=lambda tp: self.membership.owner(tp.topic, tp.partition),
             address_of=lambda n: self.spec.nodes[n], write_locally=self.partitions.write_txn_markers,
-            channels=self.channels)
+            channels=self.channels, observer=self.metrics)
         #: runs a call on the owner of a log, in process or over gRPC (the half shards and the RocketMQ front door)
         self.router = OwnerRouter(node_id=node_id, membership=self.membership, channels=self.channels,
                                   address_of=lambda n: self.spec.nodes[n])

@@ -18,6 +18,10 @@ class TransactionObserver(Protocol):
     def markers_resent(self, count: int) -> None: ...
 
 
+class MarkerObserver(Protocol):
+    def marker_request_sent(self, producers: int) -> None: ...
+
+
 class GroupObserver(Protocol):
     def group_rebalanced(self) -> None: ...
 
@@ -51,6 +55,9 @@ class NoObserver:
         pass
 
     def markers_resent(self, count: int) -> None:
+        pass
+
+    def marker_request_sent(self, producers: int) -> None:
         pass
 
     def group_rebalanced(self) -> None:

@@ -16,6 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import count
 
 from client.transport import NodeChannels, call
+from coordinator.observers import NO_OBSERVER, MarkerObserver
 from coordinator.placement import NO_OWNER
 from coordinator.txn.marker_channels import MarkerBatch, MarkerChannels, MarkersDone
 from coordinator.txn.metadata import Marker, Owed
@@ -42,8 +43,10 @@ class MarkerWriter:
     def __init__(self, *, local_node_id: int, owner_of: Callable[[TopicPartition], int],
                  address_of: Callable[[int], str],
                  write_locally: Callable[[pb.WriteTxnMarkersRequest], pb.WriteTxnMarkersResponse],
-                 channels: NodeChannels, request_timeout_s: float = 5.0) -> None:
+                 channels: NodeChannels, request_timeout_s: float = 5.0,
+                 observer: MarkerObserver = NO_OBSERVER) -> None:
         self._local = local_node_id
+        self._observer = observer
         self._owner_of = owner_of
         self._address_of = address_of
         self._write_locally = write_locally
@@ -138,6 +141,7 @@ class MarkerWriter:
             if batch.node == NO_OWNER:
                 log.info("markers for %d partition(s) wait: no live node owns them", len(owed))
                 return set()
+            self._observer.marker_request_sent(len({marker.producer_id for marker, _tp in owed}))
             if batch.node == self._local:
                 response = self._write_locally(batch.request())
             else:

@@ -119,6 +119,37 @@ def test_an_open_transaction_holds_the_lso_back_until_the_coordinator_times_it_o
         p.close(timeout=1)
 
 
+def test_abort_markers_of_transactions_timed_out_together_share_requests(cluster, topic):
+    """Six transactions of one coordinator time out in the same sweep or two: the first abort's marker goes
+    at once, and those owed to the same node while it travels go together in the next request."""
+    first = f"shared-markers-{next(_names)}"
+    coordinator = cluster.coordinator_for(first)
+    ids = [first] + list(itertools.islice(
+        (tid for tid in (f"shared-markers-{next(_names)}" for _ in range(200))
+         if cluster.coordinator_for(tid) == coordinator), 5))
+    url = cluster.metrics_url(coordinator)
+    before = scrape(url)
+    producers = [Producer(bootstrap_servers=cluster.bootstrap_servers, transactional_id=tid,
+                          transaction_timeout_ms=500) for tid in ids]
+    try:
+        for p in producers:
+            p.init_transactions()
+        for p in producers:
+            p.begin_transaction()
+            p.send(topic, value=b"left open", partition=0).get(timeout=10)
+
+        def moved(name: str) -> float:
+            return value(scrape(url), name) - value(before, name)
+
+        wait_until(lambda: moved("txnsim_transactions_aborted_total") == 6, 15, "the six timeout aborts to complete")
+        requests = moved("txnsim_txn_marker_request_producers_count")
+        assert moved("txnsim_txn_marker_request_producers_sum") >= 6, "every abort's marker was sent"
+        assert 1 <= requests < 6, f"six transactions' markers took {requests:.0f} requests"
+    finally:
+        for p in producers:
+            p.close(timeout=1)
+
+
 def test_a_consumer_group_joining_is_a_rebalance(cluster, topic):
     before = total(cluster, "txnsim_group_rebalances_total")
     settings = dict(bootstrap_servers=cluster.bootstrap_servers, group_id=f"metrics-group-{next(_names)}",

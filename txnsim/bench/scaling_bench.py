@@ -39,6 +39,8 @@ WARMING_THREADS = 8
 #: the nodes' histograms of the commit path: EndTxn answered (PrepareCommit durable), commit complete (markers)
 END_TXN = ("txnsim_end_txn_latency_seconds", {"result": "commit"})
 COMMIT_COMPLETE = ("txnsim_transaction_commit_latency_seconds", None)
+#: producers per WriteTxnMarkers request (its _sum / _count: how many transactions shared a request)
+MARKER_REQUESTS = ("txnsim_txn_marker_request_producers", None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +67,7 @@ class ScalingRun:
     #: node side, from the nodes' histograms over the run
     end_txn: HistogramTotal
     commit_complete: HistogramTotal
+    marker_requests: HistogramTotal
 
     @property
     def txns_per_s(self) -> float:
@@ -179,18 +182,20 @@ def measure(cluster: LocalCluster, seconds: float, run_id: str, processes: int) 
     try:
         fleet.wait_ready()
         end_txn, complete = histogram_total(urls, *END_TXN), histogram_total(urls, *COMMIT_COMPLETE)
+        marker_requests = histogram_total(urls, *MARKER_REQUESTS)
         before = [process_cpu_s(pid) for pid in node_pids]
         results = fleet.run(seconds)
         node_cpu = tuple(process_cpu_s(pid) - b for pid, b in zip(node_pids, before))
         end_txn = histogram_total(urls, *END_TXN) - end_txn
         complete = histogram_total(urls, *COMMIT_COMPLETE) - complete
+        marker_requests = histogram_total(urls, *MARKER_REQUESTS) - marker_requests
     finally:
         fleet.close()
     errors = [r.first_error for r in results if r.first_error]
     return ScalingRun(sum(r.commits for r in results), sum(r.failures for r in results),
                       max(r.elapsed_s for r in results), sum(r.cpu_s for r in results), node_cpu,
                       tuple(x for r in results for x in r.latencies_s), errors[0] if errors else None, end_txn,
-                      complete)
+                      complete, marker_requests)
 
 
 def _clusters(stack: ExitStack, counts: Sequence[int]) -> Iterator[tuple[int, LocalCluster]]:
@@ -230,14 +235,15 @@ def scaling_table(runs: dict[int, list[ScalingRun]], seconds: float, repeat: int
                      format_ratio(median(pairs)), "%.3f .. %.3f" % median_confidence_interval(pairs),
                      format_ms(latency.p50), format_ms(latency.p99),
                      format_ms(median([r.end_txn.mean_s for r in node_runs])),
-                     format_ms(median([r.commit_complete.mean_s for r in node_runs])), f"{node_cores:.2f}", per_node,
+                     format_ms(median([r.commit_complete.mean_s for r in node_runs])),
+                     f"{median([r.marker_requests.mean_s for r in node_runs]):.1f}", f"{node_cores:.2f}", per_node,
                      f"{client_cores:.2f}", f"{node_cores + client_cores:.2f}",
                      f"{median([sum(r.node_cpu_s) / r.commits * 1e6 for r in node_runs if r.commits]):,.0f}"))
     return ResultTable(
         f"Coordinator scaling: {TRANSACTIONAL_IDS} transactional ids, transactions of {RECORDS_PER_TXN} records on "
         f"1 or 2 of {PARTITIONS} partitions, {seconds:g} s per run, median of {repeat} rotated rounds",
         ("cluster", "txns/s", "ratio to 1 node", "95% CI of ratio", "commit p50 ms", "commit p99 ms",
-         "node: EndTxn mean ms", "node: until complete mean ms",
+         "node: EndTxn mean ms", "node: until complete mean ms", "txns per marker request",
          "node CPU (cores)", "per node (cores)", "client CPU (cores)", "client + nodes (cores)",
          "node CPU µs/txn"),
         tuple(rows),
@@ -246,7 +252,9 @@ def scaling_table(runs: dict[int, list[ScalingRun]], seconds: float, repeat: int
          "own histograms over the run: EndTxn received to answered (PrepareCommit durable, the outcome decided) "
          "and EndTxn received to commit complete (every marker acknowledged, CompleteCommit durable); the client's "
          "commit latency less the node's EndTxn is time spent outside the coordinator (the client flushing its "
-         "records and registering partitions, queues, gRPC). txns/s: committed transactions "
+         "records and registering partitions, queues, gRPC). txns per marker request: the transactions whose "
+         "markers one WriteTxnMarkers request carried, on average (markers owed to a node while a request to it is "
+         "out share its next). txns/s: committed transactions "
          "per second of the run. CPU in cores: CPU-seconds per second of the run, from /proc for the node "
          "processes and from each client process itself (all its threads). A total near the machine's CPU "
          "count means the CPUs are the limit, not the coordinators.",))
