@@ -20,6 +20,7 @@ import crc32c as _crc32c
 
 from proto import compiled, record_decoding, record_encoding
 from proto.errors import CorruptMessageError
+
 # the layout's constants live with the one writer of batches (compiled by setup.py), re-exported here
 from proto.record_encoding import ATTR_CONTROL as ATTR_CONTROL
 from proto.record_encoding import ATTR_TRANSACTIONAL as ATTR_TRANSACTIONAL
