@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NotRequired, TypedDict
+from typing import NamedTuple, NotRequired, TypedDict
 
 from coordinator.layout import write_atomically
 from proto.errors import (
@@ -89,6 +89,12 @@ def remove_log_dirs(logs_dir: Path, topic: str) -> list[str]:
     return removed
 
 
+class _TopicsRead(NamedTuple):
+    key: tuple[int, int] | None  # the file's (mtime_ns, size) when read; None: no file
+    counts: dict[str, int]
+    configs: dict[str, dict[str, str]]
+
+
 class TopicStore:
     def __init__(self, metadata_dir: Path, logs_dir: Path | None = None) -> None:
         self._path = metadata_dir / "topics.json"
@@ -96,44 +102,48 @@ class TopicStore:
         self._logs_dir = logs_dir
         self._lock_path = metadata_dir / "topics.lock"
         self._lock = threading.Lock()
-        self._cache: dict[str, int] = {}
-        self._configs: dict[str, dict[str, str]] = {}
-        self._cache_key: tuple[int, int] | None = None
+        #: the file as last read, replaced whole (one attribute, so a reader without the lock sees one version)
+        self._read = _TopicsRead(None, {}, {})
 
-    def _refresh(self) -> None:
+    def _stat_key(self) -> tuple[int, int] | None:
         try:
             st = os.stat(self._path)
         except FileNotFoundError:
-            self._cache, self._configs, self._cache_key = {}, {}, None
-            return
-        key = (st.st_mtime_ns, st.st_size)
-        if key != self._cache_key:
-            counts, configs = {}, {}
-            for name, entry in json.loads(self._path.read_text()).items():
-                if isinstance(entry, dict):
-                    counts[str(name)] = int(entry["partitions"])
-                    configs[str(name)] = {str(k): str(v) for k, v in entry.get("configs", {}).items()}
-                else:
-                    counts[str(name)] = int(entry)
-            self._cache, self._configs, self._cache_key = counts, configs, key
+            return None
+        return st.st_mtime_ns, st.st_size
+
+    def _current(self) -> _TopicsRead:
+        """The table, re-read only when the file changed (a stat per call, no lock while it has not: this is
+        asked on every produce, marker and add)."""
+        read = self._read
+        if self._stat_key() == read.key:
+            return read
+        with self._lock:
+            key = self._stat_key()
+            if key != self._read.key:
+                counts: dict[str, int] = {}
+                configs: dict[str, dict[str, str]] = {}
+                if key is not None:
+                    for name, entry in json.loads(self._path.read_text()).items():
+                        if isinstance(entry, dict):
+                            counts[str(name)] = int(entry["partitions"])
+                            configs[str(name)] = {str(k): str(v) for k, v in entry.get("configs", {}).items()}
+                        else:
+                            counts[str(name)] = int(entry)
+                self._read = _TopicsRead(key, counts, configs)
+            return self._read
 
     def all(self) -> dict[str, int]:
-        """topic -> partition count, re-read only when the file changed."""
-        with self._lock:
-            self._refresh()
-            return dict(self._cache)
+        """topic -> partition count."""
+        return dict(self._current().counts)
 
     def partitions(self, topic: str) -> int | None:
-        """One topic's partition count (asked on every produce and add: no copy of the whole table)."""
-        with self._lock:
-            self._refresh()
-            return self._cache.get(topic)
+        """One topic's partition count (no copy of the whole table)."""
+        return self._current().counts.get(topic)
 
     def configs(self, topic: str) -> dict[str, str]:
         """The topic's own settings (empty for none, or for a topic that does not exist)."""
-        with self._lock:
-            self._refresh()
-            return dict(self._configs.get(topic, {}))
+        return dict(self._current().configs.get(topic, {}))
 
     def validate(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> dict[str, str]:
         """Check a topic could be created as asked (TOPIC_ALREADY_EXISTS included); its settings, checked."""
