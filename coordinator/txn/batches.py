@@ -132,11 +132,10 @@ def verify(current: BatchTxn, req: pb.AddPartitionsToTxnRequest,
     return {tp: TransactionAbortableError.errno for tp in wanted if tp not in joined.partitions}, 0
 
 
-def timed_out(current: BatchTxn, now: int) -> BatchTxn | None:
-    """The PrepareAbort of an Ongoing batch past its timeout, else None."""
-    if current.state == S.ONGOING and current.start_time_ms + current.timeout_ms < now:
-        return current.transit(S.PREPARE_ABORT, now, winners=frozenset())
-    return None
+def timed_out(current: BatchTxn, now: int) -> BatchTxn:
+    """The PrepareAbort of an Ongoing batch its coordinator found past its timeout (the core judges the time:
+    see core._timeout_start)."""
+    return current.transit(S.PREPARE_ABORT, now, winners=frozenset())
 
 
 def markers_for(prepared: BatchTxn) -> list[Marker]:

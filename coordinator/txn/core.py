@@ -167,6 +167,9 @@ class ShardState:
     completing: dict[str, _Completion] = field(default_factory=dict)
     #: requests waiting for an id's write or phase two to finish
     blocked: dict[str, list[_Call]] = field(default_factory=dict)
+    #: id -> (its transaction's start stamp, this clock's time when it first read as the future): see
+    #: `_timeout_start`
+    future_starts: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -655,12 +658,15 @@ class TxnCoordinatorCore:
         for shard in list(self._shards.values()):
             if shard.loading:
                 continue
+            if shard.future_starts:  # forget ids whose transaction ended meanwhile
+                for tid in [t for t in shard.future_starts
+                            if (m := shard.entries.get(t)) is None or m.state != S.ONGOING]:
+                    del shard.future_starts[tid]
             expired = [m for m in shard.entries.values()
                        if m.state == S.ONGOING and m.transactional_id not in shard.pending
-                       and m.start_time_ms + m.timeout_ms < now]
+                       and _timeout_start(shard, m, now) + m.timeout_ms < now]
             for meta in sorted(expired, key=lambda m: m.transactional_id):
                 fence = batches.timed_out(meta, now) if isinstance(meta, BatchTxn) else self._fenced_abort(meta, now)
-                assert fence is not None
                 log.info("aborting %r: open longer than its timeout (%d ms)", fence.transactional_id, fence.timeout_ms)
 
                 effects += self._write(shard, fence, now, functools.partial(self._start_completion, shard, fence),
@@ -1088,3 +1094,19 @@ def _partition_results(wanted: list[TopicPartition], errors: dict[TopicPartition
         code = errors.get(tp, other_code if errors else 0)
         results.append(pb.PartitionError(topic=tp.topic, partition=tp.partition, error_code=code))
     return pb.AddPartitionsToTxnResponse(results=results)
+
+
+def _timeout_start(shard: ShardState, meta: Value, now: int) -> int:
+    """When `meta`'s transaction started, for its timeout. A start stamped later than this clock reads (by the
+    node that owned the shard before, or by this one before its clock stepped back) counts from when this
+    coordinator first saw it so: a clock behind by a minute would otherwise hold the LSO of every partition of
+    the transaction a minute past its timeout. Kafka trusts the stamp; a skewed clock is a fault txnsim's
+    simulator injects."""
+    start = meta.start_time_ms
+    seen = shard.future_starts.get(meta.transactional_id)
+    if seen is not None and seen[0] == start:
+        return seen[1]  # even once this clock has passed the stamp
+    if start <= now:
+        return start
+    shard.future_starts[meta.transactional_id] = (start, now)
+    return now

@@ -15,6 +15,7 @@ from coordinator.txn.core import (
     TxnCoordinatorCore,
     WriteEntry,
 )
+from coordinator.txn.metadata import TxnMetadata
 from proto import txnsim_pb2 as pb
 from proto.errors import (
     ConcurrentTransactionsError,
@@ -416,3 +417,31 @@ def test_every_request_gets_exactly_one_reply_even_when_its_shard_moves_while_it
     assert writing in h.replies
     h.fire_timers("wait")  # a timer of a call already answered does nothing
     assert len(h.replies) == h.tickets
+
+
+def test_a_transaction_stamped_ahead_of_this_clock_times_out_a_timeout_after_the_coordinator_saw_it():
+    """The shard's previous owner stamped the start with a clock a minute ahead of this one (or this clock
+    stepped back): the abort comes a timeout after this coordinator first read the stamp as the future, not a
+    minute late, which would hold the LSO of every partition of the transaction that long."""
+    h = Harness()
+    ahead = h.now + 60_000
+    meta = TxnMetadata("skewed", 1_500, 3, 1_000, S.ONGOING, frozenset({TopicPartition("t", 0)}),
+                       start_time_ms=ahead, last_update_time_ms=ahead)
+    h.take(h.core.begin_loading(0, EPOCH + 1))
+    h.take(h.core.loaded(0, EPOCH + 1, {"skewed": meta}, h.now))
+    assert h.core.abort_timed_out(h.now) == []
+    assert h.core.abort_timed_out(h.now + 999) == [], "aborted before its timeout had passed here"
+    (fence,) = h.core.abort_timed_out(h.now + 1_001)
+    assert isinstance(fence, WriteEntry) and fence.value.state == S.PREPARE_ABORT
+
+
+def test_a_future_stamp_keeps_counting_from_when_it_was_seen_after_this_clock_passes_it():
+    h = Harness()
+    ahead = h.now + 5_000
+    meta = TxnMetadata("skewed", 1_500, 3, 1_000, S.ONGOING, frozenset({TopicPartition("t", 0)}),
+                       start_time_ms=ahead, last_update_time_ms=ahead)
+    h.take(h.core.begin_loading(0, EPOCH + 1))
+    h.take(h.core.loaded(0, EPOCH + 1, {"skewed": meta}, h.now))
+    assert h.core.abort_timed_out(h.now) == []  # seen at 1,000: due after 2,000, not after 6,000
+    (fence,) = h.core.abort_timed_out(ahead + 1)
+    assert isinstance(fence, WriteEntry) and fence.value.state == S.PREPARE_ABORT
