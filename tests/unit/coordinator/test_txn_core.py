@@ -419,16 +419,21 @@ def test_every_request_gets_exactly_one_reply_even_when_its_shard_moves_while_it
     assert len(h.replies) == h.tickets
 
 
+def load_stamped_ahead(h: Harness, ahead: int) -> None:
+    """Take the shard over with one Ongoing transaction (timeout 1 s) stamped `ahead` ms past this clock."""
+    stamp = h.now + ahead
+    meta = TxnMetadata("skewed", 1_500, 3, 1_000, S.ONGOING, frozenset({TopicPartition("t", 0)}),
+                       start_time_ms=stamp, last_update_time_ms=stamp)
+    h.take(h.core.begin_loading(0, EPOCH + 1))
+    h.take(h.core.loaded(0, EPOCH + 1, {"skewed": meta}, h.now))
+
+
 def test_a_transaction_stamped_ahead_of_this_clock_times_out_a_timeout_after_the_coordinator_saw_it():
     """The shard's previous owner stamped the start with a clock a minute ahead of this one (or this clock
     stepped back): the abort comes a timeout after this coordinator first read the stamp as the future, not a
     minute late, which would hold the LSO of every partition of the transaction that long."""
     h = Harness()
-    ahead = h.now + 60_000
-    meta = TxnMetadata("skewed", 1_500, 3, 1_000, S.ONGOING, frozenset({TopicPartition("t", 0)}),
-                       start_time_ms=ahead, last_update_time_ms=ahead)
-    h.take(h.core.begin_loading(0, EPOCH + 1))
-    h.take(h.core.loaded(0, EPOCH + 1, {"skewed": meta}, h.now))
+    load_stamped_ahead(h, 60_000)
     assert h.core.abort_timed_out(h.now) == []
     assert h.core.abort_timed_out(h.now + 999) == [], "aborted before its timeout had passed here"
     (fence,) = h.core.abort_timed_out(h.now + 1_001)
@@ -437,11 +442,7 @@ def test_a_transaction_stamped_ahead_of_this_clock_times_out_a_timeout_after_the
 
 def test_a_future_stamp_keeps_counting_from_when_it_was_seen_after_this_clock_passes_it():
     h = Harness()
-    ahead = h.now + 5_000
-    meta = TxnMetadata("skewed", 1_500, 3, 1_000, S.ONGOING, frozenset({TopicPartition("t", 0)}),
-                       start_time_ms=ahead, last_update_time_ms=ahead)
-    h.take(h.core.begin_loading(0, EPOCH + 1))
-    h.take(h.core.loaded(0, EPOCH + 1, {"skewed": meta}, h.now))
+    load_stamped_ahead(h, 5_000)
     assert h.core.abort_timed_out(h.now) == []  # seen at 1,000: due after 2,000, not after 6,000
-    (fence,) = h.core.abort_timed_out(ahead + 1)
+    (fence,) = h.core.abort_timed_out(h.now + 5_001)
     assert isinstance(fence, WriteEntry) and fence.value.state == S.PREPARE_ABORT
