@@ -52,7 +52,8 @@ class MarkerWriter:
         self._write_locally = write_locally
         self._channels = channels
         self._timeout_s = request_timeout_s
-        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="markers")
+        # a remote node's channel holds a thread while its queue lasts: one each for clusters of up to 64 nodes
+        self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="markers")
         self._stopped = threading.Event()
         self._lock = threading.Lock()
         self._queues = MarkerChannels()
@@ -82,8 +83,9 @@ class MarkerWriter:
     def send_async(self, owed: Iterable[Owed], *, coordinator_epoch: int,
                    done: Callable[[frozenset[Owed]], object]) -> None:
         """Owe each marker to its partition's owner; `done(acknowledged)` is called once every node has answered
-        (from the thread that saw the last answer: it must not block). Markers owed to a node while a request
-        to it is out go together in its next request."""
+        (from the thread that saw the last answer: it must not block; what it raises is logged). Markers owed to
+        a node while a request to it is out go together in its next request. This node's own markers may be
+        written in this thread before it returns (one request's worth)."""
         owed = list(owed)
         owners = {tp: self._owner_of(tp) for _marker, tp in owed}
         with self._lock:
@@ -111,29 +113,43 @@ class MarkerWriter:
             if batch.node == self._local:
                 local = batch
             else:
-                try:
-                    self._pool.submit(self._deliver, batch)
-                except RuntimeError:  # closed meanwhile: close() finished every send
-                    return
+                self._hand_off(batch)
         if local is not None:  # written while the remote requests travel
-            self._deliver(local)
+            self._deliver(local, inline=True)
 
-    def _deliver(self, batch: MarkerBatch) -> None:
-        """Send a batch, then each next batch for the same node, until its queue is empty."""
+    def _hand_off(self, batch: MarkerBatch) -> None:
+        try:
+            self._pool.submit(self._deliver, batch)
+        except RuntimeError:  # closed meanwhile: close() finished every send
+            pass
+
+    def _deliver(self, batch: MarkerBatch, inline: bool = False) -> None:
+        """Send a batch, then each next batch for the same node, until its queue is empty. A caller's own
+        thread (`inline`) sends one batch and leaves the next to the pool: it has its own work to go back to."""
         next_batch: MarkerBatch | None = batch
         while next_batch is not None:
-            acked = self._send_batch(next_batch)
-            with self._lock:
-                batches, finished = self._queues.answered(next_batch.batch_id, acked)
-            self._finish(finished)
+            acked: set[Owed] = set()
+            try:
+                acked = self._send_batch(next_batch)
+            finally:  # whatever happened, the channel is answered, or it would stay busy for ever
+                with self._lock:
+                    batches, finished = self._queues.answered(next_batch.batch_id, acked)
+                self._finish(finished)
             next_batch = batches[0] if batches else None
+            if next_batch is not None and inline:
+                self._hand_off(next_batch)
+                return
 
     def _finish(self, finished: list[MarkersDone]) -> None:
         for done in finished:
             with self._lock:
                 callback = self._done.pop(done.send_id, None)
-            if callback is not None:
+            if callback is None:
+                continue
+            try:
                 callback(done.acked)
+            except Exception:  # a callback's bug must not stop the channel or the other sends' callbacks
+                log.exception("a marker send's callback failed")
 
     def _send_batch(self, batch: MarkerBatch) -> set[Owed]:
         owed = batch.owed
@@ -147,17 +163,17 @@ class MarkerWriter:
             else:
                 stubs = self._channels.stubs(self._address_of(batch.node))
                 response = call(stubs.partitions.WriteTxnMarkers, batch.request(), self._timeout_s, check=False)
+            return acknowledged(owed, response)
         except KafkaError as exc:
             log.info("markers for %d partition(s) to node %d failed, will retry: %s", len(owed), batch.node, exc)
-            return set()
         except Exception:  # a bug must not silently strand a transaction: say so; its coordinator retries
             log.exception("markers for %d partition(s) to node %d failed", len(owed), batch.node)
-            return set()
-        return acknowledged(owed, response)
+        return set()
 
 
 def acknowledged(owed: Iterable[Owed], response: pb.WriteTxnMarkersResponse) -> set[Owed]:
-    """The owed markers the response acknowledged, or answered with a newer marker (§4.8): done."""
+    """The owed markers the response acknowledged, or answered with a newer marker (§4.8): done. A response names
+    its markers by producer id alone, so `owed` holds one marker per producer id (MarkerChannels batches so)."""
     marker_of = {marker.producer_id: marker for marker, _tp in owed}
     acked: set[Owed] = set()
     for result in response.markers:

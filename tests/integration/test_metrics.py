@@ -134,9 +134,11 @@ def test_abort_markers_of_transactions_timed_out_together_share_requests(cluster
     try:
         for p in producers:
             p.init_transactions()
-        for p in producers:
+        for p in producers:  # all six begin within a few ms, so one or two abort sweeps (200 ms apart) find them
             p.begin_transaction()
-            p.send(topic, value=b"left open", partition=0).get(timeout=10)
+        sent = [p.send(topic, value=b"left open", partition=0) for p in producers]
+        for future in sent:
+            future.get(timeout=10)
 
         def moved(name: str) -> float:
             return value(scrape(url), name) - value(before, name)
