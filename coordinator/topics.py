@@ -90,7 +90,7 @@ def remove_log_dirs(logs_dir: Path, topic: str) -> list[str]:
 
 
 class _TopicsRead(NamedTuple):
-    key: tuple[int, int] | None  # the file's (mtime_ns, size) when read; None: no file
+    key: tuple[int, int, int] | None  # the file's (inode, mtime_ns, size) when read; None: no file
     counts: dict[str, int]
     configs: dict[str, dict[str, str]]
 
@@ -105,12 +105,14 @@ class TopicStore:
         #: the file as last read, replaced whole (one attribute, so a reader without the lock sees one version)
         self._read = _TopicsRead(None, {}, {})
 
-    def _stat_key(self) -> tuple[int, int] | None:
+    def _stat_key(self) -> tuple[int, int, int] | None:
+        """What tells one version of the file from another: every write renames a new file into place, so its
+        inode differs even when two writes in one timestamp tick leave the same size."""
         try:
             st = os.stat(self._path)
         except FileNotFoundError:
             return None
-        return st.st_mtime_ns, st.st_size
+        return st.st_ino, st.st_mtime_ns, st.st_size
 
     def _current(self) -> _TopicsRead:
         """The table, re-read only when the file changed (a stat per call, no lock while it has not: this is
