@@ -49,7 +49,7 @@ class ProducerBatch:
 
     __slots__ = ("topic_partition", "builder", "created", "result", "futures", "buffered_bytes", "closed",
                  "payload", "producer_id", "producer_epoch", "base_sequence", "attempts", "retry_at",
-                 "in_flight", "transactional", "lock", "exclusive")
+                 "in_flight", "transactional", "lock", "exclusive", "sent_behind")
 
     def __init__(self, tp: TopicPartition, base_timestamp: int, max_bytes: int, created: float) -> None:
         self.topic_partition = tp
@@ -64,6 +64,9 @@ class ProducerBatch:
         self.closed = False               # no more appends (set under `lock`)
         #: in flight as a resend or an epoch's first batch: nothing after it is sent until it is answered
         self.exclusive = False
+        #: drained while an earlier batch of its partition was unanswered: the node may take the two
+        #: requests in either order, so an OUT_OF_ORDER_SEQUENCE for this one can mean it overtook that one
+        self.sent_behind = False
         self.payload: bytes | None = None  # the v2 batch, once built
         self.producer_id = -1
         self.producer_epoch = -1
@@ -360,6 +363,7 @@ class RecordAccumulator:
                         if index == 0:
                             if batch.retry_at <= now:
                                 batch.exclusive = True
+                                batch.sent_behind = False
                                 ready.append(batch)
                             else:
                                 next_ready = min(next_ready, batch.retry_at)
@@ -376,6 +380,7 @@ class RecordAccumulator:
                         if opening_epoch and in_flight:
                             break
                         batch.exclusive = opening_epoch
+                    batch.sent_behind = in_flight > 0
                     ready.append(batch)
                     in_flight += 1
         return ready, next_ready

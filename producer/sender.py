@@ -402,9 +402,12 @@ class Sender(threading.Thread):
                             "(%d + %d records): %s", batch.record_count, tp, halves[0].record_count,
                             halves[1].record_count, error)
                 return
-        if isinstance(error, OutOfOrderSequenceError) and self._acc.has_earlier_incomplete(batch):
-            # it overtook a batch of its partition that is still unanswered (in flight, or failed and
-            # waiting to be resent): the node wrote nothing; resend it, at once, when it heads the queue
+        overtaken = batch.sent_behind or self._acc.has_earlier_incomplete(batch)
+        if isinstance(error, OutOfOrderSequenceError) and overtaken:
+            # it overtook a batch of its partition that was unanswered when it was sent (the node may take two
+            # requests in either order, and that batch's answer may have been handled first) or still is (in
+            # flight, or failed and waiting to be resent): the node wrote nothing; resend it, at once, when it
+            # heads the queue (a resend goes alone, so a second refusal is a real gap)
             if self._resend(batch, error):
                 log.debug("%r overtook an unanswered batch of its partition; resending it after that one", batch)
                 return

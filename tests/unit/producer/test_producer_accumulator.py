@@ -285,3 +285,22 @@ def test_a_resend_goes_only_from_the_head_and_alone() -> None:
     assert acc.ready(clock.now, next_sequence=lambda tp: 8)[0] == []  # nothing else while the resend is out
     acc.complete(b1, base_offset=2)
     assert acc.ready(clock.now, next_sequence=lambda tp: 8)[0] == [b3]  # b2 is still in flight, b3 may join it
+
+
+def test_a_batch_drained_behind_an_unanswered_one_is_marked_so_a_refusal_for_overtaking_it_is_resent() -> None:
+    """The node may take two requests of a partition in either order, and the earlier batch's success may be
+    handled before the later one's OUT_OF_ORDER_SEQUENCE: by then nothing earlier is incomplete, so the sender
+    asks `sent_behind` whether it could have overtaken one."""
+    clock = Clock()
+    acc = make(clock, batch_size=200, max_in_flight=5)
+    b0, b1, b2 = fill(acc, clock, 3)
+    send(b0, 0)
+    ready, _ = acc.ready(clock.now, next_sequence=lambda tp: 2)
+    assert ready == [b1, b2] and b1.sent_behind and b2.sent_behind
+    send(b1, 1)
+    send(b2, 2)
+    b1.in_flight = False  # refused for overtaking b0, which then succeeds
+    acc.complete(b0, base_offset=0)
+    assert not acc.has_earlier_incomplete(b1)
+    (resend,), _ = acc.ready(clock.now, next_sequence=lambda tp: 4)
+    assert resend is b1 and not b1.sent_behind  # resent alone from the head: a second refusal is a real gap
