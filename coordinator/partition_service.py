@@ -338,13 +338,22 @@ class PartitionServer:
                     if error is not None:
                         result.error_code, result.error_message = code_of(error), str(error)
                     elif part.topic == CONSUMER_OFFSETS_TOPIC:  # durable now: the group's offsets may show it
-                        self._on_offsets_marker(part.partition, marker.producer_id, marker.committed, appended.offset)
+                        self._offsets_marker_written(result, marker, part.partition, appended.offset)
                 answer.partitions.append(result)
             out.append(answer)
         # after the whole request, not per log: a fetch woken by the first of several markers would answer
         # with that partition alone and its consumer come back for the rest
         self._waiting_fetches.wake((part.topic, part.partition) for marker in req.markers for part in marker.partitions)
         return pb.WriteTxnMarkersResponse(markers=out)
+
+    def _offsets_marker_written(self, result: pb.PartitionError, marker: pb.TxnMarker, partition: int,
+                                offset: int) -> None:
+        """Tell the group coordinator; if that fails, this marker is answered as failed (and retried)."""
+        try:
+            self._on_offsets_marker(partition, marker.producer_id, marker.committed, offset)
+        except Exception as exc:  # a node bug: this marker fails alone, not every transaction sharing the request
+            log.exception("offsets marker for producer %d on partition %d failed", marker.producer_id, partition)
+            _fail_by_bug(result, exc)
 
     def _append_marker(self, marker: pb.TxnMarker, part: pb.TopicPartitionRef) -> tuple[pb.PartitionError,
                                                                                          _PendingMarker | None]:
@@ -367,6 +376,10 @@ class PartitionServer:
             result.error_code = code_of(exc)
             result.error_message = str(exc)
             return result, None
+        except Exception as exc:  # a node bug: this marker fails alone, not every transaction sharing the request
+            log.exception("marker for producer %d on %s-%d failed", marker.producer_id, part.topic, part.partition)
+            _fail_by_bug(result, exc)
+            return result, None
         return result, _PendingMarker(partition_log, appended.base_offset)
 
     def _make_durable(self, ends: dict[PartitionLog, int]) -> dict[PartitionLog, KafkaError]:
@@ -377,6 +390,9 @@ class PartitionServer:
                 item[0].make_durable(item[1])
             except KafkaError as exc:
                 return exc
+            except Exception as exc:  # a node bug: only this log's markers fail
+                log.exception("making %s durable failed", item[0])
+                return UnknownServerError(f"{type(exc).__name__}: {exc}")
             return None
         items = list(ends.items())
         errors = [durable(items[0])] if len(items) == 1 else list(self._pool.map(durable, items))
@@ -427,6 +443,12 @@ class PartitionsServicer(rpc.PartitionsServicer):
     @answers_with(pb.DescribeProducersResponse)
     def DescribeProducers(self, request: pb.DescribeProducersRequest, context: Any) -> pb.DescribeProducersResponse:
         return self._server.describe_producers(request)
+
+
+def _fail_by_bug(result: pb.PartitionError, exc: Exception) -> None:
+    """Answer one partition's marker with UNKNOWN_SERVER_ERROR, as `rpc.answer` would the whole request."""
+    result.error_code = UnknownServerError.errno
+    result.error_message = f"{type(exc).__name__}: {exc}"
 
 
 def check_admin_abort(producers: list[ProducerSnapshot], marker: pb.TxnMarker, part: pb.TopicPartitionRef) -> None:
