@@ -687,8 +687,8 @@ def test_an_address_nobody_listens_on_fails_fast_with_a_clear_error():
     # the machine's load instead of the commands' timeouts
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda c: txnsim(*c, stdin="v\n", timeout_s=40), commands + [("--version",)] * 4))
-    # `txnsim --version`, run among them, is what starting the interpreter and importing txnsim costs at the
-    # moment (3 s on a busy 2-core machine): the limits give that back, never less than 10 s and 20 s
+    # `txnsim --version`, run among them, is what starting the interpreter costs at the moment (it imports no
+    # command; seconds on a busy 2-core machine): the limits give that back, never less than 10 s and 20 s
     start_up_s = max(r.seconds for r in results[len(commands):])
     for result in results[:len(commands)]:
         limit_s = max(10, start_up_s + 6) if "--request-timeout-ms" in result.args else max(20, start_up_s + 15)

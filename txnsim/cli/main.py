@@ -3,27 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
+import os
 import sys
 from importlib.metadata import PackageNotFoundError, version
 from typing import NoReturn
 
 import argcomplete
 
-from txnsim.cli import (
-    bench_cmd,
-    chaos_cmd,
-    cluster_cmd,
-    demo_cmd,
-    dump_log_cmd,
-    groups_cmd,
-    io_cmd,
-    pipeline_cmd,
-    simulate_cmd,
-    topics_cmd,
-    transactions_cmd,
-    ui_cmd,
-)
+#: the module (under txnsim.cli) that defines each command; a call imports only its command's module, since all
+#: of them together take longer to import than most commands take to run
+COMMAND_MODULES = {
+    "cluster": "cluster_cmd", "topics": "topics_cmd", "produce": "io_cmd", "consume": "io_cmd",
+    "transactions": "transactions_cmd", "consumer-groups": "groups_cmd", "dump-log": "dump_log_cmd",
+    "demo": "demo_cmd", "pipeline": "pipeline_cmd", "chaos": "chaos_cmd", "bench": "bench_cmd",
+    "simulate": "simulate_cmd", "ui": "ui_cmd",
+}
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -49,17 +45,34 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or, given the arguments of a call that names one, of that command alone."""
     parser = Parser(prog="txnsim", description="Run, break and watch Kafka-style transactions.")
     parser.add_argument("--version", action="version", version=f"txnsim {_version()}")
     parser.add_argument("--log-level", type=_log_level, default="WARNING",
                         help=f"client-side logging: {', '.join(LOG_LEVELS)} (default WARNING)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for module in (cluster_cmd, topics_cmd, io_cmd, transactions_cmd, groups_cmd, dump_log_cmd, demo_cmd, pipeline_cmd,
-                   chaos_cmd, bench_cmd, simulate_cmd, ui_cmd):
-        module.register(sub)
+    for name in _modules_needed(argv):
+        importlib.import_module(f"txnsim.cli.{name}").register(sub)
     _remember_parsers(parser)
     return parser
+
+
+def _modules_needed(argv: list[str] | None) -> list[str]:
+    """The command modules a call needs: the one of the command it names; none for --version; all of them for
+    help, a bad command name or a shell's completion, which list every command."""
+    every = list(dict.fromkeys(COMMAND_MODULES.values()))
+    if argv is None or "_ARGCOMPLETE" in os.environ:
+        return every
+    words = iter(argv)
+    for word in words:
+        if word == "--log-level":
+            next(words, None)
+        elif word == "--version":
+            return []
+        elif not word.startswith("-") or word in ("-h", "--help"):
+            return [COMMAND_MODULES[word]] if word in COMMAND_MODULES else every
+    return every
 
 
 def _remember_parsers(parser: argparse.ArgumentParser) -> None:
@@ -73,7 +86,7 @@ def _remember_parsers(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(sys.argv[1:] if argv is None else argv)
     argcomplete.autocomplete(parser)
     args, extra = parser.parse_known_args(argv)
     if extra:
