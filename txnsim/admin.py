@@ -10,7 +10,6 @@ from typing import Any, Protocol, TypedDict
 from client.cluster import GROUP, TRANSACTION, ClusterClient
 from client.transport import Deadline, call, retrying
 from proto import txnsim_pb2 as pb
-from proto.consumer_protocol import decode_assignment
 from proto.errors import (
     IllegalArgumentError,
     InvalidGroupIdError,
@@ -427,6 +426,9 @@ class Admin:
     def describe_consumer_groups(self, group_ids: Iterable[str]) -> list[GroupDescription]:
         """State, protocol, generation and members (with their decoded assignments) of each group; a group
         nobody ever used is described as Dead, as Kafka does."""
+        # here, not at the top: the codec imports kafka-python, a fifth of a command-line call's start-up
+        from proto.consumer_protocol import decode_assignment
+
         out = []
         for group_id in group_ids:
             response, address = self._group_call("DescribeGroups", group_id,

@@ -73,10 +73,10 @@ def test_a_crashed_coordinator_s_shards_move_and_transactions_go_on():
     ("lso-ignores-open-transactions", None),
     ("no-epoch-bump", None),
     ("no-fencing", ("pause",)),
-    ("accept-late-markers", ("late",)),
+    ("accept-late-markers", ("late", "net-delay")),  # delays spread the late marker past the next begin: seed 3
     ("ack-before-fsync", ("crash", "slow-fsync")),  # a slow fsync widens the window: first at seed 1
     ("ack-group-before-fsync", ("crash",)),
-    ("no-generation-fence", None),
+    ("no-generation-fence", ("pause",)),  # a paused copier is the zombie the fence is for: first at seed 1
     ("unstable-offset-fetch", ("late",)),
     ("commit-every-attempt", None),
     ("check-count-in-memory", None),
@@ -85,7 +85,7 @@ def test_a_crashed_coordinator_s_shards_move_and_transactions_go_on():
     ("in-place-retry-unwritten", None),
     ("no-join-barrier", None),
     ("trust-saved-index", ("bitflip",)),
-    ("read-past-hw", None),  # with every fault kind (power losses among them): first at seed 1
+    ("read-past-hw", ("power-loss", "slow-fsync")),  # a slow fsync widens what a power loss takes: seed 2
 ])
 def test_every_planted_bug_is_found(bug: str, faults: tuple[str, ...] | None):
     found = first_failure(bug, faults=faults)
