@@ -351,6 +351,8 @@ class PartitionServer:
         """Tell the group coordinator; if that fails, this marker is answered as failed (and retried)."""
         try:
             self._on_offsets_marker(partition, marker.producer_id, marker.committed, offset)
+        except KafkaError as exc:
+            result.error_code, result.error_message = code_of(exc), str(exc)
         except Exception as exc:  # a node bug: this marker fails alone, not every transaction sharing the request
             log.exception("offsets marker for producer %d on partition %d failed", marker.producer_id, partition)
             _fail_by_bug(result, exc)

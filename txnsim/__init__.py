@@ -74,6 +74,8 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "txnsim.cluster": ("LocalCluster",),
 }
 _MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
+#: submodules an eager import used to bind on the package as a side effect
+_SUBMODULES = ("admin", "cluster", "errors")
 
 __all__ = [
     "Admin",
@@ -118,8 +120,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name == "errors":  # a submodule: `txnsim.errors.X`, as kafka.errors.X
-        return importlib.import_module("txnsim.errors")
+    if name in _SUBMODULES:  # `txnsim.errors.X`, as kafka.errors.X; `txnsim.cluster.LocalCluster`
+        return importlib.import_module(f"txnsim.{name}")
     module = _MODULE_OF.get(name)
     if module is None:
         raise AttributeError(f"module 'txnsim' has no attribute {name!r}")

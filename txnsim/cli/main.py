@@ -6,6 +6,7 @@ import argparse
 import importlib
 import logging
 import os
+import shlex
 import sys
 from importlib.metadata import PackageNotFoundError, version
 from typing import NoReturn
@@ -51,7 +52,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"txnsim {_version()}")
     parser.add_argument("--log-level", type=_log_level, default="WARNING",
                         help=f"client-side logging: {', '.join(LOG_LEVELS)} (default WARNING)")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    # the metavar names every command, also when only one command's module was imported
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser,
+                                metavar="{" + ",".join(COMMAND_MODULES) + "}")
     for name in _modules_needed(argv):
         importlib.import_module(f"txnsim.cli.{name}").register(sub)
     _remember_parsers(parser)
@@ -60,19 +63,41 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 def _modules_needed(argv: list[str] | None) -> list[str]:
     """The command modules a call needs: the one of the command it names; none for --version; all of them for
-    help, a bad command name or a shell's completion, which list every command."""
+    help or a bad command name, which list every command. A shell's completion is judged by the words typed
+    before the cursor (argcomplete's COMP_LINE): every module until the command's name is complete."""
     every = list(dict.fromkeys(COMMAND_MODULES.values()))
-    if argv is None or "_ARGCOMPLETE" in os.environ:
+    if argv is None:
         return every
+    if "_ARGCOMPLETE" in os.environ:
+        argv = _completed_words(os.environ.get("COMP_LINE", ""), os.environ.get("COMP_POINT"))
+        if argv is None:
+            return every
     words = iter(argv)
     for word in words:
-        if word == "--log-level":
+        if _is_option(word, "--log-level"):
             next(words, None)
-        elif word == "--version":
+        elif _is_option(word, "--version"):
             return []
         elif not word.startswith("-") or word in ("-h", "--help"):
             return [COMMAND_MODULES[word]] if word in COMMAND_MODULES else every
     return every
+
+
+def _is_option(word: str, option: str) -> bool:
+    """`word` is `option` or an abbreviation argparse would take for it (all top-level options start apart)."""
+    return len(word) > 2 and "=" not in word and option.startswith(word)
+
+
+def _completed_words(line: str, point: str | None) -> list[str] | None:
+    """The arguments fully typed before the cursor (the program's name dropped), or None if they do not parse."""
+    typed = line[:int(point)] if point and point.isdigit() else line
+    try:
+        words = shlex.split(typed)
+    except ValueError:  # an open quote
+        return None
+    if words and not typed[-1:].isspace():
+        words = words[:-1]  # the word being completed
+    return words[1:]
 
 
 def _remember_parsers(parser: argparse.ArgumentParser) -> None:

@@ -37,3 +37,18 @@ def test_a_command_loads_its_own_module_and_not_the_others():
     assert not {"txnsim.cli.bench_cmd", "txnsim.cli.simulate_cmd", "txnsim.cli.demo_cmd", "consumer"} & loaded
     assert not {m for m in _loaded_after("--version") if m.endswith("_cmd")}
     assert {f"txnsim.cli.{m}" for m in COMMAND_MODULES.values()} <= _loaded_after("--help")
+
+
+def test_abbreviated_options_and_shell_completion_find_the_command(monkeypatch):
+    from txnsim.cli.main import _modules_needed
+
+    assert _modules_needed(["--log", "DEBUG", "topics", "list"]) == ["topics_cmd"]
+    assert _modules_needed(["--vers"]) == []
+    assert _modules_needed(["--log-level=DEBUG", "consume", "t"]) == ["io_cmd"]
+    monkeypatch.setenv("_ARGCOMPLETE", "1")
+    line = "txnsim topics cr"
+    monkeypatch.setenv("COMP_LINE", line)
+    monkeypatch.setenv("COMP_POINT", str(len(line)))
+    assert _modules_needed([]) == ["topics_cmd"]
+    monkeypatch.setenv("COMP_POINT", str(len("txnsim top")))  # the command's own name is being completed
+    assert len(_modules_needed([])) == len(set(COMMAND_MODULES.values()))
