@@ -32,9 +32,10 @@ def test_commit_latency_is_measured_for_every_partition_count():
 @pytest.mark.slow
 def test_txnsim_bench_commit_prints_its_table_as_json():
     repo = Path(__file__).resolve().parents[2]
-    done = subprocess.run([sys.executable, "-m", "txnsim.cli.main", "bench", "commit", "--repeat", "2", "--json"],
-                          capture_output=True, text=True, timeout=300, cwd=repo)
+    done = subprocess.run([sys.executable, "-m", "txnsim.cli.main", "bench", "commit", "--repeat", "2", "--json",
+                           "--no-plot"], capture_output=True, text=True, timeout=300, cwd=repo)
     assert done.returncode == 0, done.stderr
     (bench,) = json.loads(done.stdout)["benchmarks"]
     assert bench["name"] == "commit" and len(bench["tables"][0]["rows"]) == len(commit_bench.PARTITION_COUNTS)
     assert len(bench["targets"]) == 4
+    assert "charts" not in bench, "--no-plot drew charts"

@@ -1,7 +1,8 @@
-"""`txnsim bench [producer|consumer|failover|spark|rocketmq|peer|code|all]`: the benchmark suite, each benchmark on a
-3-node cluster of its own, with progress, result tables, the issues' targets checked, (with --plot) a chart of
-each table worth one, and (with --output) the tables and their charts written into a markdown file's
-generated sections."""
+"""`txnsim bench [BENCHMARK ...]`: the benchmark suite, each benchmark on a 3-node cluster of its own, with
+progress, result tables, the issues' targets checked, a chart of each table worth one (into ./txnsim-bench/
+unless --plot DIR, --output or --no-plot says otherwise), and (with --output) the tables and their charts
+written into a markdown file's generated sections. No name, or `all`, runs every benchmark but `code`; one
+that fails is reported and the others still run."""
 from __future__ import annotations
 
 import argparse
@@ -23,9 +24,11 @@ from txnsim.cli.common import console, exits_cleanly
 
 BENCHMARKS = ("producer", "consumer", "failover", "spark", "rocketmq", "peer", "code", "rpw", "scaling", "commit",
               "nodecpu")
-#: what `all` runs: spark is left out, as it would nearly double the time of `all` (a JVM, about 2.5 minutes),
-#: and rocketmq, which would take `all` past 4 minutes (it runs about 2 on its own)
-IN_ALL = ("producer", "consumer", "failover")
+#: what `txnsim bench` (or `all`) runs, quickest first: every benchmark but `code`, which compares this tree with
+#: a git revision the user names; about 15 minutes on 2 CPUs, Spark's JVM last
+IN_ALL = ("producer", "consumer", "failover", "peer", "commit", "nodecpu", "rpw", "scaling", "rocketmq", "spark")
+#: where the charts go unless --plot DIR or --no-plot says otherwise (criterion's habit: a report by default)
+DEFAULT_CHART_DIR = Path("txnsim-bench")
 HEADINGS = {"producer": "Producer throughput and commit cost", "consumer": "Consumer throughput",
             "failover": "Failover", "spark": "Spark sink", "rocketmq": "RocketMQ-style transactions",
             "peer": "confluent-kafka against txnsim and against librdkafka's mock cluster",
@@ -35,8 +38,8 @@ HEADINGS = {"producer": "Producer throughput and commit cost", "consumer": "Cons
 DEFAULT_SECONDS = 2.0
 #: rocketmq's runs are shorter: it makes 9 of them per round, so 6 rounds stay within about 2 minutes
 DEFAULT_ROCKETMQ_SECONDS = 1.25
-#: rounds each benchmark runs unless --repeat says otherwise: enough for a median worth reading
-#: while `txnsim bench all` stays under about 3 minutes on 2 CPUs
+#: rounds each benchmark runs unless --repeat says otherwise: enough for a median worth reading while each
+#: benchmark stays within a few minutes on 2 CPUs
 DEFAULT_REPEAT = {"producer": 6, "consumer": 7, "failover": 20, "spark": 7, "rocketmq": 6, "peer": 6, "code": 3,
                   "rpw": 3, "scaling": 3, "commit": 100, "nodecpu": 3}  # commit: transactions per partition count
 DEFAULT_RECORDS = 300_000
@@ -46,9 +49,11 @@ DEFAULT_BATCH_ROWS = 20_000
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    bench = sub.add_parser("bench", help="the benchmark suite (producer, consumer, failover, spark, rocketmq, peer), "
-                                         "on embedded clusters; `all` runs all but spark, rocketmq and peer")
-    bench.add_argument("benchmark", nargs="?", choices=(*BENCHMARKS, "all"), default="all")
+    bench = sub.add_parser("bench", help="the benchmark suite on embedded clusters, with charts; every benchmark but "
+                                         "code unless named (about 15 minutes)")
+    # default "all", not []: Python 3.11's argparse checks a list default against the choices and refuses it
+    bench.add_argument("benchmark", nargs="*", choices=(*BENCHMARKS, "all"), default="all",
+                       help=f"the benchmarks to run, in order (default: all, which is {', '.join(IN_ALL)})")
     bench.add_argument("--seconds", type=float, default=None,
                        help=f"length of each producer run (default {DEFAULT_SECONDS:g}; "
                             f"{DEFAULT_ROCKETMQ_SECONDS:g} for rocketmq)")
@@ -70,19 +75,45 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     bench.add_argument("--output", type=Path, default=None,
                        help="markdown file whose generated sections get the tables (e.g. docs/benchmarks.md)")
     bench.add_argument("--plot", type=Path, default=None, metavar="DIR",
-                       help="write a PNG chart of each table worth one into DIR (e.g. docs/images/bench); with "
-                            "--output, the sections link them")
+                       help=f"write a PNG chart of each table worth one into DIR (default ./{DEFAULT_CHART_DIR}, or "
+                            "images/bench beside the --output file); with --output, the sections link them")
+    bench.add_argument("--no-plot", action="store_true", help="draw no charts")
     bench.set_defaults(func=run_bench)
 
 
 def command_line(args: argparse.Namespace) -> str:
     """The command as given (options the user left out are left out), for the published tables."""
-    words = ["txnsim", "bench", args.benchmark]
+    words = ["txnsim", "bench", *_names(args.benchmark)]
     for option in ("seconds", "repeat", "failover_rounds", "records", "batch_rows", "before", "output", "plot"):
         value = getattr(args, option, None)
         if value is not None:
             words += [f"--{option.replace('_', '-')}", f"{value:g}" if isinstance(value, float) else str(value)]
+    if getattr(args, "no_plot", False):
+        words.append("--no-plot")
     return shlex.join(words)
+
+
+def _names(benchmark: str | list[str]) -> list[str]:
+    """The positional argument as a list: argparse gives its default ("all") as a string."""
+    return [benchmark] if isinstance(benchmark, str) else list(benchmark)
+
+
+def selected_benchmarks(benchmark: str | list[str]) -> tuple[str, ...]:
+    """The benchmarks a call runs, in order, each once: every one of `all` for none or `all`."""
+    names = _names(benchmark)
+    if not names or "all" in names:
+        return IN_ALL
+    return tuple(dict.fromkeys(names))
+
+
+def chart_dir(args: argparse.Namespace) -> Path | None:
+    """Where this call's charts go, or None for none: --plot DIR; beside an --output file, in its images/bench/
+    (where docs/benchmarks.md keeps them); else ./txnsim-bench/."""
+    if args.no_plot:
+        return None
+    if args.plot is not None:
+        return Path(args.plot)
+    return args.output.parent / "images" / "bench" if args.output is not None else DEFAULT_CHART_DIR
 
 
 class RichProgress:
@@ -144,31 +175,45 @@ def _validate(args: argparse.Namespace) -> None:
         value = getattr(args, option)
         if value is not None and value <= 0:
             raise SystemExit(f"error: --{option.replace('_', '-')} must be positive, not {value}")
-    if args.benchmark == "code" and not args.before:
+    if "code" in selected_benchmarks(args.benchmark) and not args.before:
         raise SystemExit("error: txnsim bench code needs --before REVISION (the code to compare with)")
-    if args.plot is not None:  # before a run of minutes, not after it
+    if args.no_plot and args.plot is not None:
+        raise SystemExit("error: --plot and --no-plot contradict each other")
+    charts = chart_dir(args)
+    if charts is not None:  # before a run of minutes, not after it
         try:
-            args.plot.mkdir(parents=True, exist_ok=True)
+            charts.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise SystemExit(f"error: --plot {args.plot}: cannot make the directory ({exc.strerror})") from None
+            given = "--plot" if args.plot is not None else "the charts' directory"
+            raise SystemExit(f"error: {given} {charts}: cannot make the directory ({exc.strerror})") from None
 
 
 @exits_cleanly
 def run_bench(args: argparse.Namespace) -> int:
     _validate(args)
-    selected = IN_ALL if args.benchmark == "all" else (args.benchmark,)
+    selected = selected_benchmarks(args.benchmark)
+    charts_to = chart_dir(args)
     machine = this_machine()
     cpus, command = machine.cpus, command_line(args)
     out = Console(stderr=True) if args.json else console  # with --json, stdout holds the JSON alone
     out.print(f"[bold]{command}[/bold] on {machine.describe()}")
     results: list[dict[str, object]] = []
+    failed: list[str] = []
     for name in selected:
         date = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
         _warn_if_busy(cpus, out)
         cpu_share = CpuShare()
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=out, transient=False) as progress:
-            result = _runner(name, args)(RichProgress(progress))
+        try:
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          console=out, transient=False) as progress:
+                result = _runner(name, args)(RichProgress(progress))
+        except Exception as exc:  # one benchmark's failure must not cost the others of a long run
+            if len(selected) == 1:
+                raise
+            out.print(f"[red]error: the {name} benchmark failed ({type(exc).__name__}: {exc}); going on with the "
+                      "next[/red]")
+            failed.append(name)
+            continue
         cpu = cpu_share.describe(cpus)
         if not args.json:  # the tables first: a failed chart must not cost the minutes of the run
             if cpu:
@@ -178,7 +223,7 @@ def run_bench(args: argparse.Namespace) -> int:
             for verdict in result.verdicts:
                 colour = "green" if verdict.met else "red"
                 console.print(f"[{colour}]{verdict.line()}[/{colour}]")
-        charts = _plot(result, args.plot, out) if args.plot is not None else None
+        charts = _plot(result, charts_to, out) if charts_to is not None else None
         results.append(_as_json(result, cpu, charts))
         if args.output is not None:
             links = {i: os.path.relpath(path, args.output.parent) for i, path in (charts or {}).items()}
@@ -186,7 +231,11 @@ def run_bench(args: argparse.Namespace) -> int:
                            charts=links)
             out.print(f"updated the {name} section of {args.output}")
     if args.json:
-        print(json.dumps({"command": command, "machine": machine.describe(), "benchmarks": results}, indent=2))
+        print(json.dumps({"command": command, "machine": machine.describe(), "benchmarks": results,
+                          "failed": failed}, indent=2))
+    if failed:
+        out.print(f"[red]error: {len(failed)} of {len(selected)} benchmarks failed: {', '.join(failed)}[/red]")
+        return 1
     return 0  # a missed target is a finding, reported above, not a failure of the command
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,8 @@ from txnsim.bench.report import (
     section_names,
     to_markdown,
 )
-from txnsim.cli.bench_cmd import command_line
+from txnsim.cli.bench_cmd import BENCHMARKS, IN_ALL, chart_dir, command_line, selected_benchmarks
+from txnsim.cli.main import build_parser
 
 TABLE = ResultTable("Throughput", ("producer", "records/s"), (("baseline", "1,000"), ("a|b", "950")), ("a note",))
 
@@ -82,9 +84,22 @@ def test_cpu_model_comes_from_the_first_model_name_line():
 
 
 def test_command_line_repeats_only_the_options_given():
-    args = argparse.Namespace(benchmark="all", seconds=5.0, repeat=5, failover_rounds=None, records=None,
+    args = argparse.Namespace(benchmark=["all"], seconds=5.0, repeat=5, failover_rounds=None, records=None,
                               output=Path("docs/benchmarks.md"))
     assert command_line(args) == "txnsim bench all --seconds 5 --repeat 5 --output docs/benchmarks.md"
+    args = argparse.Namespace(benchmark=["rpw", "commit"], repeat=None, no_plot=True)
+    assert command_line(args) == "txnsim bench rpw commit --no-plot"
+
+
+def test_no_name_runs_every_benchmark_but_code_and_charts_go_where_asked():
+    parse = build_parser(["bench"]).parse_args
+    assert selected_benchmarks(parse(["bench"]).benchmark) == IN_ALL
+    assert "code" not in IN_ALL and set(IN_ALL) | {"code"} == set(BENCHMARKS)
+    assert selected_benchmarks(parse(["bench", "rpw", "peer", "rpw"]).benchmark) == ("rpw", "peer")
+    assert chart_dir(parse(["bench"])) == Path("txnsim-bench")
+    assert chart_dir(parse(["bench", "--output", "docs/benchmarks.md"])) == Path("docs/images/bench")
+    assert chart_dir(parse(["bench", "--plot", "here"])) == Path("here")
+    assert chart_dir(parse(["bench", "--no-plot"])) is None
 
 
 class _Future:
@@ -115,3 +130,22 @@ def test_busy_seconds_leave_out_idle_and_iowait():
 def test_section_body_says_how_busy_the_machine_was():
     body = section_body(BenchResult("failover", (TABLE,)), command="c", date="d", machine="m", cpu="others 1%")
     assert "Machine: m  \nCPU: others 1%\n" in body
+
+
+def test_a_failing_benchmark_of_several_is_reported_and_the_others_still_run(monkeypatch, capsys):
+    from txnsim.bench.report import BenchResult, ResultTable
+    from txnsim.cli import bench_cmd
+
+    def runner(name, args):
+        def run(progress):
+            if name == "peer":
+                raise RuntimeError("librdkafka's mock cluster would not start")
+            return BenchResult(name, (ResultTable(f"{name} table", ("a",), (("1",),)),))
+        return run
+    monkeypatch.setattr(bench_cmd, "_runner", runner)
+    monkeypatch.setattr(bench_cmd, "_warn_if_busy", lambda cpus, out: None)
+
+    args = build_parser(["bench"]).parse_args(["bench", "commit", "peer", "rpw", "--no-plot", "--json"])
+    assert bench_cmd.run_bench(args) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert [b["name"] for b in out["benchmarks"]] == ["commit", "rpw"] and out["failed"] == ["peer"]
