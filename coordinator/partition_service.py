@@ -336,7 +336,7 @@ class PartitionServer:
                 if appended is not None:
                     error = failed.get(appended.log)
                     if error is not None:
-                        result.error_code, result.error_message = code_of(error), str(error)
+                        _answer_failed(result, error)
                     elif part.topic == CONSUMER_OFFSETS_TOPIC:  # durable now: the group's offsets may show it
                         self._offsets_marker_written(result, marker, part.partition, appended.offset)
                 answer.partitions.append(result)
@@ -351,11 +351,11 @@ class PartitionServer:
         """Tell the group coordinator; if that fails, this marker is answered as failed (and retried)."""
         try:
             self._on_offsets_marker(partition, marker.producer_id, marker.committed, offset)
-        except KafkaError as exc:
-            result.error_code, result.error_message = code_of(exc), str(exc)
-        except Exception as exc:  # a node bug: this marker fails alone, not every transaction sharing the request
-            log.exception("offsets marker for producer %d on partition %d failed", marker.producer_id, partition)
-            _fail_by_bug(result, exc)
+        except Exception as exc:  # this marker fails alone, not every transaction sharing the request
+            if not isinstance(exc, KafkaError):  # a node bug
+                log.exception("offsets marker for producer %d on partition %d failed", marker.producer_id,
+                              partition)
+            _answer_failed(result, exc)
 
     def _append_marker(self, marker: pb.TxnMarker, part: pb.TopicPartitionRef) -> tuple[pb.PartitionError,
                                                                                          _PendingMarker | None]:
@@ -374,13 +374,11 @@ class PartitionServer:
                 producer_id=marker.producer_id, producer_epoch=marker.producer_epoch, committed=marker.committed,
                 coordinator_epoch=marker.coordinator_epoch, transaction_version=marker.transaction_version,
                 wait_durable=False)
-        except KafkaError as exc:
-            result.error_code = code_of(exc)
-            result.error_message = str(exc)
-            return result, None
-        except Exception as exc:  # a node bug: this marker fails alone, not every transaction sharing the request
-            log.exception("marker for producer %d on %s-%d failed", marker.producer_id, part.topic, part.partition)
-            _fail_by_bug(result, exc)
+        except Exception as exc:  # this marker fails alone, not every transaction sharing the request
+            if not isinstance(exc, KafkaError):  # a node bug
+                log.exception("marker for producer %d on %s-%d failed", marker.producer_id, part.topic,
+                              part.partition)
+            _answer_failed(result, exc)
             return result, None
         return result, _PendingMarker(partition_log, appended.base_offset)
 
@@ -447,10 +445,11 @@ class PartitionsServicer(rpc.PartitionsServicer):
         return self._server.describe_producers(request)
 
 
-def _fail_by_bug(result: pb.PartitionError, exc: Exception) -> None:
-    """Answer one partition's marker with UNKNOWN_SERVER_ERROR, as `rpc.answer` would the whole request."""
-    result.error_code = UnknownServerError.errno
-    result.error_message = f"{type(exc).__name__}: {exc}"
+def _answer_failed(result: pb.PartitionError, exc: Exception) -> None:
+    """One partition's marker answered with its error: Kafka's code, or UNKNOWN_SERVER_ERROR with the exception's
+    type for a node bug (as `rpc.answer` answers a whole request)."""
+    result.error_code = code_of(exc)
+    result.error_message = str(exc) if isinstance(exc, KafkaError) else f"{type(exc).__name__}: {exc}"
 
 
 def check_admin_abort(producers: list[ProducerSnapshot], marker: pb.TxnMarker, part: pb.TopicPartitionRef) -> None:
