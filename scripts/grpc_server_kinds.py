@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing as mp
-import os
 import statistics
 import threading
 import time
@@ -19,6 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
+
+from txnsim.bench.proc_stats import process_cpu_s
 
 KINDS = ("thread-pool", "aio, sync handlers", "aio, async handlers")
 PAYLOAD = b"x" * 100
@@ -60,12 +61,6 @@ def _serve(kind: str, port: int, ready: Any) -> None:
     asyncio.run(main())
 
 
-def _cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _calls(port: int, threads: int, seconds: float) -> int:
     """Blocking calls from `threads` client threads for `seconds`: how many were answered."""
     call = grpc.insecure_channel(f"127.0.0.1:{port}").unary_unary("/bench.Echo/Call")
@@ -93,9 +88,9 @@ def measure(kind: str, threads: int, seconds: float, port: int) -> tuple[float, 
     if not ready.wait(30):
         raise SystemExit(f"the {kind} server did not start")
     try:
-        cpu0, t0 = _cpu_s(server.pid), time.monotonic()  # type: ignore[arg-type]
+        cpu0, t0 = process_cpu_s(server.pid), time.monotonic()  # type: ignore[arg-type]
         n = _calls(port, threads, seconds)
-        elapsed, cpu = time.monotonic() - t0, _cpu_s(server.pid) - cpu0  # type: ignore[arg-type]
+        elapsed, cpu = time.monotonic() - t0, process_cpu_s(server.pid) - cpu0  # type: ignore[arg-type]
     finally:
         server.kill()
         server.join()
