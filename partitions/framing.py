@@ -1,4 +1,4 @@
-"""Whether the records of an uncompressed batch can be decoded: the one per-record check a produce makes.
+"""Whether the records of a batch can be decoded: the one per-record check a produce makes.
 
 Kafka's broker decodes every record of a produce request before it appends (LogValidator), so a batch a
 consumer would choke on never reaches the log. This walks the varint framing of each record, copying
@@ -42,7 +42,13 @@ def framing_problem(raw: bytes, records_count: int) -> str | None:
     Walks the varint lengths only (record, key, value, headers), copying nothing, so a batch a
     consumer would choke on is refused at append (Kafka's LogValidator decodes each record; this
     catches what a consumer's decoder would, at well under half the cost of decoding them)."""
-    pos = RECORDS_START
+    return records_problem(raw, RECORDS_START, records_count)
+
+
+def records_problem(raw: bytes, start: int, records_count: int) -> str | None:
+    """framing_problem() of records that begin at `start` of `raw` and fill the rest of it (the inflated
+    records of a compressed batch begin at 0)."""
+    pos = start
     end = len(raw)
     count = 0
     try:

@@ -48,8 +48,6 @@ from proto.records import ControlType, RecordBatch
 from proto.structs import IsolationLevel
 
 logger = logging.getLogger(__name__)
-#: the compression codec bits of a batch's attributes
-_COMPRESSION_MASK = 0x07
 #: stands for "every epoch there is" when a log is opened without claims (a single writer)
 _ONLY_WRITER = 1 << 62
 
@@ -60,13 +58,8 @@ def wall_clock_ms() -> int:
 
 
 def _first_record_at_or_after(batch: RecordBatch, timestamp: int) -> tuple[int, int] | None:
-    """(offset, timestamp) of the batch's first record with a timestamp >= `timestamp`.
-
-    A compressed batch is stored as the client sent it and its records are not decoded here: its base
-    offset stands for it (a consumer seeking there may see a few earlier records first).
-    """
-    if batch.header.attributes & _COMPRESSION_MASK:
-        return batch.header.base_offset, batch.header.max_timestamp
+    """(offset, timestamp) of the batch's first record with a timestamp >= `timestamp` (a compressed batch is
+    inflated to find it)."""
     for record in batch.records():
         if record.timestamp >= timestamp:
             return record.offset, record.timestamp

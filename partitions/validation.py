@@ -2,7 +2,9 @@
 
 Parses with proto.records and rejects what no producer state could make valid: garbage,
 bad CRCs, other magics, oversize batches, control batches, empty or inconsistent batches,
-and uncompressed records whose framing a consumer could not decode (CORRUPT_MESSAGE).
+records whose framing a consumer could not decode (CORRUPT_MESSAGE), and compressed batches
+that do not inflate, inflate too far (CORRUPT_MESSAGE) or name no codec (UNSUPPORTED_COMPRESSION_TYPE):
+as Kafka's LogValidator, a compressed batch is inflated and its records walked like any other.
 Pure: either every batch passes and the parsed list is returned, or the first failure raises.
 """
 from __future__ import annotations
@@ -12,14 +14,12 @@ from collections.abc import Callable
 
 from partitions import framing
 from partitions.model import AppendOrigin, LogConfig
-from proto import compiled, records
-from proto.errors import CorruptMessageError, InvalidRecordError, RecordTooLargeError
-from proto.records import RecordBatch
+from proto import compiled, compression, records
+from proto.compression import Codec
+from proto.errors import CorruptMessageError, InvalidRecordError, RecordTooLargeError, UnsupportedCompressionTypeError
+from proto.records import HEADER_SIZE, RecordBatch
 
 log = logging.getLogger(__name__)
-
-#: attribute bits 0-2: the compression codec (0 = none)
-_COMPRESSION_MASK = 0x07
 
 
 def framing_problem_from_source() -> Callable[[bytes, int], str | None]:
@@ -32,6 +32,25 @@ def framing_problem_from_source() -> Callable[[bytes, int], str | None]:
 #: it is the mypyc build setup.py made
 framing_problem: Callable[[bytes, int], str | None]
 framing_problem, FRAMING_COMPILED = compiled.load(framing, "framing_problem")
+#: the same walk over records that start anywhere (the inflated block of a compressed batch)
+records_problem: Callable[[bytes, int, int], str | None] = compiled.load(framing, "records_problem")[0]
+
+
+def _records_problem(batch: RecordBatch) -> str | None:
+    """What makes a client's batch undecodable, or None; UNSUPPORTED_COMPRESSION_TYPE for an unknown codec."""
+    header = batch.header
+    try:
+        codec = Codec.of_attributes(header.attributes)
+    except UnsupportedCompressionTypeError as error:
+        raise UnsupportedCompressionTypeError(f"[UNSUPPORTED_COMPRESSION_TYPE] batch at base offset "
+                                              f"{header.base_offset}: {error.message}") from None
+    if codec is Codec.NONE:
+        return framing_problem(batch.raw, header.records_count)
+    try:
+        inflated = compression.decompress(codec, batch.raw[HEADER_SIZE:])
+    except CorruptMessageError as error:
+        return error.message
+    return records_problem(inflated, 0, header.records_count)
 
 
 def parse_batches(data: bytes) -> list[RecordBatch]:
@@ -58,8 +77,8 @@ def validate_batches(data: bytes, config: LogConfig, origin: AppendOrigin) -> li
         if header.records_count != header.last_offset_delta + 1:
             raise InvalidRecordError(f"{where} holds {header.records_count} records but its last offset delta "
                                      f"is {header.last_offset_delta}")
-        if origin is AppendOrigin.CLIENT and not header.attributes & _COMPRESSION_MASK:
-            problem = framing_problem(batch.raw, header.records_count)
+        if origin is AppendOrigin.CLIENT:
+            problem = _records_problem(batch)
             if problem is not None:
                 raise CorruptMessageError(f"[CORRUPT_MESSAGE] {where}: {problem}; its CRC is valid, so the "
                                           "producer built it wrong")

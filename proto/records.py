@@ -18,8 +18,8 @@ from typing import Any, NamedTuple
 
 import crc32c as _crc32c
 
-from proto import compiled, record_decoding, record_encoding
-from proto.errors import CorruptMessageError
+from proto import compiled, compression, record_decoding, record_encoding
+from proto.errors import CorruptMessageError, KafkaError
 
 # the layout's constants live with the one writer of batches (compiled by setup.py), re-exported here
 from proto.record_encoding import ATTR_CONTROL as ATTR_CONTROL
@@ -132,9 +132,18 @@ class RecordBatch:
 
     def decoded(self) -> tuple[list[Fields], str | None]:
         """Every record's fields (offset, timestamp, key, value, headers) in one call, and what stopped the
-        decoding early (None if nothing did): for readers that want no object per record."""
-        return decode_records(self.raw, HEADER_SIZE, self.header.records_count, self.header.base_offset,
-                              self.header.base_timestamp)
+        decoding early (None if nothing did): for readers that want no object per record. A compressed
+        batch is inflated first."""
+        header = self.header
+        if not header.attributes & compression.CODEC_MASK:
+            return decode_records(self.raw, HEADER_SIZE, header.records_count, header.base_offset,
+                                  header.base_timestamp)
+        try:
+            inflated = compression.decompress(compression.Codec.of_attributes(header.attributes),
+                                              self.raw[HEADER_SIZE:])
+        except KafkaError as error:
+            return [], error.message
+        return decode_records(inflated, 0, header.records_count, header.base_offset, header.base_timestamp)
 
     def control_record(self) -> ControlRecord:
         """The marker of a control batch (raises CorruptMessageError if this is not one)."""
@@ -166,15 +175,26 @@ _assemble: Callable[[int, int, int, int, int, int, int, int, int, int, bytes | b
 
 def encode_batch(records: Sequence[tuple[int, bytes | None, bytes | None, Sequence[Header]]], *,
                  producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
-                 base_sequence: int = NO_SEQUENCE, transactional: bool = False, base_offset: int = 0) -> bytes:
-    """One batch from (timestamp, key, value, headers) tuples."""
+                 base_sequence: int = NO_SEQUENCE, transactional: bool = False, base_offset: int = 0,
+                 codec: compression.Codec = compression.Codec.NONE) -> bytes:
+    """One batch from (timestamp, key, value, headers) tuples, its records compressed with `codec`."""
     if not records:
         raise ValueError("a batch needs at least one record")
     builder = BatchBuilder(min(r[0] for r in records), max_bytes=1 << 62)
     for timestamp, key, value, headers in records:
         builder.append(timestamp, key, value, headers)
-    return builder.build(producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
-                         transactional=transactional, base_offset=base_offset)
+    batch = builder.build(producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
+                          transactional=transactional, base_offset=base_offset)
+    return batch if codec is compression.Codec.NONE else compress_batch(batch, codec)
+
+
+def compress_batch(batch: bytes, codec: compression.Codec) -> bytes:
+    """An uncompressed batch with its records compressed by `codec` (the header's fields kept, CRC redone)."""
+    header = read_header(batch)
+    return _assemble(header.base_offset, header.partition_leader_epoch, header.attributes | int(codec),
+                     header.last_offset_delta, header.base_timestamp, header.max_timestamp, header.producer_id,
+                     header.producer_epoch, header.base_sequence, header.records_count,
+                     compression.compress(codec, batch[HEADER_SIZE:]))
 
 
 def encode_control_batch(*, producer_id: int, producer_epoch: int, control_type: ControlType,

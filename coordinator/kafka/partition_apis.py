@@ -16,18 +16,43 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from coordinator.kafka.apis import WireError
 from coordinator.partition_service import PartitionServer
+from proto import records
 from proto import txnsim_pb2 as pb
-from proto.errors import InvalidTxnStateError, KafkaError, TransactionAbortableError, code_of
+from proto.compression import CODEC_MASK, Codec
+from proto.errors import (
+    InvalidTxnStateError,
+    KafkaError,
+    TransactionAbortableError,
+    UnsupportedCompressionTypeError,
+    code_of,
+)
 
 #: ListOffsets timestamps with a meaning of their own (Kafka's ListOffsetsRequest)
 LATEST_TIMESTAMP, EARLIEST_TIMESTAMP, MAX_TIMESTAMP = -1, -2, -3
 READ_COMMITTED = 1
+#: Kafka's ProduceRequest.validateRecords: zstd batches only from Produce v7 (KIP-110)
+ZSTD_SINCE_PRODUCE_VERSION = 7
 
 
 def _for_produce_version(code: int) -> int:
     """TRANSACTION_ABORTABLE is a produce answer only from Produce v12 (transactions V2, not served): older
     versions get INVALID_TXN_STATE, as Kafka's broker maps it, an error every client of those versions knows."""
     return InvalidTxnStateError.errno if code == TransactionAbortableError.errno else code
+
+
+def _uses_zstd(data: bytes) -> bool:
+    """Whether any batch of a partition's records is compressed with zstd (headers only; the node checks the
+    rest)."""
+    pos = 0
+    try:
+        while pos < len(data):
+            header = records.read_header(data, pos)
+            if header.attributes & CODEC_MASK == Codec.ZSTD:
+                return True
+            pos += header.size
+    except KafkaError:
+        return False  # garbage: the node answers CORRUPT_MESSAGE
+    return False
 
 
 class PartitionApis:
@@ -40,9 +65,17 @@ class PartitionApis:
         wanted = [(topic.name, part.index, part.records or b"") for topic in request.topic_data
                   for part in topic.partition_data]
         results: dict[tuple[str, int], tuple[int, str | None, int, int]] = {}
+        if version < ZSTD_SINCE_PRODUCE_VERSION:
+            for t, p, data in wanted:
+                if _uses_zstd(data):
+                    results[(t, p)] = (UnsupportedCompressionTypeError.errno, f"Produce v{version} may not carry "
+                                       f"zstd batches (from v{ZSTD_SINCE_PRODUCE_VERSION}, KIP-110)", -1, -1)
+            wanted = [w for w in wanted if (w[0], w[1]) not in results]
         if request.acks not in (-1, 0, 1):
             code = WireError.INVALID_REQUIRED_ACKS
-            results = {(t, p): (code, f"acks must be -1, 0 or 1, not {request.acks}", -1, -1) for t, p, _ in wanted}
+            results = {(t, p): (code, f"acks must be -1, 0 or 1, not {request.acks}", -1, -1)
+                       for topic in request.topic_data for t, p in [(topic.name, part.index)
+                                                                   for part in topic.partition_data]}
         elif wanted:
             produce = pb.ProduceRequest(acks=request.acks, timeout_ms=request.timeout_ms, partitions=[
                 pb.PartitionRecords(topic=t, partition=p, records=records) for t, p, records in wanted])
@@ -54,7 +87,7 @@ class PartitionApis:
                     results[(r.topic, r.partition)] = (_for_produce_version(r.error_code), r.error_message or None,
                                                        r.base_offset, r.log_start_offset if not r.error_code else -1)
             except KafkaError as exc:
-                results = {(t, p): (_for_produce_version(code_of(exc)), str(exc), -1, -1) for t, p, _ in wanted}
+                results.update({(t, p): (_for_produce_version(code_of(exc)), str(exc), -1, -1) for t, p, _ in wanted})
         if request.acks == 0:
             return None  # the client expects no response at all
         P = ProduceResponse.TopicProduceResponse.PartitionProduceResponse

@@ -8,6 +8,7 @@ import socket
 import struct
 import time
 
+import crc32c
 import pytest
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -22,8 +23,11 @@ from kafka.protocol.metadata import (
     MetadataRequest,
     MetadataResponse,
 )
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-from tests.helpers import wait_until
+from proto import records
+from proto.compression import Codec
+from tests.helpers import leader_of, read_all, wait_until
 from txnsim import Producer as TxnsimProducer
 
 pytestmark = pytest.mark.timeout(120)
@@ -255,6 +259,59 @@ def test_garbage_on_the_kafka_port_closes_only_its_connection_and_the_node_keeps
         assert len(consume_until(consumer, lambda seen: len(seen) >= 3)) == 3
     finally:
         consumer.close()
+
+
+# ------------------------------------------------------------ compressed batches
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_compressed_batches_from_librdkafka_are_read_back_by_both_kinds_of_consumer(cluster, topic, codec):
+    producer = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "enable.idempotence": True,
+                         "compression.codec": codec, "linger.ms": 20})
+    sent = [{"topic": topic, "partition": 0, "key": b"k%d" % i, "value": b"value %d " % i * 20} for i in range(50)]
+    produce_all(producer, sent)
+    consumer = assigned_from_start(kafka_consumer(cluster, "read_committed"), topic, 1)
+    try:
+        got = consume_until(consumer, lambda seen: len(seen) >= 50)
+    finally:
+        consumer.close()
+    assert [(m.key(), m.value()) for m in got] == [(r["key"], r["value"]) for r in sent]
+    assert [(r.key, r.value) for r in read_all(cluster.bootstrap_servers, topic, partitions=1)] == [
+        (r["key"], r["value"]) for r in sent]
+
+
+def produce_v(sock: socket.socket, topic: str, batch: bytes, version: int, correlation_id: int):
+    request = ProduceRequest(version=version, transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[
+        ProduceRequest.TopicProduceData(name=topic, partition_data=[
+            ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=batch)])])
+    send_request(sock, request, correlation_id)
+    response = ProduceResponse.decode(read_frame(sock), version=version, header=True)
+    return response.responses[0].partition_responses[0]
+
+
+def test_bad_compressed_batches_get_kafkas_errors_and_move_nothing(cluster, topic):
+    good = records.encode_batch([(1, None, b"fine", ())], codec=Codec.GZIP)
+    zstd = records.encode_batch([(1, None, b"zstd", ())], codec=Codec.ZSTD)
+    lying = bytearray(good)  # a valid CRC over a records block that is not gzip
+    lying[records.HEADER_SIZE:] = b"garbage!" * ((len(good) - records.HEADER_SIZE) // 8 + 1)
+    lying = bytes(lying[:len(good)])
+    lying = lying[:17] + struct.pack(">I", crc32c.crc32c(lying[21:])) + lying[21:]
+    with socket.create_connection(kafka_address(cluster, leader_of_partition(cluster, topic)), timeout=10) as sock:
+        assert produce_v(sock, topic, good, 9, 1).error_code == 0
+        assert produce_v(sock, topic, lying, 9, 2).error_code == 2          # CORRUPT_MESSAGE
+        assert produce_v(sock, topic, zstd, 6, 3).error_code == 76          # UNSUPPORTED_COMPRESSION_TYPE below v7
+        assert produce_v(sock, topic, zstd, 7, 4).error_code == 0
+    consumer = assigned_from_start(kafka_consumer(cluster, "read_committed"), topic, 1)
+    try:
+        assert [m.value() for m in consume_until(consumer, lambda seen: len(seen) >= 2)] == [b"fine", b"zstd"]
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        assert (low, high) == (0, 2)
+    finally:
+        consumer.close()
+
+
+def leader_of_partition(cluster, topic: str, partition: int = 0) -> int:
+    return leader_of(cluster.bootstrap_servers, topic, partition)
 
 
 # ------------------------------------------------------------ txnsim cluster start
