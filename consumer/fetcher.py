@@ -100,8 +100,10 @@ class PartitionRecords:
                  isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
                  aborted_transactions: Iterable[tuple[int, int]] = (),
                  key_deserializer: DeserializeFn | None = None,
-                 value_deserializer: DeserializeFn | None = None) -> None:
+                 value_deserializer: DeserializeFn | None = None, high_watermark: int | None = None) -> None:
         self.tp = tp
+        #: the fetch's high watermark: no batch it carries can reach it
+        self._high_watermark = high_watermark
         self._key_deserializer = key_deserializer
         self._value_deserializer = value_deserializer
         self.fetch_offset = fetch_offset
@@ -120,9 +122,17 @@ class PartitionRecords:
 
     def _unpack(self, buf: bytes) -> Iterator[list[Fields]]:
         """The records of each batch the application should see, a batch at a time (decoding is one call per
-        batch, proto/record_decoding.py); a damaged record raises after the ones before it were handed out."""
+        batch, proto/record_decoding.py); a damaged record raises after the ones before it were handed out,
+        and so does a batch whose offsets cannot follow the ones before it (CORRUPT_MESSAGE either way: the
+        position stays at the damage, so every poll() says so until the application seeks past it)."""
         for batch in iter_whole_batches(buf):
             header = batch.header
+            if header.last_offset < self.next_fetch_offset or (self._high_watermark is not None
+                                                               and header.last_offset >= self._high_watermark):
+                raise CorruptMessageError(
+                    f"[CORRUPT_MESSAGE] a batch fetched from {self.tp} at offset {self.next_fetch_offset} claims "
+                    f"offsets {header.base_offset}-{header.last_offset}, which cannot follow"
+                    + (f" below the high watermark {self._high_watermark}" if self._high_watermark is not None else ""))
             hidden = self._aborted.hides(batch) if self._aborted is not None else header.is_control
             if hidden:  # a control marker, or (read_committed) a batch of an aborted transaction
                 self._advance_to(header.next_offset)
@@ -334,10 +344,15 @@ class Fetcher:
                 self._completed[tp] = PartitionRecords(
                     tp, fetch_offset, part.records, isolation_level=self._config.isolation_level,
                     aborted_transactions=[(a.producer_id, a.first_offset) for a in part.aborted_transactions],
-                    key_deserializer=self._key_deserializer, value_deserializer=self._value_deserializer)
+                    key_deserializer=self._key_deserializer, value_deserializer=self._value_deserializer,
+                    high_watermark=part.high_watermark)
             return
         error = for_code(code, message)
-        if isinstance(error, OffsetOutOfRangeError):
+        if isinstance(error, CorruptMessageError):  # the node found the stored batch damaged: retrying cannot help
+            self._error = CorruptMessageError(
+                f"[CORRUPT_MESSAGE] the batch of {tp} at offset {fetch_offset} is damaged on the node ({message}); "
+                f"poll() raises this until you seek({tp}, ...) past it")
+        elif isinstance(error, OffsetOutOfRangeError):
             if self._config.auto_offset_reset is OffsetResetStrategy.NONE:
                 self._error = OffsetOutOfRangeError(
                     f"[OFFSET_OUT_OF_RANGE] offset {fetch_offset} of {tp} is out of range and auto_offset_reset "
@@ -370,10 +385,7 @@ class Fetcher:
                 continue  # paused: keep the data for resume()
             try:
                 taken = records.take(remaining)
-            except CorruptMessageError as exc:
-                log.warning("dropping the rest of a fetch of %s: %s; fetching it again", tp, exc)
-                taken = []
-            except Exception as exc:  # a KafkaError, or the application's deserializer: raised by poll()
+            except Exception as exc:  # a damaged batch, a KafkaError or the application's deserializer: poll() raises
                 del self._completed[tp]
                 if not out:
                     raise

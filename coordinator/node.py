@@ -58,6 +58,7 @@ from proto.errors import (
     CoordinatorNotAvailableError,
     KafkaConfigurationError,
     KafkaError,
+    KafkaStorageError,
     NotLeaderOrFollowerError,
     UnknownServerError,
     code_of,
@@ -283,6 +284,8 @@ class Node:
             shard_log = self.logs.open_as_leader(topic, partition, self.membership.may_cut_off)
         except NotLeaderOrFollowerError:
             return None  # the previous owner is still closing it; the next tick retries
+        except KafkaStorageError:
+            return None  # its files are damaged (logged once, at error level); it stays unloaded
         self.ownership_log.record(self.node_id, "acquired", topic, partition, shard_log.leader_epoch, reason)
         self.metrics.ownership_changed("acquired", topic)
         return shard_log

@@ -20,7 +20,7 @@ import threading
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from partitions.group_commit import GroupCommitter
 from partitions.leader_epochs import EpochLimits, LeaderEpochs
@@ -36,20 +36,54 @@ from partitions.model import (
 from partitions.producer_snapshot import PartitionStateSnapshot, snapshot_name
 from partitions.producer_state import ProducerStateTable
 from partitions.producer_state_recovery import load_producer_state
-from partitions.recovery import clean_up, scan_segments
+from partitions.recovery import ScannedLog, clean_up, scan_segments
+from partitions.recovery_point import (
+    ACCEPT_LOSS_FILE,
+    RecoveryPointWriter,
+    accepted_loss,
+    forget_accepted_loss,
+    read_recovery_point,
+)
 from partitions.segment import Segment, delete_segment_files
 from partitions.snapshot_files import delete_snapshots, list_snapshots, write_snapshot
 from partitions.storage import FILE_STORAGE, Storage
 from partitions.txn_index import AbortedTxn, AbortedTxnIndex, index_abort
 from partitions.validation import parse_batches, validate_batches
 from proto import records as codec
-from proto.errors import InvalidRequestError, KafkaStorageError, NotLeaderOrFollowerError, OffsetOutOfRangeError
+from proto.errors import (
+    CorruptMessageError,
+    InvalidRequestError,
+    KafkaStorageError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+)
 from proto.records import ControlType, RecordBatch
 from proto.structs import IsolationLevel
 
 logger = logging.getLogger(__name__)
 #: stands for "every epoch there is" when a log is opened without claims (a single writer)
 _ONLY_WRITER = 1 << 62
+
+
+def _damage_below(name: str, scanned: ScannedLog, floor: int, directory: Path) -> KafkaStorageError:
+    """The error of a log whose good prefix ends below offsets it acknowledged: logged, since the log
+    stays closed until someone restores its files or gives those offsets up."""
+    end = scanned.end_offset
+    cut = next((cut for cut in scanned.cuts if cut.stop_offset < floor), None)
+    if cut is not None:
+        where = f"{cut.path} is damaged at byte {cut.problem.position}, offset {end} ({cut.problem.reason})"
+    elif scanned.left_out:
+        path, why = scanned.left_out[0]
+        where = f"the log stops at offset {end}: {path} was left out ({why})"
+    else:
+        where = f"its segment files end at offset {end}"
+    error = KafkaStorageError(
+        f"[KAFKA_STORAGE_ERROR] {name}: {where}, below offset {floor}, up to which this log was fsynced and "
+        f"may have acknowledged writes. txnsim keeps one copy of each log and cannot repair it, so the log "
+        f"stays closed rather than give offsets {end} to {floor - 1} out again: restore the file from a copy, "
+        f"or give them up with `echo {end} > {directory / ACCEPT_LOSS_FILE}`, then restart the node")
+    logger.error("log recovery: %s", error.message)
+    return error
 
 
 def wall_clock_ms() -> int:
@@ -77,7 +111,7 @@ class PartitionLog:
                  segments: list[Segment], state: ProducerStateTable, aborted: AbortedTxnIndex,
                  recovery_report: list[str], recovery_stats: RecoveryStats,
                  epochs: LeaderEpochs | None = None, storage: Storage = FILE_STORAGE,
-                 now_ms: Callable[[], int] = wall_clock_ms) -> None:
+                 now_ms: Callable[[], int] = wall_clock_ms, recovery_point: RecoveryPointWriter | None = None) -> None:
         self.directory = directory
         #: the disk this log's files live on (the real one unless a simulator says otherwise)
         self.storage = storage
@@ -105,6 +139,10 @@ class PartitionLog:
         self._epochs = epochs
         self._fenced = False
         self._committer = GroupCommitter(self._flush, self._log_end_offset)
+        self._recovery_point = recovery_point or RecoveryPointWriter(directory, leader_epoch, storage)
+        self._recovery_point_failed = False
+        #: damaged batches found by reads (segment file, byte position), each logged once
+        self._reported_damage: set[tuple[PurePath, int]] = set()
 
     @classmethod
     def open(cls, directory: Path, topic: str, partition: int, *, leader_epoch: int,
@@ -124,10 +162,19 @@ class PartitionLog:
         clock for marker timestamps, so a simulator with its own gets identical bytes every run.
         """
         storage.mkdir(directory)
-        scanned = scan_segments(directory, epochs.limits() if epochs is not None else EpochLimits(), storage,
+        limits_before = epochs.limits() if epochs is not None else EpochLimits()
+        scanned = scan_segments(directory, limits_before, storage,
                                 check_saved_indexes=config.planted_bug != "trust-saved-index")
         try:
             end = scanned.end_offset
+            latest_start = limits_before.starts[-1][1] if limits_before.starts else 0
+            floor = max(read_recovery_point(directory, storage), latest_start)
+            if end < floor:
+                accepted = accepted_loss(directory, storage)
+                if accepted is None or accepted > end:
+                    raise _damage_below(f"{topic}-{partition}", scanned, floor, directory)
+                logger.error("log recovery: %s-%s: offsets %d to %d are given up, as %s allows", topic, partition,
+                             end, floor - 1, directory / ACCEPT_LOSS_FILE)
             if epochs is not None:
                 epochs.record_start(leader_epoch, end)
                 limits, older = epochs.limits(), (lambda epoch: epoch is None or epoch < leader_epoch)
@@ -136,6 +183,9 @@ class PartitionLog:
             report = clean_up(directory, scanned, limits, older, sole_writer=epochs is None, storage=storage)
             segments = scanned.segments or [Segment.create(directory, end, leader_epoch, storage)]
             loaded = load_producer_state(directory, segments, f"{topic}-{partition}", limits, older, storage)
+            if end < floor:  # the loss was accepted: the recovery point starts again from here
+                forget_accepted_loss(directory, storage)
+            recovery_point = RecoveryPointWriter.open(directory, leader_epoch, storage)
         except BaseException:
             for segment in scanned.segments:
                 segment.close()
@@ -143,7 +193,7 @@ class PartitionLog:
         stats = dataclasses.replace(loaded.stats, scanned_segments=len(scanned.scanned),
                                     indexed_segments=len(scanned.segments) - len(scanned.scanned))
         return cls(directory, topic, partition, leader_epoch, config, segments, loaded.state, loaded.aborted,
-                   report, stats, epochs, storage, now_ms)
+                   report, stats, epochs, storage, now_ms, recovery_point)
 
     def __repr__(self) -> str:
         return (f"PartitionLog({self.topic}-{self.partition}, epoch {self.leader_epoch}, "
@@ -337,7 +387,19 @@ class PartitionLog:
                 self._high_watermark = end
                 self._state.on_high_watermark(end)
                 self._data_ready.notify_all()
+                self._record_recovery_point(end)
         return end
+
+    def _record_recovery_point(self, end: int) -> None:
+        """Note the durable end for recovery (lock held); a failure only weakens recovery's check, so it is
+        logged once, not raised."""
+        try:
+            self._recovery_point.record(end)
+        except OSError as error:
+            if not self._recovery_point_failed:
+                self._recovery_point_failed = True
+                logger.warning("%s-%s: cannot record the recovery point (%s); recovery can then tell damage "
+                               "from a torn tail only below older points", self.topic, self.partition, error)
 
     # ------------------------------------------------------------ reads
 
@@ -365,8 +427,30 @@ class PartitionLog:
             raise OffsetOutOfRangeError(
                 f"offset {fetch_offset} is outside {self.topic}-{self.partition}'s range "
                 f"[{self.log_start_offset}, {high_watermark}]")
-        data = b"".join(segment.read(start, stop) for segment, start, stop in spans)
-        return FetchData(data, high_watermark, lso, self.log_start_offset, aborted)
+        return FetchData(self._read_checked(spans), high_watermark, lso, self.log_start_offset, aborted)
+
+    def _read_checked(self, spans: list[tuple[Segment, int, int]]) -> bytes:
+        """The bytes of `spans`, up to the first batch that is not what its segment's index says (a
+        flipped byte in a sealed segment); CORRUPT_MESSAGE if that is the very first batch."""
+        chunks = []
+        for segment, start, stop in spans:
+            chunk = segment.read(start, stop)
+            damage = segment.damage_in(start, chunk)
+            if damage is None:
+                chunks.append(chunk)
+                continue
+            position, problem = damage
+            if position > start:
+                chunks.append(chunk[:position - start])
+            if not chunks:
+                message = (f"[CORRUPT_MESSAGE] {self.topic}-{self.partition}: {segment.path} is damaged at byte "
+                           f"{position}: {problem}; txnsim keeps one copy of each log and cannot serve it")
+                if (segment.path, position) not in self._reported_damage:
+                    self._reported_damage.add((segment.path, position))
+                    logger.error("%s", message)
+                raise CorruptMessageError(message)
+            break
+        return b"".join(chunks)
 
     def _spans(self, offset: int, upper_bound: int, max_bytes: float) -> tuple[list[tuple[Segment, int, int]], int]:
         """(segment, start, end) byte ranges of the batches to read (lock held), and the offset after them."""
@@ -551,5 +635,6 @@ class PartitionLog:
                 self._files_closed = True
                 for segment in self._segments:
                     segment.close()
+                self._recovery_point.close()
                 if durable and not self.storage.exists(self.directory / snapshot_name(end, self.leader_epoch)):
                     self._write_snapshot()  # the next open then replays nothing

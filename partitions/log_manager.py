@@ -18,7 +18,7 @@ from partitions.leader_epochs import LeaderEpochs
 from partitions.log import PartitionLog, wall_clock_ms
 from partitions.model import LogConfig
 from partitions.storage import FILE_STORAGE, Storage
-from proto.errors import InvalidPartitionsError, KafkaError, NotLeaderOrFollowerError
+from proto.errors import InvalidPartitionsError, KafkaError, KafkaStorageError, NotLeaderOrFollowerError
 from proto.structs import validate_topic_name
 
 logger = logging.getLogger(__name__)
@@ -49,6 +49,10 @@ class LogManager:
         #: the inode of each open log's directory: a deleted topic's directory is gone or replaced
         self._inodes: dict[tuple[str, int], int] = {}
         self._opening: dict[tuple[str, int], threading.Lock] = {}
+        #: logs whose acknowledged data is damaged (partitions/recovery_point.py): the error, and the inode of the
+        #: directory it is about. Asked again, the same error, without claiming yet another epoch, until the
+        #: node restarts (someone mended the files) or the directory is replaced (the topic was created again)
+        self._damaged: dict[tuple[str, int], tuple[KafkaStorageError, int]] = {}
         #: told (topic, partition) once a log is closed here: released, fenced, or its topic deleted
         self._close_listeners: list[Callable[[str, int], None]] = []
 
@@ -83,8 +87,13 @@ class LogManager:
             with self._lock:
                 if key in self._logs:
                     return self._logs[key]
+            self._check_not_damaged(key)
             try:
                 log = self._claim_and_open(topic, partition, may_cut_off)
+            except KafkaStorageError as error:
+                with self._lock:
+                    self._damaged[key] = (error, self._directory_id(self.log_dir(topic, partition)))
+                raise
             finally:
                 with self._lock:
                     self._opening.pop(key, None)
@@ -92,6 +101,21 @@ class LogManager:
                 self._logs[key] = log
                 self._inodes[key] = self.storage.directory_id(log.directory)
             return log
+
+    def _check_not_damaged(self, key: tuple[str, int]) -> None:
+        with self._lock:
+            damaged = self._damaged.get(key)
+        if damaged is not None:
+            if damaged[1] == self._directory_id(self.log_dir(*key)):
+                raise damaged[0]
+            with self._lock:
+                self._damaged.pop(key, None)
+
+    def _directory_id(self, directory: Path) -> int:
+        try:
+            return self.storage.directory_id(directory)
+        except FileNotFoundError:
+            return -1
 
     def _claim_and_open(self, topic: str, partition: int, may_cut_off: Callable[[int], bool]) -> PartitionLog:
         log_dir = self.log_dir(topic, partition)

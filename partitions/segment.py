@@ -123,6 +123,9 @@ class Segment:
         self._positions = array("q")
         #: per batch, the largest max timestamp of the batches up to it: never decreasing, so bisectable
         self._max_timestamps = array("q")
+        #: how many batches from the first were checked against their bytes (CRC, base offset, length): all
+        #: of a scanned or new segment; none of one loaded from its saved index until reads check them
+        self._checked = 0
 
     @classmethod
     def create(cls, directory: PurePath, base_offset: int, epoch: int, storage: Storage = FILE_STORAGE) -> Segment:
@@ -225,11 +228,14 @@ class Segment:
             file.truncate(self._size)  # a partial batch must not stay behind
             raise
         position, start = self._size, 0
+        all_checked = self._checked == len(self._bases)
         for base, last, size in batches:
             self._index(base, last, position, _MAX_TIMESTAMP.unpack_from(data, start + _MAX_TIMESTAMP_AT)[0])
             position += size
             start += size
         self._size += len(data)
+        if all_checked:  # written by this log from checked batches
+            self._checked = len(self._bases)
 
     def _index(self, base_offset: int, last_offset: int, position: int, max_timestamp: int) -> None:
         self._bases.append(base_offset)
@@ -251,6 +257,7 @@ class Segment:
         file.fsync()
         keep = bisect_left(self._positions, size)
         del self._bases[keep:], self._lasts[keep:], self._positions[keep:], self._max_timestamps[keep:]
+        self._checked = min(self._checked, keep)
         self._size = self._synced_size = size
 
     def close(self) -> None:
@@ -287,6 +294,26 @@ class Segment:
     def read(self, start: int, end: int) -> bytes:
         return self._open_file().pread(end - start, start)
 
+    def damage_in(self, start: int, data: bytes) -> tuple[int, str] | None:
+        """(byte position, what is wrong) of the first batch of `data` (read from byte `start`) whose bytes do
+        not match this segment's index or fail their CRC, or None. A saved index is trusted for where batches
+        lie, not for what they hold: each batch is checked the first time it is read, then remembered as
+        checked (a flipped byte in a sealed segment is found by its first reader, not served)."""
+        i = bisect_left(self._positions, start)
+        end = start + len(data)
+        count = len(self._positions)
+        while i < count and self._positions[i] < end:
+            if i >= self._checked:
+                position = self._positions[i]
+                size = (self._positions[i + 1] if i + 1 < count else self._size) - position
+                problem = _indexed_batch_problem(data, position - start, size, self._bases[i], self._lasts[i])
+                if problem is not None:
+                    return position, problem
+                if i == self._checked:
+                    self._checked = i + 1
+            i += 1
+        return None
+
     @property
     def max_timestamp(self) -> int:
         """The largest batch max timestamp in this segment (-1 when empty)."""
@@ -304,13 +331,23 @@ class Segment:
         return RecordBatch(records.read_header(raw), raw)
 
     def iter_batches(self, start: int, end: int) -> Iterator[RecordBatch]:
-        """The batches in bytes [start, end), which must be batch boundaries below the durable end."""
+        """The batches in bytes [start, end), which must be batch boundaries below the durable end; each one not
+        yet checked is checked as damage_in() does (CORRUPT_MESSAGE naming the file and byte if it fails)."""
         reader = _ReadAhead(self._open_file())
-        position = start
+        position, i = start, bisect_left(self._positions, start)
         while position < end:
+            if i >= self._checked:
+                damage = self.damage_in(position, reader.read(position, self._batch_size(i)))
+                if damage is not None:
+                    raise CorruptMessageError(f"[CORRUPT_MESSAGE] {self.path} is damaged at byte {position}: "
+                                              f"{damage[1]}")
             header = records.read_header(reader.read(position, HEADER_SIZE))
             yield RecordBatch(header, reader.read(position, header.size))
             position += header.size
+            i += 1
+
+    def _batch_size(self, i: int) -> int:
+        return (self._positions[i + 1] if i + 1 < len(self._positions) else self._size) - self._positions[i]
 
     # ------------------------------------------------------------ recovery
 
@@ -350,9 +387,24 @@ class Segment:
                 position += header.size
                 expected = header.next_offset
         self._size = self._synced_size = position
+        self._checked = len(self._bases)
         if problem is None:
             return None
         return ScanProblem(position, file_size - position, problem)
+
+
+def _indexed_batch_problem(data: bytes, at: int, size: int, base_offset: int, last_offset: int) -> str | None:
+    """What makes the batch at `data[at:at + size]` differ from what the index says of it, or None."""
+    try:
+        header = records.read_header(data, at)
+    except CorruptMessageError as error:
+        return f"unreadable batch header where offset {base_offset} should be: {error}"
+    if header.base_offset != base_offset or header.last_offset != last_offset or header.size != size:
+        return (f"the batch of offsets {base_offset}-{last_offset} ({size} bytes) reads as offsets "
+                f"{header.base_offset}-{header.last_offset} ({header.size} bytes)")
+    if not RecordBatch(header, data[at:at + size]).crc_ok():
+        return f"CRC mismatch at offset {base_offset}"
+    return None
 
 
 def _batch_problem(batch: RecordBatch, expected_offset: int) -> str | None:

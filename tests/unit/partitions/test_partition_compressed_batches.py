@@ -5,8 +5,8 @@ from __future__ import annotations
 import struct
 import zlib
 
-import crc32c
 import cramjam
+import crc32c
 import pytest
 
 from proto import compression, records

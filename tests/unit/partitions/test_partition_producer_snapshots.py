@@ -13,6 +13,7 @@ from partitions import LogConfig, PartitionLog
 from partitions.producer_snapshot import snapshot_name
 from partitions.snapshot_files import RETAINED_SNAPSHOTS
 from proto import records
+from proto.errors import KafkaStorageError
 from proto.records import HEADER_SIZE
 from proto.structs import IsolationLevel
 
@@ -224,16 +225,27 @@ def test_a_torn_tail_past_the_snapshot_is_cut_and_the_snapshot_beyond_the_end_di
     assert snapshot_offsets(log_dir) == [active_base, end]
     active = log_dir / f"{active_base:020d}-e0.log"
     raw = bytearray(active.read_bytes())
-    last_batch_position = len(raw) - len(list(records.iter_batches(bytes(raw)))[-1].raw)
+    last_batch = list(records.iter_batches(bytes(raw)))[-1]
+    last_batch_position, damaged_offset = len(raw) - len(last_batch.raw), last_batch.header.base_offset
     raw[last_batch_position + HEADER_SIZE + 2] ^= 0x01  # the last batch (a plain one) fails its CRC
     active.write_bytes(bytes(raw))
 
     reference = tmp_path / "reference" / "orders-0"  # the same damaged log, without snapshots: full replay
     shutil.copytree(log_dir, reference)
+    (reference / "accept-loss-from").write_text(f"{damaged_offset}\n")
     for path in reference.glob("*.snapshot"):
         path.unlink()
 
+    # the damaged batch was fsynced (a clean close): the log refuses to cut it, until an operator gives it up
+    with pytest.raises(KafkaStorageError, match=f"{active.name} is damaged at byte {last_batch_position}"):
+        open_log(leader_epoch=1, segment_bytes=SEGMENT_BYTES)
+    assert active.read_bytes() == bytes(raw)
+    (log_dir / "accept-loss-from").write_text(f"{damaged_offset + 1}\n")  # less than the damage costs: refused
+    with pytest.raises(KafkaStorageError, match=f"echo {damaged_offset} > "):
+        open_log(leader_epoch=1, segment_bytes=SEGMENT_BYTES)
+    (log_dir / "accept-loss-from").write_text(f"{damaged_offset}\n")
     log = open_log(leader_epoch=1, segment_bytes=SEGMENT_BYTES)
+    assert not (log_dir / "accept-loss-from").exists()
     assert "CRC mismatch" in log.recovery_report[0]
     assert log.log_end_offset < end
     stats = log.recovery_stats

@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
+
+import pytest
 
 from partitions import PartitionLog
 from proto import records
+from proto.errors import KafkaStorageError
 from proto.records import HEADER_SIZE
 from proto.structs import IsolationLevel
 
@@ -78,7 +82,8 @@ def test_a_tail_shorter_than_a_header_is_truncated(open_log, log_dir):
     assert log.log_end_offset == 2
 
 
-def test_a_flipped_bit_in_a_middle_batch_truncates_from_there(open_log, log_dir):
+def test_a_flipped_bit_in_acknowledged_data_keeps_the_log_closed_until_the_loss_is_given_up(open_log, log_dir,
+                                                                                              caplog):
     log = open_log()
     positions = fill(log, 5)
     log.close()
@@ -86,16 +91,44 @@ def test_a_flipped_bit_in_a_middle_batch_truncates_from_there(open_log, log_dir)
     raw = bytearray(segment.read_bytes())
     raw[positions[2] + HEADER_SIZE + 3] ^= 0x04
     segment.write_bytes(bytes(raw))
-    log = open_log(leader_epoch=1)
+    with caplog.at_level(logging.ERROR), pytest.raises(KafkaStorageError) as refused:
+        open_log(leader_epoch=1)
+    message = refused.value.message
+    assert f"{segment} is damaged at byte {positions[2]}, offset 2 (CRC mismatch at offset 2)" in message
+    assert "below offset 5" in message and f"echo 2 > {log_dir / 'accept-loss-from'}" in message
+    assert message in caplog.text
+    assert segment.read_bytes() == bytes(raw)  # nothing cut: offsets 2-4 are never handed out again
+    (log_dir / "accept-loss-from").write_text("2\n")
+    log = open_log(leader_epoch=2)
     (line,) = log.recovery_report
     assert "CRC mismatch at offset 2" in line and f"at byte {positions[2]}" in line
     assert f"cutting {len(raw) - positions[2]} bytes" in line
     assert segment.stat().st_size == positions[2]
     assert log.high_watermark == 2
     assert [b.header.base_offset for b in log.batches()] == [0, 1]
+    log.append(data(b"after"))
+    log.close()
+    assert open_log(leader_epoch=3).log_end_offset == 3  # the old recovery points were forgotten with the loss
 
 
-def test_a_damaged_segment_takes_every_later_segment_with_it(open_log, log_dir):
+def test_a_torn_write_past_the_recovery_point_is_cut_without_asking(open_log, log_dir):
+    log = open_log()
+    fill(log, 2)
+    log.append(data(b"written, never fsynced"), wait_durable=False)
+    crashed = log_dir.parent / "after-the-crash"
+    shutil.copytree(log_dir, crashed)  # the disk as a crash leaves it: the last batch was never acknowledged
+    raw = bytearray((crashed / FIRST_SEGMENT).read_bytes())
+    raw[-3] ^= 0xFF
+    (crashed / FIRST_SEGMENT).write_bytes(bytes(raw))
+    reopened = PartitionLog.open(crashed, "orders", 0, leader_epoch=1)
+    try:
+        assert "CRC mismatch at offset 2" in reopened.recovery_report[0]
+        assert reopened.log_end_offset == 2
+    finally:
+        reopened.close()
+
+
+def test_a_damaged_segment_takes_every_later_segment_with_it_once_the_loss_is_given_up(open_log, log_dir):
     segments = write_twelve_in_small_segments(open_log, log_dir)
     assert len(segments) >= 4
     for index in log_dir.glob("*.index"):  # no saved index (lost, or written by an older version): scanned
@@ -104,12 +137,17 @@ def test_a_damaged_segment_takes_every_later_segment_with_it(open_log, log_dir):
     raw = bytearray(damaged.read_bytes())
     raw[-5] ^= 0xFF
     damaged.write_bytes(bytes(raw))
+    with pytest.raises(KafkaStorageError, match=f"{damaged.name} is damaged"):
+        open_log(leader_epoch=1, segment_bytes=300)
+    assert sorted(log_dir.glob("*.log")) == segments  # nothing deleted while it is refused
+    end = int(damaged.name[:20]) + len(list(records.iter_batches(raw, verify_crc=False))) - 1
+    (log_dir / "accept-loss-from").write_text(f"{end}\n")
     log = open_log(leader_epoch=1, segment_bytes=300)
     assert sorted(log_dir.glob("*.log")) == segments[:2]
     assert "CRC mismatch" in log.recovery_report[0]
     assert all("deleted the whole segment" in line for line in log.recovery_report[1:])
     assert len(log.recovery_report) == 1 + len(segments) - 2
-    assert log.log_end_offset == int(damaged.name[:20]) + len(list(records.iter_batches(raw, verify_crc=False))) - 1
+    assert log.log_end_offset == end
 
 
 def test_a_segment_that_does_not_continue_the_log_is_deleted(open_log, log_dir):
@@ -163,17 +201,20 @@ def test_transaction_state_is_rebuilt_after_reopen(open_log):
 def test_cutting_a_marker_reopens_its_transaction(open_log, log_dir):
     log = open_log()
     log.append(data(b"t", pid=1, epoch=0, seq=0, txn=True), verified_producer_ids=frozenset({1}))
-    marker = log.append_marker(producer_id=1, producer_epoch=1, committed=True, coordinator_epoch=0)
-    assert log.last_stable_offset == 2
-    log.close()
-    segment = log_dir / FIRST_SEGMENT
-    raw = segment.read_bytes()
-    marker_position = len(data(b"t", pid=1, epoch=0, seq=0, txn=True))
+    marker = log.append_marker(producer_id=1, producer_epoch=1, committed=True, coordinator_epoch=0,
+                               wait_durable=False)
     assert marker.base_offset == 1
-    segment.write_bytes(raw[:marker_position + 20])
-    log = open_log(leader_epoch=1)
-    assert log.high_watermark == 1 and log.last_stable_offset == 0
-    assert [(t.producer_id, t.first_offset) for t in log.open_transactions()] == [(1, 0)]
+    crashed = log_dir.parent / "after-the-crash"
+    shutil.copytree(log_dir, crashed)  # the marker was written, never fsynced nor acknowledged: then a crash
+    raw = (crashed / FIRST_SEGMENT).read_bytes()
+    marker_position = len(data(b"t", pid=1, epoch=0, seq=0, txn=True))
+    (crashed / FIRST_SEGMENT).write_bytes(raw[:marker_position + 20])
+    reopened = PartitionLog.open(crashed, "orders", 0, leader_epoch=1)
+    try:
+        assert reopened.high_watermark == 1 and reopened.last_stable_offset == 0
+        assert [(t.producer_id, t.first_offset) for t in reopened.open_transactions()] == [(1, 0)]
+    finally:
+        reopened.close()
 
 
 def test_an_empty_directory_opens_as_an_empty_log(tmp_path: Path):
