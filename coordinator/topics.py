@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import re
 import shutil
@@ -25,12 +26,15 @@ from typing import NamedTuple, NotRequired, TypedDict
 from coordinator.layout import write_atomically
 from proto.errors import (
     InvalidConfigError,
+    KafkaStorageError,
     InvalidPartitionsError,
     InvalidTopicError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
 from proto.structs import INTERNAL_TOPICS, MAX_PARTITIONS_PER_TOPIC, validate_topic_name
+
+log = logging.getLogger(__name__)
 
 
 class TopicEntry(TypedDict):
@@ -104,6 +108,7 @@ class TopicStore:
         self._lock = threading.Lock()
         #: the file as last read, replaced whole (one attribute, so a reader without the lock sees one version)
         self._read = _TopicsRead(None, {}, {})
+        self._reported_lost = False
 
     def _stat_key(self) -> tuple[int, int, int] | None:
         """What tells one version of the file from another: every write renames a new file into place, so its
@@ -119,9 +124,13 @@ class TopicStore:
         asked on every produce, marker and add)."""
         read = self._read
         if self._stat_key() == read.key:
+            if read.key is None:
+                self._check_not_lost()
             return read
         with self._lock:
             key = self._stat_key()
+            if key is None:
+                self._check_not_lost()
             if key != self._read.key:
                 counts: dict[str, int] = {}
                 configs: dict[str, dict[str, str]] = {}
@@ -228,12 +237,42 @@ class TopicStore:
         with self._locked() as current:
             return [] if name in current else remove_log_dirs(self._logs_dir, name)
 
+    def _check_not_lost(self) -> None:
+        """KAFKA_STORAGE_ERROR while topics.json is missing beside the logs of topics it must have listed: every
+        topic would look unknown, and creating one again would clear its surviving logs."""
+        orphaned = self._topics_with_logs()
+        if not orphaned:
+            return
+        error = KafkaStorageError(
+            f"[KAFKA_STORAGE_ERROR] {self._path} is missing, but {self._logs_dir} holds the logs of "
+            f"{len(orphaned)} topic(s) ({', '.join(orphaned[:5])}{', ...' if len(orphaned) > 5 else ''}): every "
+            f"topic would look unknown. Restore the file (it maps each topic to its partition count, e.g. "
+            f'{{"{orphaned[0]}": 3}}) and the node serves them again')
+        if not self._reported_lost:
+            self._reported_lost = True
+            log.error("%s", error.message)
+        raise error
+
+    def _topics_with_logs(self) -> list[str]:
+        """Topics (not internal ones) whose partition logs lie under the logs directory."""
+        if self._logs_dir is None or not self._logs_dir.is_dir():
+            return []
+        found = set()
+        for entry in self._logs_dir.iterdir():
+            topic, dash, partition = entry.name.rpartition("-")
+            if (dash and partition.isdigit() and not entry.name.startswith(".") and topic not in INTERNAL_TOPICS
+                    and not topic.startswith("__") and entry.is_dir()):
+                found.add(topic)
+        return sorted(found)
+
     @contextmanager
     def _locked(self) -> Iterator[TopicsFile]:
         """The topics file's current content, under the writers' flock."""
         with open(self._lock_path, "a+") as lock_file:
             fcntl.flock(lock_file, fcntl.LOCK_EX)
             try:
+                if not self._path.exists():
+                    self._check_not_lost()
                 yield json.loads(self._path.read_text()) if self._path.exists() else {}
             finally:
                 fcntl.flock(lock_file, fcntl.LOCK_UN)

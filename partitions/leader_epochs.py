@@ -29,12 +29,15 @@ from dataclasses import dataclass
 from pathlib import PurePath
 
 from partitions.durable_files import create_exclusively, write_durably
+from partitions.file_names import parse_offset_epoch_name
 from partitions.storage import FILE_STORAGE, Storage
 from proto.errors import KafkaStorageError, NotLeaderOrFollowerError
 
 EPOCHS_DIR = "epochs"
 _VOID = "void"
 _LEGACY_EPOCH_FILE = "leader-epoch"  # before claims, a log kept only its last epoch here
+#: files whose names carry the epoch of the leader that wrote them (segments, producer snapshots)
+_EPOCH_NAMED_SUFFIXES = (".log", ".snapshot")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,12 +67,16 @@ class LeaderEpochs:
     """The claims directory of one log. Safe to use from several processes at once."""
 
     def __init__(self, log_dir: PurePath, storage: Storage = FILE_STORAGE) -> None:
+        self.log_dir = log_dir
         self.directory = log_dir / EPOCHS_DIR
         self.storage = storage
         self._legacy_file = log_dir / _LEGACY_EPOCH_FILE
         #: epoch -> the claim file that supersedes it: superseded() runs at every fsync and node tick, and
         #: building the path took more time than the stat() itself
         self._successor_claims: dict[int, PurePath] = {}
+        #: the claims directory's inode when this claimant made its claim: a directory removed (or removed and
+        #: made again) since holds no record of that claim, so a later claimant could not know to fence it
+        self._claimed_in: int | None = None
 
     def _path(self, epoch: int, kind: str) -> PurePath:
         return self.directory / f"{epoch:010d}.{kind}"
@@ -91,11 +98,44 @@ class LeaderEpochs:
         return EpochLimits(tuple((c.epoch, c.start_offset) for c in self.claims() if c.start_offset is not None))
 
     def superseded(self, epoch: int) -> bool:
-        """True once a later epoch has been claimed: the leader of `epoch` must not acknowledge anything."""
+        """True once a later epoch has been claimed, or once the claims directory this leader claimed in is
+        gone: the leader of `epoch` must not acknowledge anything."""
         successor = self._successor_claims.get(epoch)
         if successor is None:
             successor = self._successor_claims[epoch] = self._path(epoch + 1, "claim")
-        return self.storage.exists(successor)
+        if self.storage.exists(successor):
+            return True
+        if self._claimed_in is None:
+            return False
+        try:
+            return self.storage.directory_id(self.directory) != self._claimed_in
+        except FileNotFoundError:
+            return True
+
+    def newest_epoch_on_disk(self) -> int | None:
+        """The newest leader epoch a segment or snapshot file name in the log directory carries, or None."""
+        newest = None
+        try:
+            names = self.storage.list_dir(self.log_dir)
+        except FileNotFoundError:
+            return None
+        for name in names:
+            for suffix in _EPOCH_NAMED_SUFFIXES:
+                parsed = parse_offset_epoch_name(name, suffix)
+                if parsed is not None and parsed[1] is not None and (newest is None or parsed[1] > newest):
+                    newest = parsed[1]
+        return newest
+
+    def check_not_lost(self) -> None:
+        """KAFKA_STORAGE_ERROR if the claims directory is missing beside files that leaders of known epochs wrote:
+        claiming afresh could reuse an epoch a leader still holds, which nothing would then fence."""
+        newest = self.newest_epoch_on_disk()
+        if newest is not None and not self.storage.is_dir(self.directory):
+            raise KafkaStorageError(
+                f"[KAFKA_STORAGE_ERROR] {self.directory} is missing, beside files written by leader epochs up to "
+                f"{newest}: the claims that fence earlier leaders are gone, so no new leader may claim this log. "
+                f"Restore the directory, or make it again empty (mkdir {self.directory}) once every node that "
+                f"led this log is stopped: new claims then start above epoch {newest}")
 
     # ------------------------------------------------------------ writing
 
@@ -103,12 +143,20 @@ class LeaderEpochs:
         """Claim the epoch right after `after` (the newest claim the caller checked) for `node_id`,
         durably; NOT_LEADER_OR_FOLLOWER if another node claimed it first."""
         self.storage.mkdir(self.directory)
-        epoch = after.epoch + 1 if after is not None else self._legacy_epoch() + 1
-        if not create_exclusively(self._path(epoch, "claim"), f"node {node_id}\n", self.storage):
-            raise NotLeaderOrFollowerError(
-                f"[NOT_LEADER_OR_FOLLOWER] epoch {epoch} of {self.directory.parent.name} was just claimed "
-                "by another node; retry")
+        first = (after.epoch if after is not None else self._legacy_epoch()) + 1
+        on_disk = self.newest_epoch_on_disk()
+        epoch = first if on_disk is None else max(first, on_disk + 1)  # never one a file already carries
+        # epochs skipped because their claims are missing are claimed too, never to start: a leader still
+        # holding one of them then finds the claim after its own, as fencing needs
+        for skipped in range(first, epoch + 1):
+            if not create_exclusively(self._path(skipped, "claim"), f"node {node_id}\n", self.storage):
+                raise NotLeaderOrFollowerError(
+                    f"[NOT_LEADER_OR_FOLLOWER] epoch {skipped} of {self.directory.parent.name} was just claimed "
+                    "by another node; retry")
+            if skipped < epoch:
+                create_exclusively(self._path(skipped, "start"), _VOID + "\n", self.storage)
         self.storage.fsync_directory(self.directory)
+        self._claimed_in = self.storage.directory_id(self.directory)
         return epoch
 
     def void_unstarted(self, before: int) -> None:

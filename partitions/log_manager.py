@@ -121,6 +121,11 @@ class LogManager:
         log_dir = self.log_dir(topic, partition)
         self.storage.mkdir(log_dir)
         epochs = LeaderEpochs(log_dir, self.storage)
+        try:
+            epochs.check_not_lost()
+        except KafkaStorageError as error:
+            logger.error("%s-%d: %s", topic, partition, error.message)
+            raise
         latest = epochs.latest()
         if (latest is not None and not latest.released and latest.node_id != self.node_id
                 and not may_cut_off(latest.node_id)):

@@ -2,6 +2,8 @@
 damaged batch is never served as if it were whole, and a reader is told CORRUPT_MESSAGE instead of looping."""
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from client.cluster import ClusterClient
@@ -9,7 +11,7 @@ from client.transport import call
 from proto import records
 from proto import txnsim_pb2 as pb
 from proto.records import HEADER_SIZE
-from tests.helpers import wait_until
+from tests.helpers import leader_of, wait_until
 from txnsim import Admin, Consumer, LocalCluster, Producer, TopicPartition, errors
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -59,9 +61,14 @@ def restart_all(cluster: LocalCluster) -> None:
 
 
 def produce_raw(cluster: LocalCluster, topic: str):
+    return produce_raw_to(cluster, topic, leader_of(cluster.bootstrap_servers, topic, 0))
+
+
+def produce_raw_to(cluster: LocalCluster, topic: str, node: int):
+    """One record to partition 0 of `topic` through node `node`, as its raw gRPC answer."""
     client = ClusterClient(cluster.bootstrap_servers)
     try:
-        stubs = client.stubs(client.leader_address(TopicPartition(topic, 0)))
+        stubs = client.stubs(cluster.spec.nodes[node])
         request = pb.ProduceRequest(acks=-1, timeout_ms=5000, partitions=[pb.PartitionRecords(
             topic=topic, partition=0, records=records.encode_batch([(1, None, b"after", ())]))])
         return call(stubs.partitions.Produce, request, 10.0).partitions[0]
@@ -130,3 +137,48 @@ def test_a_flipped_byte_in_a_sealed_segment_reaches_the_reader_as_corrupt_messag
     assert len(seen) == len(set(seen)) == 280  # nothing handed out twice, nothing past the log's end
     logged = node_logs(cluster)
     assert f"{sealed} is damaged at byte {body_at}" in logged and f"{sealed} is damaged at byte {header_at}" in logged
+
+
+def test_a_claims_directory_removed_under_a_running_cluster_loses_nothing(cluster):
+    fill(cluster, "claims", count=50)
+    tp = TopicPartition("claims", 0)
+    leader = leader_of(cluster.bootstrap_servers, "claims", 0)
+    epochs = cluster.data_dir / "logs" / "claims-0" / "epochs"
+    cluster.pause(leader)
+    shutil.rmtree(epochs)  # the claims that fence the paused leader are gone
+    survivor = next(n for n in cluster.node_ids if n != leader)
+    refused = wait_until(lambda: (answer := produce_raw_to(cluster, "claims", survivor)).error_code not in (
+        0, errors.NotLeaderOrFollowerError.errno) and answer, 30, what="the node taking the log over to answer")
+    assert errors.for_code(refused.error_code).name == "KAFKA_STORAGE_ERROR", refused
+    assert "epochs is missing" in refused.error_message
+    assert "epochs is missing" in cluster.node_log(survivor).read_text(errors="replace")
+    cluster.resume(leader)
+    answer = produce_raw(cluster, "claims")  # whoever answers: nothing is acknowledged without claims
+    assert errors.for_code(answer.error_code).name in ("KAFKA_STORAGE_ERROR", "NOT_LEADER_OR_FOLLOWER")
+    epochs.mkdir()  # what the error says to do once the old leader is stopped
+    restart_all(cluster)
+    assert produce_raw(cluster, "claims").error_code == 0
+    with Consumer(bootstrap_servers=cluster.bootstrap_servers, auto_offset_reset="earliest") as consumer:
+        consumer.assign([tp])
+        seen: list[int] = []
+        while len(seen) < 51:
+            for batch in consumer.poll(timeout_ms=1000).values():
+                seen.extend(r.offset for r in batch)
+    assert seen == list(range(51))
+
+
+def test_a_missing_topics_file_is_refused_loudly_and_no_topic_is_cleared(cluster):
+    fill(cluster, "kept", count=20)
+    topics_file = cluster.data_dir / "metadata" / "topics.json"
+    saved = topics_file.read_bytes()
+    topics_file.unlink()
+    answer = produce_raw_to(cluster, "kept", 0)
+    assert errors.for_code(answer.error_code).name == "KAFKA_STORAGE_ERROR" and "topics.json is missing" in \
+        answer.error_message
+    with pytest.raises(errors.KafkaStorageError, match="topics.json is missing"):
+        Admin(cluster.bootstrap_servers).create_topic("kept", partitions=1)  # would clear the surviving log
+    assert "topics.json is missing" in wait_until(lambda: node_logs(cluster), what="node logs")
+    assert segments(cluster, "kept")
+    topics_file.write_bytes(saved)
+    assert produce_raw(cluster, "kept").error_code == 0
+    assert produce_raw(cluster, "kept").base_offset == 21

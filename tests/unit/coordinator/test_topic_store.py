@@ -6,6 +6,7 @@ import pytest
 from coordinator.topics import TopicStore, remove_log_dirs
 from proto.errors import (
     InvalidTopicError,
+    KafkaStorageError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -39,6 +40,7 @@ def test_validate_checks_everything_create_checks_without_writing(store):
 
 def test_creating_a_name_again_clears_log_directories_a_deletion_left_behind(store, tmp_path):
     logs = tmp_path / "logs"
+    store.create("audit", 1)  # the cluster had topics, so topics.json exists beside what deletions left
     for name in ("orders-0", "orders-1", "orders-x-0", "orders2-0"):
         (logs / name).mkdir()
         (logs / name / "00000000000000000000-e0.log").write_bytes(b"old")
@@ -56,3 +58,30 @@ def test_a_deletion_removes_logs_only_while_the_name_is_unused(store, tmp_path):
     store.delete("orders")
     assert store.remove_logs_if_deleted("orders") == ["orders-0"]
     assert not (logs / "orders-0").exists()
+
+
+def test_a_missing_topics_file_beside_topic_logs_is_damage_not_an_empty_cluster(store, tmp_path, caplog):
+    store.create("orders", 2)
+    for partition in range(2):
+        (tmp_path / "logs" / f"orders-{partition}").mkdir()
+        (tmp_path / "logs" / f"orders-{partition}" / "00000000000000000000-e0.log").write_bytes(b"kept")
+    (tmp_path / "logs" / "__consumer_offsets-0").mkdir()
+    (tmp_path / "metadata" / "topics.json").unlink()
+    with caplog.at_level("ERROR"):
+        with pytest.raises(KafkaStorageError, match="topics.json is missing.*logs of 1 topic.*orders"):
+            store.partitions("orders")
+        with pytest.raises(KafkaStorageError):
+            store.all()
+    assert caplog.text.count("topics.json is missing") == 1  # said once, however often it is asked
+    with pytest.raises(KafkaStorageError):
+        store.create("orders", 2)  # which would clear the surviving logs
+    assert (tmp_path / "logs" / "orders-0" / "00000000000000000000-e0.log").read_bytes() == b"kept"
+    (tmp_path / "metadata" / "topics.json").write_text('{"orders": 2}')
+    assert store.partitions("orders") == 2
+
+
+def test_a_cluster_that_never_had_a_topic_needs_no_topics_file(store, tmp_path):
+    (tmp_path / "logs" / "__transaction_state-3").mkdir()
+    assert store.all() == {}
+    store.create("first", 1)
+    assert store.all() == {"first": 1}

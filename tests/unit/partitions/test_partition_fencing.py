@@ -16,7 +16,7 @@ from partitions.leader_epochs import LeaderEpochs
 from partitions.producer_snapshot import PartitionStateSnapshot
 from partitions.snapshot_files import write_snapshot
 from proto import records
-from proto.errors import NotLeaderOrFollowerError
+from proto.errors import KafkaStorageError, NotLeaderOrFollowerError
 from proto.structs import IsolationLevel
 
 SMALL = LogConfig(segment_bytes=400)
@@ -188,3 +188,46 @@ def test_a_woken_leader_refuses_to_answer_reads_from_the_log_it_held_before_the_
         old.read(0, 1 << 20, IsolationLevel.READ_COMMITTED)  # and, once it knows, nothing is read at all
     new_manager.close_all()
     old_manager.close_all()
+
+
+# ------------------------------------------------------------ a claims directory removed or thinned out
+
+
+def test_a_log_whose_claims_directory_is_gone_is_refused_and_its_leader_fenced(tmp_path: Path, caplog):
+    old_manager = LogManager(tmp_path, node_id=1)
+    old = old_manager.open_as_leader("t", 0)
+    old.append(batch(b"acked"))
+    epochs_dir = tmp_path / "t-0" / "epochs"
+    for claim in epochs_dir.iterdir():
+        claim.unlink()
+    epochs_dir.rmdir()  # removed under a running cluster: nothing would fence the old leader any more
+    with caplog.at_level("ERROR"), pytest.raises(KafkaStorageError, match="epochs is missing"):
+        take_over(tmp_path)
+    assert "epochs is missing" in caplog.text
+    assert old.fenced  # the directory it claimed in is gone: it acknowledges nothing more
+    with pytest.raises(NotLeaderOrFollowerError):
+        old.append(batch(b"after"))
+    epochs_dir.mkdir()  # what the refusal tells an operator to do once the old leader is stopped
+    new_manager = LogManager(tmp_path, node_id=2)
+    new = new_manager.open_as_leader("t", 0, may_cut_off=lambda node: node == 1)
+    assert new.leader_epoch == 1 and values(new) == [b"acked"]  # above the epoch its files carry
+    new_manager.close_all()
+
+
+def test_epochs_whose_claims_were_deleted_are_claimed_again_above_every_file_and_their_leaders_fenced(
+        tmp_path: Path):
+    managers = [LogManager(tmp_path, SMALL, node_id=n) for n in (1, 2)]
+    first = managers[0].open_as_leader("t", 0)
+    first.append(batch(b"epoch-0"))
+    managers[0].close_all()
+    second = managers[1].open_as_leader("t", 0)  # epoch 1
+    second.append(batch(b"epoch-1"))
+    epochs = tmp_path / "t-0" / "epochs"
+    for name in ("0000000001.claim", "0000000001.start"):
+        (epochs / name).unlink()  # the newest claim lost: epoch 1 would be claimed again
+    manager, third = take_over(tmp_path, SMALL)
+    assert third.leader_epoch == 2  # above the epoch of second's segment file
+    assert second.fenced  # epoch 1 was claimed again, never to start, so its leader sees a later claim
+    assert values(third) == [b"epoch-0", b"epoch-1"]
+    manager.close_all()
+    managers[1].close_all()
