@@ -26,9 +26,9 @@ from typing import NamedTuple, NotRequired, TypedDict
 from coordinator.layout import write_atomically
 from proto.errors import (
     InvalidConfigError,
-    KafkaStorageError,
     InvalidPartitionsError,
     InvalidTopicError,
+    KafkaStorageError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
