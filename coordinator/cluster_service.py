@@ -42,8 +42,11 @@ class ClusterServer:
     def __init__(self, *, node_id: int, spec: ClusterSpec, membership: Membership, ownership_log: OwnershipLog,
                  topics: TopicStore, owned_logs: Callable[[], list[tuple[str, int, int]]],
                  ready: Callable[[], bool], logs: LogManager | None = None,
-                 peer_stubs: Callable[[int], Stubs] | None = None) -> None:
+                 peer_stubs: Callable[[int], Stubs] | None = None,
+                 delete_topic_offsets: Callable[[str], int] | None = None) -> None:
         self.node_id = node_id
+        #: the group coordinator's removal of a deleted topic's committed offsets from the groups it has loaded
+        self._delete_topic_offsets = delete_topic_offsets
         #: this node's open logs, and the stubs of a peer by node id (topic deletion)
         self._logs = logs
         self._peer_stubs = peer_stubs
@@ -124,10 +127,14 @@ class ClusterServer:
         return pb.AlterTopicResponse(partitions=partitions, configs=configs)
 
     def drop_topic_logs(self, req: pb.DropTopicLogsRequest) -> pb.DropTopicLogsResponse:
-        """Close this node's open logs of a deleted topic (none if the name was created again meanwhile)."""
-        if self._logs is not None and self._topics.partitions(req.name) is None:
-            for partition in range(req.partitions):
-                self._logs.forget(req.name, partition)
+        """Close this node's open logs of a deleted topic and remove its committed offsets from the groups loaded
+        here (neither if the name was created again meanwhile)."""
+        if self._topics.partitions(req.name) is None:
+            if self._logs is not None:
+                for partition in range(req.partitions):
+                    self._logs.forget(req.name, partition)
+            if self._delete_topic_offsets is not None:
+                self._delete_topic_offsets(req.name)
         return pb.DropTopicLogsResponse()
 
     def status(self, req: pb.ClusterStatusRequest) -> pb.ClusterStatusResponse:

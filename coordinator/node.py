@@ -176,7 +176,8 @@ class Node:
         cluster = ClusterServer(
             node_id=self.node_id, spec=self.spec, membership=self.membership, ownership_log=self.ownership_log,
             topics=self.topics, owned_logs=self._owned_logs, ready=self._ready.is_set, logs=self.logs,
-            peer_stubs=lambda n: self.channels.stubs(self.spec.nodes[n]))
+            peer_stubs=lambda n: self.channels.stubs(self.spec.nodes[n]),
+            delete_topic_offsets=self.groups.delete_topic_offsets)
         rpc.add_ClusterServicer_to_server(ClusterServicer(cluster), server)
         rpc.add_PartitionsServicer_to_server(PartitionsServicer(self.partitions), server)
         rpc.add_TransactionCoordinatorServicer_to_server(TransactionServicer(self.txn, self.node_id), server)

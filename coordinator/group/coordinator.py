@@ -135,6 +135,7 @@ class GroupCoordinator(GroupMembership):
                 self._complete(state, producer_id, committed, marker_offset)
         logger.info("loaded __consumer_offsets-%d: %d groups, snapshot at %s, %d log records replayed", shard,
                     len(state.groups), loaded.snapshot_offset, loaded.replayed)
+        self._drop_offsets_of_deleted_topics(state)
         return loaded
 
     def unload_shard(self, shard: int) -> None:
@@ -318,6 +319,53 @@ class GroupCoordinator(GroupMembership):
             answer = fetch_offsets(group, req)
         self._check_still_leader(shard)
         return answer
+
+    def delete_topic_offsets(self, topic: str) -> int:
+        """Tombstone every group's committed and pending offsets of `topic` in the shards loaded here (the
+        topic was deleted: Kafka's GroupCoordinator.onPartitionsDeleted), so a topic created again under the
+        name starts with no committed offsets. Returns how many were removed."""
+        with self._lock:
+            shards = [shard for shard in self._shards.values() if shard.status is ShardStatus.ACTIVE]
+        removed = 0
+        for shard in shards:
+            for group in list(shard.groups.values()):
+                removed += self._tombstone(shard, group, topic)
+        return removed
+
+    def _tombstone(self, shard: Shard, group: GroupMetadata, topic: str) -> int:
+        with group.lock:
+            doomed = group.partitions_of(topic)
+            if not doomed:
+                return 0
+            try:
+                self._check_serving(shard)
+                now = self._now_ms()
+                records = [(now, log_format.offset_key(group.group_id, tp), None, ()) for tp in sorted(doomed)]
+                self._append(shard, encode_batch(records), len(records), offsets=True)
+            except KafkaError as exc:  # moved away meanwhile: its next owner drops them at load
+                logger.warning("group %r keeps its offsets of deleted topic %s for now: %s", group.group_id,
+                               topic, exc)
+                return 0
+            group.remove_offsets(doomed)
+        logger.info("group %r: offsets of deleted topic %s removed (%d partitions)", group.group_id, topic,
+                    len(doomed))
+        return len(doomed)
+
+    def _drop_offsets_of_deleted_topics(self, shard: Shard) -> None:
+        """After a load: offsets of topics that no longer exist (deleted while no node had this shard loaded)
+        are tombstoned as the deletion would have."""
+        if self._partitions_for is None:
+            return
+        topics = {tp.topic for group in list(shard.groups.values()) for tp in set(group.offsets)
+                  | group.pending_partitions()}
+        for topic in sorted(topics):
+            try:
+                exists = self._partitions_for(topic) is not None
+            except KafkaError:
+                continue  # cannot tell now (topics.json unreadable): keep them
+            if not exists:
+                for group in list(shard.groups.values()):
+                    self._tombstone(shard, group, topic)
 
     def _partition_exists(self, tp: TopicPartition) -> bool:
         if not tp.topic or tp.partition < 0:

@@ -52,6 +52,19 @@ class GroupMetadata:
         if current is None or current.older_than(value):
             self.offsets[tp] = value
 
+    def remove_offsets(self, partitions: set[TopicPartition]) -> None:
+        """Forget the committed and pending offsets of `partitions` (their topic was deleted, or a tombstone
+        says so): a marker arriving later must not bring a pending one back."""
+        for tp in partitions:
+            self.offsets.pop(tp, None)
+        for offsets in self.pending.values():
+            for tp in partitions:
+                offsets.pop(tp, None)
+
+    def partitions_of(self, topic: str) -> set[TopicPartition]:
+        """Every partition of `topic` with a committed or pending offset."""
+        return {tp for tp in set(self.offsets) | self.pending_partitions() if tp.topic == topic}
+
     def add_pending(self, producer_id: int, tp: TopicPartition, value: CommittedOffset) -> None:
         self.pending.setdefault(producer_id, {})[tp] = value
 

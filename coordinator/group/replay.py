@@ -86,7 +86,7 @@ class ShardContents:
                 group.add_pending(record.producer_id, key.tp, log_format.decode_offset(record.value, record.offset))
                 self.txn_groups.setdefault(record.producer_id, set()).add(key.group_id)
         elif record.value is None:
-            group.offsets.pop(key.tp, None)
+            group.remove_offsets({key.tp})
         else:
             group.apply_commit(key.tp, log_format.decode_offset(record.value, record.offset))
 

@@ -335,3 +335,25 @@ def test_a_topic_deleted_and_created_again_while_a_node_is_paused_is_served_afre
             assert producer.send("away", value=b"new", partition=p).get(timeout=20).offset == 0
         producer.close()
         assert admin.end_offsets(tps) == {tp: 1 for tp in tps}
+
+
+def test_a_topic_deleted_and_created_again_starts_with_no_committed_offsets(cluster):
+    """Kafka removes a deleted topic's committed offsets from every group; a consumer of the new topic under the
+    old name must not skip its records."""
+    admin = confluent_admin(cluster)
+    assert create_with_confluent(admin, NewTopic("reborn", num_partitions=2)) == {"reborn": None}
+    consumer = Consumer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "group.id": "reborn-readers",
+                         "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[CkTopicPartition("reborn", p, 40) for p in range(2)], asynchronous=False)
+        assert [tp.offset for tp in consumer.committed([CkTopicPartition("reborn", p) for p in range(2)],
+                                                       timeout=10)] == [40, 40]
+        assert delete_with_confluent(admin, "reborn") == {"reborn": None}
+        assert create_with_confluent(admin, NewTopic("reborn", num_partitions=2)) == {"reborn": None}
+        committed = consumer.committed([CkTopicPartition("reborn", p) for p in range(2)], timeout=10)
+        assert [tp.offset for tp in committed] == [-1001, -1001]  # OFFSET_INVALID: nothing committed
+    finally:
+        consumer.close()
+    with Admin(cluster.bootstrap_servers) as txnsim_admin:
+        offsets = txnsim_admin.list_consumer_group_offsets("reborn-readers")
+    assert not any(tp.topic == "reborn" for tp in offsets)
