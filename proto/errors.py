@@ -642,6 +642,13 @@ class InvalidTransactionIdError(RocketMQError):
     name = "INVALID_TRANSACTION_ID"
 
 
+class IllegalMessageIdError(RocketMQError):
+    """The request names no message id, or one that is not the message's."""
+
+    errno = 40009
+    name = "ILLEGAL_MESSAGE_ID"
+
+
 class IllegalMessagePropertyKeyError(RocketMQError):
     """A message property uses a name RocketMQ reserves for its own properties."""
 

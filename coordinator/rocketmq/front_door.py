@@ -32,7 +32,9 @@ from coordinator.topics import TopicStore
 from proto import txnsim_pb2 as pb
 from proto.errors import (
     IllegalInvisibleTimeError,
+    IllegalMessageIdError,
     InvalidRequestError,
+    InvalidTopicError,
     InvalidTransactionIdError,
     KafkaError,
     MessagePropertyConflictWithTypeError,
@@ -259,6 +261,12 @@ class MessagingFrontDoor(rmq_grpc.MessagingServiceServicer):  # type: ignore[mis
                        context: Any) -> rmq_service.EndTransactionResponse:
         """COMMIT / ROLLBACK (UNSPECIFIED: still unknown, nothing is done) on the owner of the shard
         the transaction id names; the producer group is the topic, as RocketMQ 5's proxy has it."""
+        if not request.topic.name:  # the producer group is the topic (below)
+            raise InvalidTopicError("[ILLEGAL_TOPIC] EndTransaction needs the topic of the message it ends")
+        if not request.transaction_id:
+            raise InvalidTransactionIdError("[INVALID_TRANSACTION_ID] transaction id cannot be empty")
+        if not request.message_id:
+            raise IllegalMessageIdError("[ILLEGAL_MESSAGE_ID] EndTransaction needs the id of the message it ends")
         parsed = parse_transaction_id(request.transaction_id)
         if parsed is None or parsed[0] >= self._half_shards:
             raise InvalidTransactionIdError(f"[INVALID_TRANSACTION_ID] {request.transaction_id!r} is not a "

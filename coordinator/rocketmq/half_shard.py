@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from coordinator.rocketmq.log_format import HalfRecord, OpKind, OpRecord, Resolution, Storage, transaction_id
-from proto.errors import InvalidTransactionIdError
+from proto.errors import IllegalMessageIdError, InvalidTransactionIdError
 from proto.structs import TopicPartition
 
 
@@ -190,6 +190,9 @@ class HalfShard:
             message_id: str = "") -> EndOutcome:
         """The OP record that decides `tid` (None for UNKNOW: nothing is done, it is checked later)."""
         previous = self.decided.get(tid)
+        if previous is not None and source != "SERVER" and not producer_group:
+            raise InvalidTransactionIdError(f"[INVALID_TRANSACTION_ID] ending transaction {tid} needs its producer "
+                                            "group")
         if previous is not None:
             if resolution is None or previous is resolution:
                 return EndOutcome(None, already_decided=True)
@@ -199,12 +202,18 @@ class HalfShard:
         if pending is None:
             raise InvalidTransactionIdError(f"transaction {tid} is unknown to half-message shard {self.shard}")
         record = pending.record
-        if producer_group and producer_group != record.producer_group:
-            raise InvalidTransactionIdError(
-                f"transaction {tid} belongs to producer group {record.producer_group!r}, not {producer_group!r}")
-        if message_id and message_id != record.message_id:
-            raise InvalidTransactionIdError(
-                f"transaction {tid} holds message {record.message_id!r}, not {message_id!r}")
+        if source != "SERVER":  # a client's end must name what it ends: transaction ids are not secrets
+            if not message_id:
+                raise IllegalMessageIdError(f"[ILLEGAL_MESSAGE_ID] ending transaction {tid} needs the id of its "
+                                            "message")
+            if producer_group != record.producer_group:
+                raise InvalidTransactionIdError(
+                    f"[INVALID_TRANSACTION_ID] transaction {tid} belongs to producer group "
+                    f"{record.producer_group!r}, not {producer_group!r}")
+            if message_id != record.message_id:
+                raise InvalidTransactionIdError(
+                    f"[INVALID_TRANSACTION_ID] transaction {tid} holds message {record.message_id!r}, not "
+                    f"{message_id!r}")
         if resolution is None:
             return EndOutcome(None)
         if pending.deciding is not None:

@@ -238,6 +238,26 @@ def test_garbage_gets_rocketmq_status_codes(cluster, stub, topic):
     assert assignment.status.code == rmq.UNSUPPORTED
 
 
+def test_an_end_must_name_the_topic_and_the_message_it_ends(cluster, stub, topic):
+    """Transaction ids are handed out in sequence, so knowing one must not be enough to decide a message."""
+    sent = stub.SendMessage(send_request(topic, b"pending", rmq.TRANSACTION, message_id="01ENDME"), timeout=10)
+    assert sent.status.code == rmq.OK, sent
+    tid = sent.entries[0].transaction_id
+
+    def end(topic_name: str, message_id: str) -> int:
+        return stub.EndTransaction(rmq_service.EndTransactionRequest(
+            topic=rmq.Resource(name=topic_name), message_id=message_id, transaction_id=tid,
+            resolution=rmq.COMMIT, source=rmq.SOURCE_CLIENT), timeout=10).status.code
+
+    assert end("", "") == rmq.ILLEGAL_TOPIC
+    assert end(topic, "") == rmq.ILLEGAL_MESSAGE_ID
+    assert end(topic, "01SOMEONE-ELSE") == rmq.INVALID_TRANSACTION_ID
+    assert end(topic + "-other", "01ENDME") == rmq.INVALID_TRANSACTION_ID
+    assert bodies_of_one_partition(cluster, topic) == []  # none of those decided it
+    assert end(topic, "01ENDME") == rmq.OK
+    assert wait_until(lambda: bodies_of_one_partition(cluster, topic) == [b"pending"], 10, what="the commit")
+
+
 def test_a_send_to_an_unknown_topic_raises_in_the_client(config):
     producer = Producer(config, ())
     try:

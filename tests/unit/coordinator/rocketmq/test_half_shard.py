@@ -20,7 +20,7 @@ from coordinator.rocketmq.log_format import (
     parse_transaction_id,
 )
 from proto import records
-from proto.errors import InvalidTransactionIdError
+from proto.errors import IllegalMessageIdError, InvalidTransactionIdError
 
 INTERVAL, CHECK_MAX, IMMUNITY = 1000, 3, 500
 
@@ -30,6 +30,10 @@ def half(topic: str = "points", partition: int = 0, stored: int = 0, **changes) 
                         value=b"v", user_headers=(("orderId", b"1"),), store_time_ms=stored,
                         check_immunity_ms=IMMUNITY, storage=Storage.ROCKETMQ)
     return dataclasses.replace(record, **changes)
+
+
+#: what a producer's end names besides the transaction id (the record's group and message id, as half() makes it)
+THE_SENDER = {"producer_group": "orders", "message_id": "m1"}
 
 
 def shard() -> HalfShard:
@@ -95,13 +99,13 @@ def test_a_check_that_found_no_producer_is_not_counted_and_comes_back_after_an_i
 def test_nothing_is_checked_once_decided_and_a_repeat_is_recognised():
     core = shard()
     pending = core.stored(0, half())
-    outcome = core.end(pending.transaction_id, Resolution.COMMIT, source="CLIENT")
+    outcome = core.end(pending.transaction_id, Resolution.COMMIT, source="CLIENT", **THE_SENDER)
     assert outcome.op is not None and outcome.op.copy_sequence == 0 and outcome.op.copy_producer_id == 77
     decision = core.decided_durably(outcome.op)
     assert decision.needs_effect and core.due(10**9) == []
-    assert core.end(pending.transaction_id, Resolution.COMMIT, source="SERVER_CHECK").already_decided
+    assert core.end(pending.transaction_id, Resolution.COMMIT, source="SERVER_CHECK", **THE_SENDER).already_decided
     with pytest.raises(InvalidTransactionIdError, match="already decided as COMMIT"):
-        core.end(pending.transaction_id, Resolution.ROLLBACK, source="CLIENT")
+        core.end(pending.transaction_id, Resolution.ROLLBACK, source="CLIENT", **THE_SENDER)
     assert [op.kind for op in core.done([pending.transaction_id])] == [OpKind.DONE]
     assert core.unfinished == {}
 
@@ -110,34 +114,38 @@ def test_unknown_ids_groups_and_messages_are_refused():
     core = shard()
     pending = core.stored(0, half())
     with pytest.raises(InvalidTransactionIdError, match="unknown"):
-        core.end("TX-3-99", Resolution.COMMIT, source="CLIENT")
+        core.end("TX-3-99", Resolution.COMMIT, source="CLIENT", **THE_SENDER)
     with pytest.raises(InvalidTransactionIdError, match="producer group"):
-        core.end(pending.transaction_id, Resolution.COMMIT, source="CLIENT", producer_group="other")
+        core.end(pending.transaction_id, Resolution.COMMIT, source="CLIENT", producer_group="other", message_id="m1")
     with pytest.raises(InvalidTransactionIdError, match="holds message"):
-        core.end(pending.transaction_id, Resolution.COMMIT, source="CLIENT", message_id="other")
-    assert core.end(pending.transaction_id, None, source="CLIENT").op is None, "UNKNOW decides nothing"
+        core.end(pending.transaction_id, Resolution.COMMIT, source="CLIENT", producer_group="orders", message_id="other")
+    with pytest.raises(IllegalMessageIdError):  # a guessed transaction id alone decides nothing
+        core.end(pending.transaction_id, Resolution.COMMIT, source="CLIENT")
+    with pytest.raises(InvalidTransactionIdError):
+        core.end(pending.transaction_id, Resolution.COMMIT, source="CLIENT", message_id="m1")
+    assert core.end(pending.transaction_id, None, source="CLIENT", **THE_SENDER).op is None, "UNKNOW decides nothing"
     assert pending.transaction_id in core.pending
 
 
 def test_a_second_decision_while_the_first_is_being_written_is_refused():
     core = shard()
     pending = core.stored(0, half())
-    first = core.end(pending.transaction_id, Resolution.COMMIT, source="CLIENT")
+    first = core.end(pending.transaction_id, Resolution.COMMIT, source="CLIENT", **THE_SENDER)
     assert first.op is not None
-    assert core.end(pending.transaction_id, Resolution.COMMIT, source="SERVER_CHECK").already_decided
+    assert core.end(pending.transaction_id, Resolution.COMMIT, source="SERVER_CHECK", **THE_SENDER).already_decided
     with pytest.raises(InvalidTransactionIdError, match="being decided"):
-        core.end(pending.transaction_id, Resolution.ROLLBACK, source="CLIENT")
+        core.end(pending.transaction_id, Resolution.ROLLBACK, source="CLIENT", **THE_SENDER)
     assert core.due(10**9) == [], "no check while a decision is being written"
 
 
 def test_copy_sequences_run_per_partition_without_gaps_even_when_a_write_fails():
     core = shard()
     a, b, c = (core.stored(i, half(partition=p)) for i, p in enumerate((0, 0, 1)))
-    ops = [core.end(p.transaction_id, Resolution.COMMIT, source="CLIENT").op for p in (a, b, c)]
+    ops = [core.end(p.transaction_id, Resolution.COMMIT, source="CLIENT", **THE_SENDER).op for p in (a, b, c)]
     assert [(op.copy_sequence) for op in ops] == [0, 1, 0]
     core.decisions_failed(ops[1:])  # the batch holding b and c was not written
     core.decided_durably(ops[0])
-    retried = [core.end(p.transaction_id, Resolution.COMMIT, source="CLIENT").op for p in (b, c)]
+    retried = [core.end(p.transaction_id, Resolution.COMMIT, source="CLIENT", **THE_SENDER).op for p in (b, c)]
     assert [op.copy_sequence for op in retried] == [1, 0]
 
 
@@ -162,7 +170,7 @@ def test_replay_rebuilds_counts_decisions_and_owed_copies():
     assert replayed.copy_producer_id == 77
     replayed.replay_op(OpRecord("TX-3-1", 1, Resolution.COMMIT, kind=OpKind.DONE))
     assert replayed.unfinished == {}
-    next_op = replayed.end("TX-3-0", Resolution.COMMIT, source="CLIENT").op
+    next_op = replayed.end("TX-3-0", Resolution.COMMIT, source="CLIENT", **THE_SENDER).op
     assert next_op is not None and next_op.copy_sequence == 0, "partition 0 has no copy yet"
     assert core.pending == {}
 
@@ -178,7 +186,7 @@ def test_a_retried_send_finds_the_message_already_stored():
     core = shard()
     pending = core.stored(0, half())
     assert core.find("orders", "m1") is pending and core.find("orders", "other") is None
-    core.decided_durably(core.end(pending.transaction_id, Resolution.ROLLBACK, source="CLIENT").op)
+    core.decided_durably(core.end(pending.transaction_id, Resolution.ROLLBACK, source="CLIENT", **THE_SENDER).op)
     assert core.find("orders", "m1") is None
 
 
@@ -206,7 +214,7 @@ def test_only_an_undecided_message_registered_for_that_partition_may_be_written_
     assert core.may_write_in_place(500, TopicPartition("points", 1))
     assert not core.may_write_in_place(500, TopicPartition("points", 0)), "another partition"
     assert not core.may_write_in_place(501, TopicPartition("points", 1)), "another producer"
-    op = core.end(pending.transaction_id, Resolution.ROLLBACK, source="CLIENT").op
+    op = core.end(pending.transaction_id, Resolution.ROLLBACK, source="CLIENT", **THE_SENDER).op
     assert not core.may_write_in_place(500, TopicPartition("points", 1)), "being decided"
     decision = core.decided_durably(op)
     assert decision.needs_effect, "a rolled-back in-place message still owes its ABORT marker"
