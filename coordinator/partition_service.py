@@ -53,6 +53,19 @@ LATEST_TIMESTAMP, EARLIEST_TIMESTAMP, MAX_TIMESTAMP = -1, -2, -3
 Verdict = frozenset[int] | KafkaError
 
 
+#: the most one fetch answers, whatever the request's max_bytes: Kafka's broker setting fetch.max.bytes (55 MiB)
+FETCH_MAX_BYTES = 55 * 1024 * 1024
+
+
+def unique_partitions(parts: Iterable[pb.FetchPartition]) -> list[pb.FetchPartition]:
+    """Each partition once: a partition named again takes the later naming's fields and keeps the first's
+    place (Kafka's FetchRequest builds a LinkedHashMap of its partitions)."""
+    merged: dict[tuple[str, int], pb.FetchPartition] = {}
+    for part in parts:
+        merged[(part.topic, part.partition)] = part
+    return list(merged.values())
+
+
 class WaitingFetches:
     """Long-poll fetches waiting for data, by partition: a produce or marker request wakes only the fetches
     of the partitions it wrote, once it is done (Kafka keys its delayed fetches by partition the same way)."""
@@ -263,15 +276,20 @@ class PartitionServer:
 
     def _fetch_once(self, req: pb.FetchRequest,
                     isolation: IsolationLevel) -> tuple[list[pb.FetchPartitionResult], int]:
+        """One read of every partition asked (each once: a partition named twice is read once, the last
+        naming's offset and size in the first's place, as Kafka merges them), within the whole response's
+        budget (the request's max_bytes, at most FETCH_MAX_BYTES, as Kafka's fetch.max.bytes). Only the first
+        partition that returns data may exceed it, by its first batch (KIP-74)."""
         results: list[pb.FetchPartitionResult] = []
         total = 0
-        budget = req.max_bytes if req.max_bytes > 0 else 50 * 1024 * 1024
-        for part in req.partitions:
+        budget = min(req.max_bytes, FETCH_MAX_BYTES) if req.max_bytes > 0 else FETCH_MAX_BYTES
+        for part in unique_partitions(req.partitions):
             result = pb.FetchPartitionResult(topic=part.topic, partition=part.partition)
             try:
                 partition_log = self.owned_log(part.topic, part.partition)
                 max_bytes = part.max_bytes if part.max_bytes > 0 else 1024 * 1024
-                data = partition_log.read(part.fetch_offset, min(max_bytes, max(budget, 1)), isolation)
+                data = partition_log.read(part.fetch_offset, max(0, min(max_bytes, budget)), isolation,
+                                          min_one_batch=total == 0)
                 partition_log.check_still_leader()
                 result.records = data.records
                 result.high_watermark = data.high_watermark

@@ -403,12 +403,14 @@ class PartitionLog:
 
     # ------------------------------------------------------------ reads
 
-    def read(self, fetch_offset: int, max_bytes: int, isolation: IsolationLevel) -> FetchData:
+    def read(self, fetch_offset: int, max_bytes: int, isolation: IsolationLevel, *,
+             min_one_batch: bool = True) -> FetchData:
         """Whole batches from the one holding `fetch_offset`, below the HW (or LSO for read_committed).
 
-        At least one batch is returned when any is readable, however large; more while they fit in
-        `max_bytes`. An offset past the readable end but not past the HW reads as empty (Kafka does
-        the same for read_committed consumers positioned beyond the LSO).
+        At least one batch is returned when any is readable, however large (unless `min_one_batch` is
+        off: Kafka grants that only to the first partition of a fetch that returns data); more while
+        they fit in `max_bytes`. An offset past the readable end but not past the HW reads as empty
+        (Kafka does the same for read_committed consumers positioned beyond the LSO).
         """
         with self._lock:
             self._check_open()
@@ -418,7 +420,8 @@ class PartitionLog:
                 high_watermark = self._log_end_offset
             out_of_range = fetch_offset < self.log_start_offset or fetch_offset > high_watermark
             if not out_of_range:
-                spans, end = self._spans(fetch_offset, lso if committed else high_watermark, max_bytes)
+                spans, end = self._spans(fetch_offset, lso if committed else high_watermark, max_bytes,
+                                         take_one=min_one_batch)
                 aborted = self._aborted.collect(fetch_offset, end) if committed and spans else []
         if out_of_range:
             # a consumer resets its position on this answer: a leader that was taken over must not give it
@@ -452,14 +455,15 @@ class PartitionLog:
             break
         return b"".join(chunks)
 
-    def _spans(self, offset: int, upper_bound: int, max_bytes: float) -> tuple[list[tuple[Segment, int, int]], int]:
+    def _spans(self, offset: int, upper_bound: int, max_bytes: float,
+               take_one: bool = True) -> tuple[list[tuple[Segment, int, int]], int]:
         """(segment, start, end) byte ranges of the batches to read (lock held), and the offset after them."""
         spans: list[tuple[Segment, int, int]] = []
         if offset >= upper_bound:
             return spans, offset
         first = max(0, self._find_segment(offset))
         for segment in self._segments[first:]:
-            start, end, offset = segment.span(offset, upper_bound, max_bytes, take_one=not spans)
+            start, end, offset = segment.span(offset, upper_bound, max_bytes, take_one=take_one and not spans)
             if end > start:
                 spans.append((segment, start, end))
                 max_bytes -= end - start

@@ -6,6 +6,8 @@ is a full one and answers session id 0, which tells a client that no session was
 """
 from __future__ import annotations
 
+from typing import Any
+
 from kafka.protocol.consumer import (
     FetchRequest,
     FetchResponse,
@@ -15,7 +17,7 @@ from kafka.protocol.consumer import (
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from coordinator.kafka.apis import WireError
-from coordinator.partition_service import PartitionServer
+from coordinator.partition_service import PartitionServer, unique_partitions
 from proto import records
 from proto import txnsim_pb2 as pb
 from proto.compression import CODEC_MASK, Codec
@@ -106,33 +108,32 @@ class PartitionApis:
             return FetchResponse(version=version, throttle_time_ms=0, session_id=0, responses=[],
                                  error_code=WireError.FETCH_SESSION_ID_NOT_FOUND)
         committed = request.isolation_level == READ_COMMITTED
-        wanted = [pb.FetchPartition(topic=topic.topic, partition=part.partition, fetch_offset=part.fetch_offset,
-                                    max_bytes=part.partition_max_bytes)
-                  for topic in request.topics for part in topic.partitions]
+        wanted = unique_partitions(
+            pb.FetchPartition(topic=topic.topic, partition=part.partition, fetch_offset=part.fetch_offset,
+                              max_bytes=part.partition_max_bytes)
+            for topic in request.topics for part in topic.partitions)
         try:
             answer = self._partitions.fetch(pb.FetchRequest(
                 isolation_level=request.isolation_level, max_wait_ms=max(0, request.max_wait_ms),
                 min_bytes=request.min_bytes, max_bytes=request.max_bytes, partitions=wanted))
         except KafkaError as exc:  # e.g. an isolation level other than 0 or 1
             answer = pb.FetchResponse(partitions=[pb.FetchPartitionResult(error_code=code_of(exc)) for _ in wanted])
-        found = iter(answer.partitions)  # PartitionServer answers in request order
+        # PartitionServer answers each partition once, in the order of `wanted`; grouped by topic as asked
         PartitionData = FetchResponse.FetchableTopicResponse.PartitionData
-        responses = []
-        for topic in request.topics:
-            partitions = []
-            for part in topic.partitions:
-                r = next(found)
-                failed = r.error_code != 0
-                partitions.append(PartitionData(
-                    partition_index=part.partition, error_code=r.error_code,
-                    high_watermark=-1 if failed else r.high_watermark,
-                    last_stable_offset=-1 if failed else r.last_stable_offset,
-                    log_start_offset=-1 if failed else r.log_start_offset,
-                    aborted_transactions=[PartitionData.AbortedTransaction(producer_id=a.producer_id,
-                                                                           first_offset=a.first_offset)
-                                          for a in r.aborted_transactions] if committed and not failed else None,
-                    preferred_read_replica=-1, records=r.records))
-            responses.append(FetchResponse.FetchableTopicResponse(topic=topic.topic, partitions=partitions))
+        by_topic: dict[str, list[Any]] = {}
+        for part, r in zip(wanted, answer.partitions):
+            failed = r.error_code != 0
+            by_topic.setdefault(part.topic, []).append(PartitionData(
+                partition_index=part.partition, error_code=r.error_code,
+                high_watermark=-1 if failed else r.high_watermark,
+                last_stable_offset=-1 if failed else r.last_stable_offset,
+                log_start_offset=-1 if failed else r.log_start_offset,
+                aborted_transactions=[PartitionData.AbortedTransaction(producer_id=a.producer_id,
+                                                                       first_offset=a.first_offset)
+                                      for a in r.aborted_transactions] if committed and not failed else None,
+                preferred_read_replica=-1, records=r.records))
+        responses = [FetchResponse.FetchableTopicResponse(topic=name, partitions=partitions)
+                     for name, partitions in by_topic.items()]
         return FetchResponse(version=version, throttle_time_ms=0, error_code=0, session_id=0, responses=responses)
 
     # ------------------------------------------------------------ ListOffsets (2)

@@ -17,6 +17,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
+from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import (
     ApiVersionsRequest,
     ApiVersionsResponse,
@@ -312,6 +313,38 @@ def test_bad_compressed_batches_get_kafkas_errors_and_move_nothing(cluster, topi
 
 def leader_of_partition(cluster, topic: str, partition: int = 0) -> int:
     return leader_of(cluster.bootstrap_servers, topic, partition)
+
+
+# ------------------------------------------------------------ the size of a fetch's answer
+
+
+def test_a_fetch_naming_a_partition_many_times_is_answered_once_and_within_fetch_max_bytes(cluster, admin):
+    """The 901-byte fetch that once drew a 432 MB answer: a partition named 30 times is read once, and the whole
+    answer stays within the budget, only the first partition with data exceeding it by one batch (KIP-74)."""
+    admin.create_topic("big-fetch", partitions=3)
+    leader = leader_of_partition(cluster, "big-fetch", 0)
+    value = b"x" * 900_000
+    with socket.create_connection(kafka_address(cluster, leader), timeout=30) as sock:
+        for i in range(4):
+            batch = records.encode_batch([(1, None, value, ())])
+            assert produce_v(sock, "big-fetch", batch, 9, 10 + i).error_code == 0
+        P = FetchRequest.FetchTopic.FetchPartition
+        same = [P(partition=0, fetch_offset=0, partition_max_bytes=2**31 - 1, log_start_offset=-1,
+                  current_leader_epoch=-1) for _ in range(30)]
+        request = FetchRequest(version=11, replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=2**31 - 1,
+                               isolation_level=0, session_id=0, session_epoch=-1, rack_id="", forgotten_topics_data=[],
+                               topics=[FetchRequest.FetchTopic(topic="big-fetch", partitions=same)])
+        send_request(sock, request, 50)
+        response = FetchResponse.decode(read_frame(sock), version=11, header=True)
+        (topic,) = response.responses
+        (part,) = topic.partitions
+        assert len(records.iter_batches(part.records).__next__().raw) > 900_000
+        assert len(part.records) < 4 * 1_000_000  # the partition's 3.6 MB, once
+        # a budget of 1 MB over partition 0 then 0 again: the first batch, whole, and nothing more
+        request.max_bytes = 1_000_000
+        send_request(sock, request, 51)
+        response = FetchResponse.decode(read_frame(sock), version=11, header=True)
+        assert len(response.responses[0].partitions[0].records) < 2 * 900_000
 
 
 # ------------------------------------------------------------ txnsim cluster start
