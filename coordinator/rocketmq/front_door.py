@@ -213,7 +213,7 @@ class MessagingFrontDoor(rmq_grpc.MessagingServiceServicer):  # type: ignore[mis
                 raise UnsupportedError(f"[UNSUPPORTED] {rmq_messages.type_name(kind)} messages are not served by "
                                        "txnsim; send NORMAL, FIFO or TRANSACTION")
             offset = self._append(TopicPartition(topic, partition),
-                                  rmq_messages.encode_normal(message, self._now_ms()))
+                                  rmq_messages.encode_normal(message, self._now_ms(), self._max_bytes))
             return rmq_service.SendResultEntry(status=status(), message_id=message_id, offset=offset)
         except KafkaError as exc:
             return rmq_service.SendResultEntry(status=status_for(exc), message_id=message_id)
@@ -246,7 +246,7 @@ class MessagingFrontDoor(rmq_grpc.MessagingServiceServicer):  # type: ignore[mis
     def _send_half(self, message: rmq.Message, partition: int) -> rmq_service.SendResultEntry:
         topic = message.topic.name
         request = pb.SendHalfMessageRequest(producer_group=topic,
-                                            message=rmq_messages.half_message_of(message, partition))
+                                            message=rmq_messages.half_message_of(message, partition, self._max_bytes))
 
         def send(stubs: Stubs | None, timeout_s: float) -> pb.SendHalfMessageResponse:
             return self._half.send(request) if stubs is None else call(stubs.half.SendHalfMessage, request, timeout_s)

@@ -7,7 +7,6 @@ way it entered (RocketMQ's front door, or a half message committed by txnsim's o
 """
 from __future__ import annotations
 
-import gzip
 import zlib
 from collections.abc import Callable
 
@@ -15,11 +14,14 @@ from coordinator.rocketmq import log_format
 from coordinator.rocketmq.rmq_wire import rmq, rmq_service
 from proto import records
 from proto import txnsim_pb2 as pb
-from proto.errors import IllegalMessagePropertyKeyError, InvalidRequestError, UnsupportedError
+from proto.errors import IllegalMessagePropertyKeyError, InvalidRequestError, RecordTooLargeError, UnsupportedError
 from proto.records import Header
 
 #: every type, for a MIXED topic (or one without the setting)
 ALL_TYPES = (rmq.NORMAL, rmq.FIFO, rmq.DELAY, rmq.TRANSACTION)
+#: the most a message's body may inflate to when the caller names no limit (Kafka's message.max.bytes, which a
+#: node's batches are held to)
+DEFAULT_MAX_BODY_BYTES = 1048588
 _TYPES_BY_SETTING = {"NORMAL": (rmq.NORMAL,), "FIFO": (rmq.FIFO,), "DELAY": (rmq.DELAY,),
                      "TRANSACTION": (rmq.TRANSACTION,), "MIXED": ALL_TYPES}
 
@@ -33,18 +35,26 @@ def type_name(message_type: int) -> str:
     return rmq.MessageType.Name(message_type) if message_type in rmq.MessageType.values() else str(message_type)
 
 
-def body_of(message: rmq.Message) -> bytes:
-    """The message's body as sent by the application (a GZIP-encoded body is inflated)."""
+def body_of(message: rmq.Message, max_bytes: int = DEFAULT_MAX_BODY_BYTES) -> bytes:
+    """The message's body as sent by the application: a GZIP-encoded body is inflated, but never past
+    `max_bytes` (MESSAGE_BODY_TOO_LARGE then), so a small body cannot inflate to gigabytes in the node."""
     encoding = message.system_properties.body_encoding
     if encoding == rmq.GZIP:
+        inflater = zlib.decompressobj(wbits=31)  # the gzip format, as RocketMQ's clients write it
         try:
-            return gzip.decompress(message.body)
-        except (OSError, EOFError, zlib.error) as exc:
+            body = inflater.decompress(message.body, max_bytes + 1)
+        except zlib.error as exc:
             raise InvalidRequestError(f"[INVALID_REQUEST] message body is not valid GZIP: {exc}") from None
+        if len(body) > max_bytes:
+            raise RecordTooLargeError(f"[MESSAGE_BODY_TOO_LARGE] the GZIP body inflates past {max_bytes} bytes, "
+                                      "the most a message may hold here")
+        if not inflater.eof:
+            raise InvalidRequestError("[INVALID_REQUEST] message body is not valid GZIP: it ends early")
+        return body
     if encoding not in (rmq.IDENTITY, rmq.ENCODING_UNSPECIFIED):
         raise UnsupportedError(f"body encoding {encoding} is not supported; send IDENTITY or GZIP")
-    body: bytes = message.body
-    return body
+    plain: bytes = message.body
+    return plain
 
 
 def validate(message: rmq.Message) -> None:
@@ -71,7 +81,8 @@ def _millis(message: rmq.Message) -> int:
     return millis
 
 
-def record_of(message: rmq.Message, now_ms: int) -> tuple[int, bytes | None, bytes | None, list[Header]]:
+def record_of(message: rmq.Message, now_ms: int,
+              max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> tuple[int, bytes | None, bytes | None, list[Header]]:
     """The Kafka record of a NORMAL (or FIFO) message: no key, the body as value, properties as headers."""
     props = message.system_properties
     system = [(log_format.MESSAGE_ID, props.message_id)]
@@ -82,19 +93,20 @@ def record_of(message: rmq.Message, now_ms: int) -> tuple[int, bytes | None, byt
     if _millis(message):
         system.append((log_format.BORN_TIMESTAMP, str(_millis(message))))
     headers = _user_headers(message) + [(name, value.encode()) for name, value in system]
-    return (now_ms, None, body_of(message), headers)
+    return (now_ms, None, body_of(message, max_body_bytes), headers)
 
 
-def encode_normal(message: rmq.Message, now_ms: int) -> bytes:
+def encode_normal(message: rmq.Message, now_ms: int, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> bytes:
     """One Kafka v2 batch holding the message (no producer id: a client's retry may duplicate it, as in RocketMQ)."""
-    return records.encode_batch([record_of(message, now_ms)])
+    return records.encode_batch([record_of(message, now_ms, max_body_bytes)])
 
 
-def half_message_of(message: rmq.Message, partition: int) -> pb.HalfMessage:
+def half_message_of(message: rmq.Message, partition: int,
+                    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> pb.HalfMessage:
     props = message.system_properties
     immunity = props.orphaned_transaction_recovery_duration
     return pb.HalfMessage(
-        topic=message.topic.name, partition=partition, value=body_of(message),
+        topic=message.topic.name, partition=partition, value=body_of(message, max_body_bytes),
         headers=[pb.MessageHeader(key=k, value=v) for k, v in _user_headers(message)],
         message_id=props.message_id, tag=props.tag, keys=" ".join(props.keys),
         check_immunity_ms=immunity.seconds * 1000 + immunity.nanos // 1_000_000, born_timestamp_ms=_millis(message))

@@ -2,6 +2,8 @@
 as a check channel."""
 from __future__ import annotations
 
+import gzip
+
 import pytest
 
 from coordinator.rocketmq import rmq_messages
@@ -132,3 +134,20 @@ def test_a_consumers_settings_are_answered_without_registering_it():
         client_type=rmq.SIMPLE_CONSUMER, subscription=rmq.Subscription(group=rmq.Resource(name="g")))))
     assert registry.groups() == {}
     assert session.next(0).settings.subscription.group.name == "g"
+
+
+def gzip_message(body: bytes) -> rmq.Message:
+    return rmq.Message(topic=rmq.Resource(name="points"), body=body, system_properties=rmq.SystemProperties(
+        message_id="01GZ", message_type=rmq.NORMAL, body_encoding=rmq.GZIP))
+
+
+def test_a_gzip_body_inflates_only_up_to_the_limit():
+    assert rmq_messages.body_of(gzip_message(gzip.compress(b"-10" * 100)), max_bytes=300) == b"-10" * 100
+    bomb = gzip.compress(bytes(50 << 20))  # 50 KiB that would become 50 MiB in the node
+    with pytest.raises(errors.RecordTooLargeError, match="MESSAGE_BODY_TOO_LARGE.*past 1048588"):
+        rmq_messages.body_of(gzip_message(bomb))
+    assert code_for(errors.RecordTooLargeError("x")) == rmq.MESSAGE_BODY_TOO_LARGE
+    with pytest.raises(errors.InvalidRequestError, match="not valid GZIP"):
+        rmq_messages.body_of(gzip_message(gzip.compress(b"cut short")[:-6]))
+    with pytest.raises(errors.InvalidRequestError, match="not valid GZIP"):
+        rmq_messages.body_of(gzip_message(b"not gzip at all"))
