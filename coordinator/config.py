@@ -32,6 +32,14 @@ class NodeConfig:
     #: internal shards roll small segments, so snapshots can delete the history they cover
     internal_log_segment_bytes: int = 1024 * 1024
     message_max_bytes: int = 1_048_588
+    # the Kafka port (coordinator/kafka/server.py): connections and the requests they may hold
+    max_connections: int = 10_000
+    max_connections_per_ip: int = 2**31 - 1
+    connections_max_idle_ms: int = 600_000
+    #: how long the bytes of one request may take to arrive once the first has (a trickle holds nothing open)
+    request_arrival_timeout_ms: int = 30_000
+    socket_request_max_bytes: int = 104_857_600
+    queued_max_request_bytes: int = 512 * 1024 * 1024
     # group coordinator
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000

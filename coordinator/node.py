@@ -28,7 +28,7 @@ from client.transport import SERVER_OPTIONS, NodeChannels, Stubs, call
 from coordinator.cluster_service import ClusterServer, ClusterServicer
 from coordinator.group import GroupCoordinator, GroupService
 from coordinator.kafka.front_door import KafkaBackends, open_kafka_listener
-from coordinator.kafka.server import KafkaListener
+from coordinator.kafka.server import KafkaListener, ListenerLimits
 from coordinator.layout import ClusterLayout, check_shard_counts, read_cluster_spec
 from coordinator.membership import Heartbeat, Membership
 from coordinator.metrics import NodeMetrics, NodeState, write_metrics_url
@@ -198,8 +198,14 @@ class Node:
         kafka_address = self.spec.kafka_nodes.get(self.node_id)
         if kafka_address is not None:  # Kafka's wire protocol, a second front door to the same objects
             try:
-                self._kafka = open_kafka_listener(
-                    kafka_address, message_max_bytes=self.config.message_max_bytes, backends=KafkaBackends(
+                limits = ListenerLimits(
+                    max_connections=self.config.max_connections,
+                    max_connections_per_ip=self.config.max_connections_per_ip,
+                    connections_max_idle_ms=self.config.connections_max_idle_ms,
+                    request_arrival_timeout_ms=self.config.request_arrival_timeout_ms,
+                    socket_request_max_bytes=self.config.socket_request_max_bytes,
+                    queued_max_request_bytes=self.config.queued_max_request_bytes)
+                self._kafka = open_kafka_listener(kafka_address, limits=limits, backends=KafkaBackends(
                         node_id=self.node_id, cluster=cluster, partitions=self.partitions, txn=self.txn,
                         groups=self.groups, topics=self.topics, kafka_address_of=self.spec.kafka_nodes.get))
             except OSError as exc:

@@ -12,13 +12,14 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from coordinator.membership import Membership
 from coordinator.observers import NO_OBSERVER, OwnershipObserver
 from coordinator.rpc import answers_with
+from coordinator.timers import Timer, Timers
 from coordinator.topics import TopicStore
 from coordinator.verification import Verifier, verification_error
 from partitions import LogManager, PartitionLog, ProducerSnapshot
@@ -68,37 +69,107 @@ def unique_partitions(parts: Iterable[pb.FetchPartition]) -> list[pb.FetchPartit
 
 class WaitingFetches:
     """Long-poll fetches waiting for data, by partition: a produce or marker request wakes only the fetches
-    of the partitions it wrote, once it is done (Kafka keys its delayed fetches by partition the same way)."""
+    of the partitions it wrote, once it is done (Kafka keys its delayed fetches by partition the same way).
+    A waiting fetch is a callback registered here, not a thread: waking it hands its next read to a pool."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._by_partition: dict[tuple[str, int], set[threading.Event]] = {}
+        self._by_partition: dict[tuple[str, int], set[Callable[[], None]]] = {}
 
-    def add(self, keys: Iterable[tuple[str, int]], event: threading.Event) -> None:
+    def add(self, keys: Iterable[tuple[str, int]], wake: Callable[[], None]) -> None:
         with self._lock:
             for key in keys:
-                self._by_partition.setdefault(key, set()).add(event)
+                self._by_partition.setdefault(key, set()).add(wake)
 
-    def remove(self, keys: Iterable[tuple[str, int]], event: threading.Event) -> None:
+    def remove(self, keys: Iterable[tuple[str, int]], wake: Callable[[], None]) -> None:
         with self._lock:
             for key in keys:
                 waiting = self._by_partition.get(key)
                 if waiting is not None:
-                    waiting.discard(event)
+                    waiting.discard(wake)
                     if not waiting:
                         del self._by_partition[key]
 
     def wake(self, keys: Iterable[tuple[str, int]]) -> None:
         with self._lock:
-            events = {event for key in keys for event in self._by_partition.get(key, ())}
-        for event in events:
-            event.set()
+            wakes = {wake for key in keys for wake in self._by_partition.get(key, ())}
+        for wake in wakes:
+            wake()
 
     def wake_all(self) -> None:
         with self._lock:
-            events = {event for waiting in self._by_partition.values() for event in waiting}
-        for event in events:
-            event.set()
+            wakes = {wake for waiting in self._by_partition.values() for wake in waiting}
+        for wake in wakes:
+            wake()
+
+
+class _WaitingFetch:
+    """One long-polling fetch between its reads: read again when a partition it asked for changes, answer when
+    it has min_bytes, an error, or its max wait is over. Holds no thread while it waits."""
+
+    def __init__(self, server: PartitionServer, req: pb.FetchRequest, isolation: IsolationLevel) -> None:
+        self.server = server
+        self.req = req
+        self.isolation = isolation
+        self.future: Future[pb.FetchResponse] = Future()
+        self.deadline = time.monotonic() + max(0, min(req.max_wait_ms, 30_000)) / 1000
+        self.min_bytes = max(1, req.min_bytes)
+        self.keys = {(part.topic, part.partition) for part in req.partitions}
+        self._lock = threading.Lock()
+        self._scheduled = False  # a read is queued or running
+        self._changed = False    # a wake came while it was
+        self._timer: Timer | None = None
+
+    def start(self) -> None:
+        """Register, then read once on the caller's thread (the common case answers here, with no hop)."""
+        self.server._waiting_fetches.add(self.keys, self.wake)
+        with self._lock:
+            self._scheduled = True
+        self._read()
+
+    def wake(self) -> None:
+        with self._lock:
+            if self.future.done():
+                return
+            if self._scheduled:
+                self._changed = True
+                return
+            self._scheduled = True
+        try:
+            self.server._fetch_reads.submit(self._read)
+        except RuntimeError:  # the node is stopping: answer from here
+            self._read()
+
+    def _read(self) -> None:
+        while True:
+            with self._lock:
+                self._changed = False
+            try:
+                results, total = self.server._fetch_once(self.req, self.isolation)
+            except Exception as exc:  # a node bug: answered as the blocking call would raise it
+                self._finish(exc)
+                return
+            if total >= self.min_bytes or time.monotonic() >= self.deadline or any(r.error_code for r in results) \
+                    or self.server._stopping:
+                self._finish(pb.FetchResponse(partitions=results))
+                return
+            with self._lock:
+                if not self._changed:
+                    self._scheduled = False
+                    if self._timer is None:
+                        self._timer = self.server._timers.call_later(self.deadline - time.monotonic(), self.wake)
+                    return
+
+    def _finish(self, outcome: pb.FetchResponse | Exception) -> None:
+        self.server._waiting_fetches.remove(self.keys, self.wake)
+        if self._timer is not None:
+            self._timer.cancel()
+        if self.future.done():
+            return
+        if isinstance(outcome, Exception):
+            self.future.set_exception(outcome)
+        else:
+            self.future.set_result(outcome)
 
 
 @dataclass(frozen=True)
@@ -132,6 +203,9 @@ class PartitionServer:
         self._open_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="append")
         self._waiting_fetches = WaitingFetches()
+        #: the reads of fetches woken from a wait, and the timer of their max waits
+        self._fetch_reads = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fetch")
+        self._timers = Timers(f"fetch-waits-{node_id}")
         # a fetch waiting on a log that closes here (moved, fenced, deleted) answers with the error now,
         # not at its max_wait: Kafka completes delayed fetches when the broker stops leading a partition
         logs.on_close(lambda topic, partition: self._waiting_fetches.wake([(topic, partition)]))
@@ -254,25 +328,17 @@ class PartitionServer:
     # ------------------------------------------------------------ fetch
 
     def fetch(self, req: pb.FetchRequest) -> pb.FetchResponse:
+        """A fetch, waiting up to its max_wait_ms for min_bytes (the caller's thread blocks; see fetch_future)."""
+        return self.fetch_future(req).result()
+
+    def fetch_future(self, req: pb.FetchRequest) -> Future[pb.FetchResponse]:
+        """The fetch's answer to come: read at once, and while it waits for data it is only a callback woken by
+        a produce or marker to one of its partitions, or by its max wait (no thread of the caller's is held)."""
         if req.isolation_level not in (0, 1):
             raise InvalidRequestError(f"[INVALID_REQUEST] isolation_level must be 0 or 1, not {req.isolation_level}")
-        isolation = IsolationLevel(req.isolation_level)
-        deadline = time.monotonic() + max(0, min(req.max_wait_ms, 30_000)) / 1000
-        min_bytes = max(1, req.min_bytes)
-        # woken once per produce or marker request that touched one of its partitions, never by others
-        changed = threading.Event()
-        keys = {(part.topic, part.partition) for part in req.partitions}
-        self._waiting_fetches.add(keys, changed)
-        try:
-            while True:
-                changed.clear()  # before the read: a change during it wakes the next wait at once
-                results, total = self._fetch_once(req, isolation)
-                remaining = deadline - time.monotonic()
-                if total >= min_bytes or remaining <= 0 or any(r.error_code for r in results):
-                    return pb.FetchResponse(partitions=results)
-                changed.wait(remaining)
-        finally:
-            self._waiting_fetches.remove(keys, changed)
+        waiting = _WaitingFetch(self, req, IsolationLevel(req.isolation_level))
+        waiting.start()
+        return waiting.future
 
     def _fetch_once(self, req: pb.FetchRequest,
                     isolation: IsolationLevel) -> tuple[list[pb.FetchPartitionResult], int]:

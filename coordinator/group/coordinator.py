@@ -39,6 +39,7 @@ from coordinator.group.validation import (
 )
 from coordinator.observers import NO_OBSERVER, GroupObserver
 from coordinator.shard_snapshots import SnapshottedLog
+from coordinator.timers import Timers
 from coordinator.verification import Verifier, verification_error
 from partitions.model import AppendOrigin
 from proto import txnsim_pb2 as pb
@@ -97,6 +98,7 @@ class GroupCoordinator(GroupMembership):
         self._group_config = GroupConfig(initial_rebalance_delay_ms, min_session_timeout_ms, max_session_timeout_ms)
         self._new_member_id = new_member_id
         self._timer_wake = threading.Event()
+        self._wait_guards = Timers("group-wait-guards")
         if run_timers:
             self._start_timers()
 

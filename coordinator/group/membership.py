@@ -29,6 +29,7 @@ from coordinator.group.metadata import GroupMetadata
 from coordinator.group.shard import Shard, ShardStatus
 from coordinator.observers import GroupObserver
 from coordinator.rpc import wire_message
+from coordinator.timers import Timers
 from proto import consumer_protocol
 from proto import txnsim_pb2 as pb
 from proto.errors import (
@@ -69,6 +70,8 @@ class GroupMembership:
     _closed: bool
     _group_config: GroupConfig
     _timer_wake: threading.Event
+    #: answers a held JoinGroup or SyncGroup that nothing answered in time (a guard against a bug)
+    _wait_guards: Timers
     _now_ms: Callable[[], int]
     _observer: GroupObserver
 
@@ -87,6 +90,10 @@ class GroupMembership:
 
     def join(self, group_id: str, request: JoinRequest) -> JoinOutcome:
         """JoinGroup; blocks until the group's join barrier lifts (or at once when Kafka answers at once)."""
+        return self.join_future(group_id, request).result()
+
+    def join_future(self, group_id: str, request: JoinRequest) -> Future[JoinOutcome]:
+        """JoinGroup's answer to come, once the group's join barrier lifts: no thread waits for it meanwhile."""
         shard, group = self._group(group_id, create=True)
         assert group is not None
         waiter: Future[JoinOutcome] = Future()
@@ -95,23 +102,32 @@ class GroupMembership:
             self._decide(shard, group, lambda: group.classic.join(self._now_ms(), request, waiter))
             wait_s = self._longest_wait_s(group)
         self._timer_wake.set()
-        return self._await(waiter, wait_s, lambda error: JoinOutcome(code_of(error), str(error),
-                                                                     member_id=request.member_id or ""))
+        return self._bounded(waiter, wait_s, lambda error: JoinOutcome(code_of(error), str(error),
+                                                                       member_id=request.member_id or ""))
 
     def sync(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int,
              protocol_type: str | None, protocol_name: str | None, assignments: dict[str, bytes]) -> SyncOutcome:
         """SyncGroup; a follower's blocks until the leader's assignment is durable."""
+        return self.sync_future(group_id, member_id, instance_id, generation_id, protocol_type, protocol_name,
+                                assignments).result()
+
+    def sync_future(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int,
+                    protocol_type: str | None, protocol_name: str | None,
+                    assignments: dict[str, bytes]) -> Future[SyncOutcome]:
+        """SyncGroup's answer to come (a follower's once the leader's assignment is durable)."""
         shard, group = self._group(group_id, create=False)
-        if group is None:
-            return SyncOutcome(UnknownMemberIdError.errno, f"[UNKNOWN_MEMBER_ID] group {group_id!r} has no members")
         waiter: Future[SyncOutcome] = Future()
+        if group is None:
+            waiter.set_result(SyncOutcome(UnknownMemberIdError.errno,
+                                          f"[UNKNOWN_MEMBER_ID] group {group_id!r} has no members"))
+            return waiter
         with group.lock:
             self._check_serving(shard)
             self._decide(shard, group, lambda: group.classic.sync(self._now_ms(), member_id, instance_id, generation_id,
                                                                   protocol_type, protocol_name, assignments, waiter))
             wait_s = self._longest_wait_s(group)
         self._timer_wake.set()
-        return self._await(waiter, wait_s, lambda error: SyncOutcome(code_of(error), str(error)))
+        return self._bounded(waiter, wait_s, lambda error: SyncOutcome(code_of(error), str(error)))
 
     def heartbeat_member(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int) -> None:
         """Heartbeat; raises what Kafka answers (REBALANCE_IN_PROGRESS: rejoin)."""
@@ -148,13 +164,39 @@ class GroupMembership:
                       default=0)
         return (longest + self._group_config.initial_rebalance_delay_ms) / 1000 + _WAIT_MARGIN_S
 
-    def _await(self, waiter: Future[O], wait_s: float, timed_out: Callable[[KafkaError], O]) -> O:
-        try:
-            return waiter.result(timeout=wait_s)
-        except TimeoutError:  # the timers complete every waiter in time; this only guards against a bug
-            logger.warning("a group request waited %.1f s without an answer", wait_s)
-            return timed_out(RebalanceInProgressError(
-                "[REBALANCE_IN_PROGRESS] the rebalance did not finish in time; rejoin"))
+    def _bounded(self, waiter: Future[O], wait_s: float, timed_out: Callable[[KafkaError], O]) -> Future[O]:
+        """`waiter`, answered REBALANCE_IN_PROGRESS if nothing answered it within `wait_s` (the group's timers
+        answer every waiter in time; this only guards against a bug)."""
+        if waiter.done():
+            return waiter
+        answer: Future[O] = Future()  # the core completes `waiter`; only this side completes `answer`
+        settled = threading.Lock()
+
+        def settle(outcome: O) -> None:
+            with settled:
+                if not answer.done():
+                    answer.set_result(outcome)
+
+        def expire() -> None:
+            if not answer.done():
+                logger.warning("a group request waited %.1f s without an answer", wait_s)
+                settle(timed_out(RebalanceInProgressError(
+                    "[REBALANCE_IN_PROGRESS] the rebalance did not finish in time; rejoin")))
+
+        def copy(done: Future[O]) -> None:
+            error = done.exception()
+            if error is None:
+                settle(done.result())
+                return
+            with settled:
+                if not answer.done():
+                    answer.set_exception(error)
+
+        waiter.add_done_callback(copy)
+
+        guard = self._wait_guards.call_later(wait_s, expire)
+        waiter.add_done_callback(lambda _done: guard.cancel())
+        return answer
 
     def _decide(self, shard: Shard, group: GroupMetadata, decide: Callable[[], list[Effect]]) -> None:
         """Ask the group's core for one decision and carry out its effects; a decision that starts a new

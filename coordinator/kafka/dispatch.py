@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
 
 from kafka.protocol.api_message import ApiMessage
 
@@ -27,6 +29,7 @@ from coordinator.kafka.framing import (
     encode_response,
     peek_header,
 )
+from coordinator.later import answered, then
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +39,8 @@ CLIENT_HOST: ContextVar[str] = ContextVar("CLIENT_HOST", default="")
 
 #: (decoded request, its version) -> response at that version, or None when the client expects none
 Handler = Callable[[ApiMessage, int], ApiMessage | None]
+#: the same, for a request that waits (a long-polling Fetch, a held JoinGroup): its response to come
+DeferredHandler = Callable[[ApiMessage, int], Future[ApiMessage | None]] | Callable[[ApiMessage, int], Future[Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +63,14 @@ class Decoded:
 
 
 class Dispatcher:
-    def __init__(self, handlers: Mapping[ApiKey, Handler]) -> None:
+    def __init__(self, handlers: Mapping[ApiKey, Handler],
+                 deferred: Mapping[ApiKey, DeferredHandler] | None = None) -> None:
         missing = set(SERVED) - set(handlers)
         if missing:
             raise ValueError(f"no handler for advertised API keys {sorted(missing)}")
         self._handlers = dict(handlers)
+        #: the requests answered later, with no thread waiting for them meanwhile
+        self._deferred = dict(deferred or {})
 
     def handle(self, frame: bytes) -> bytes | None:
         return self.answer(self.decode(frame))
@@ -80,6 +88,43 @@ class Dispatcher:
                                   f"(v{api.lowest_served}-{api.max_version} are)")
         return Decoded(api, header.api_version, header.correlation_id,
                        decode_request(frame, api.request, header.api_version))
+
+    def answer_later(self, decoded: Decoded) -> Future[bytes | None]:
+        """answer(), as a future: done at once for most requests (handled on the calling thread), later for a
+        request that waits. Its exception is CloseConnection, as answer() raises it."""
+        deferred = self._deferred.get(decoded.api.key)
+        if deferred is None or decoded.request is None:
+            try:
+                return answered(self.answer(decoded))
+            except CloseConnection as exc:
+                failed: Future[bytes | None] = Future()
+                failed.set_exception(exc)
+                return failed
+        api, version = decoded.api, decoded.version
+        try:
+            pending: Future[Any] = deferred(decoded.request, version)
+        except Exception as exc:  # a node bug, as in answer()
+            pending = Future()
+            pending.set_exception(exc)
+
+        def encoded(response: ApiMessage | None) -> bytes | None:
+            return None if response is None else encode_response(response, decoded.correlation_id)
+
+        out: Future[bytes | None] = Future()
+
+        def finish(done: Future[bytes | None]) -> None:
+            error = done.exception()
+            if error is None:
+                out.set_result(done.result())
+            elif isinstance(error, CloseConnection):
+                out.set_exception(error)
+            else:
+                log.error("%s v%d failed", api.key.name, version, exc_info=error)
+                out.set_exception(CloseConnection(f"{api.key.name} failed on the node: {type(error).__name__}: "
+                                                  f"{error}"))
+
+        then(pending, encoded).add_done_callback(finish)
+        return out
 
     def answer(self, decoded: Decoded) -> bytes | None:
         """The response frame, None when the client expects none (Produce with acks=0), or CloseConnection."""

@@ -14,8 +14,6 @@ from kafka.protocol.api_message import ApiMessage
 SIZE = struct.Struct(">i")
 #: api_key int16, api_version int16, correlation_id int32: the same in every request header version
 HEADER_PREFIX = struct.Struct(">hhi")
-#: room for headers, topic names and many partitions around the records of one produce request
-REQUEST_OVERHEAD_BYTES = 1024 * 1024
 
 
 class CloseConnection(Exception):
@@ -27,11 +25,6 @@ class HeaderPrefix:
     api_key: int
     api_version: int
     correlation_id: int
-
-
-def max_request_bytes(message_max_bytes: int) -> int:
-    """The largest frame a node reads: a batch of its largest size plus the request around it."""
-    return message_max_bytes + REQUEST_OVERHEAD_BYTES
 
 
 def frame_size(prefix: bytes, max_bytes: int) -> int:

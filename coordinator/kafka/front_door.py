@@ -14,10 +14,9 @@ from coordinator.kafka.admin_apis import AdminApis
 from coordinator.kafka.apis import ApiKey
 from coordinator.kafka.cluster_apis import ClusterApis
 from coordinator.kafka.dispatch import Dispatcher
-from coordinator.kafka.framing import max_request_bytes
 from coordinator.kafka.group_apis import GroupApis
 from coordinator.kafka.partition_apis import PartitionApis
-from coordinator.kafka.server import KafkaListener
+from coordinator.kafka.server import KafkaListener, ListenerLimits
 from coordinator.kafka.txn_apis import TxnApis
 from coordinator.partition_service import PartitionServer
 from coordinator.topics import TopicStore
@@ -41,6 +40,7 @@ def build_dispatcher(backends: KafkaBackends) -> Dispatcher:
                                kafka_address_of=backends.kafka_address_of)
     partition_apis = PartitionApis(backends.partitions)
     txn_apis = TxnApis(txn=backends.txn, groups=backends.groups)
+    group_apis = GroupApis(backends.groups)
     return Dispatcher({
         ApiKey.API_VERSIONS: cluster_apis.api_versions,
         ApiKey.METADATA: cluster_apis.metadata,
@@ -50,15 +50,14 @@ def build_dispatcher(backends: KafkaBackends) -> Dispatcher:
         ApiKey.FETCH: partition_apis.fetch,
         ApiKey.LIST_OFFSETS: partition_apis.list_offsets,
         **txn_apis.handlers(),
-        **GroupApis(backends.groups).handlers(),
+        **group_apis.handlers(),
         **AdminApis(cluster=backends.cluster, partitions=backends.partitions, txn=backends.txn,
                     topics=backends.topics, node_id=backends.node_id).handlers(),
-    })
+    }, deferred={ApiKey.FETCH: partition_apis.fetch_later, **group_apis.deferred_handlers()})
 
 
-def open_kafka_listener(address: str, *, message_max_bytes: int, backends: KafkaBackends) -> KafkaListener:
-    """A started listener on `address` serving the node's objects; frames above the node's batch limit plus
-    the request around it close their connection."""
-    listener = KafkaListener(address, build_dispatcher(backends), max_request_bytes=max_request_bytes(message_max_bytes))
+def open_kafka_listener(address: str, *, limits: ListenerLimits, backends: KafkaBackends) -> KafkaListener:
+    """A started listener on `address` serving the node's objects within `limits`."""
+    listener = KafkaListener(address, build_dispatcher(backends), limits=limits)
     listener.start()
     return listener

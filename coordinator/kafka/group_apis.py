@@ -2,12 +2,14 @@
 OffsetFetch, DescribeGroups, ListGroups, DeleteGroups, answered by the same GroupCoordinator as gRPC.
 
 Kafka fields in, the coordinator's calls, Kafka fields out, at the request's version; JoinGroup and SyncGroup
-block this connection's thread while the group rebalances, as Kafka keeps the channel muted. Topic ids are
+are answered once the group rebalances, holding the connection's later requests back (as Kafka keeps the
+channel muted) but no thread. Topic ids are
 not served: OffsetCommit and OffsetFetch stop at v9.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 from kafka.protocol.admin import (
@@ -34,9 +36,10 @@ from kafka.protocol.consumer import (
 )
 
 from coordinator.group import GroupCoordinator
-from coordinator.group.classic import JoinOutcome, JoinRequest
+from coordinator.group.classic import JoinOutcome, JoinRequest, SyncOutcome
 from coordinator.kafka.apis import ApiKey
-from coordinator.kafka.dispatch import CLIENT_HOST, Handler
+from coordinator.kafka.dispatch import CLIENT_HOST, DeferredHandler, Handler
+from coordinator.later import answered, then
 from proto import txnsim_pb2 as pb
 from proto.errors import GroupIdNotFoundError, KafkaError, code_of
 
@@ -71,7 +74,14 @@ class GroupApis:
 
     # ------------------------------------------------------------ JoinGroup (11), SyncGroup (14)
 
+    def deferred_handlers(self) -> dict[ApiKey, DeferredHandler]:
+        """JoinGroup and SyncGroup wait for the rebalance: answered later, holding no thread meanwhile."""
+        return {ApiKey.JOIN_GROUP: self.join_group_later, ApiKey.SYNC_GROUP: self.sync_group_later}
+
     def join_group(self, request: JoinGroupRequest, version: int) -> JoinGroupResponse:
+        return self.join_group_later(request, version).result()
+
+    def join_group_later(self, request: JoinGroupRequest, version: int) -> Future[JoinGroupResponse]:
         instance_id = request.group_instance_id if version >= 5 else None
         rebalance_timeout = request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms
         client_id = (request.header.client_id if request.header is not None else None) or ""
@@ -79,9 +89,13 @@ class GroupApis:
                            rebalance_timeout, request.protocol_type or "",
                            tuple((p.name, bytes(p.metadata)) for p in request.protocols),
                            require_known_member_id=version >= 4)
-        outcome, code = _code(lambda: self._groups.join(request.group_id, join))
-        if outcome is None:
-            outcome = JoinOutcome(code, member_id=request.member_id or "")
+        try:
+            outcome = self._groups.join_future(request.group_id, join)
+        except KafkaError as exc:
+            outcome = answered(JoinOutcome(code_of(exc), member_id=request.member_id or ""))
+        return then(outcome, lambda joined: self._join_response(joined, version))
+
+    def _join_response(self, outcome: JoinOutcome, version: int) -> JoinGroupResponse:
         M = JoinGroupResponse.JoinGroupResponseMember
         return JoinGroupResponse(
             version=version, throttle_time_ms=0, error_code=outcome.error_code,
@@ -92,15 +106,22 @@ class GroupApis:
             members=[M(member_id=m, group_instance_id=i, metadata=meta) for m, i, meta in outcome.members])
 
     def sync_group(self, request: SyncGroupRequest, version: int) -> SyncGroupResponse:
+        return self.sync_group_later(request, version).result()
+
+    def sync_group_later(self, request: SyncGroupRequest, version: int) -> Future[SyncGroupResponse]:
         instance_id = request.group_instance_id if version >= 3 else None
         protocol_type = request.protocol_type if version >= 5 else None
         protocol_name = request.protocol_name if version >= 5 else None
         assignments = {a.member_id: bytes(a.assignment) for a in request.assignments or ()}
-        outcome, code = _code(lambda: self._groups.sync(request.group_id, request.member_id, instance_id,
-                                                        request.generation_id, protocol_type, protocol_name,
-                                                        assignments))
-        if outcome is None:
-            return SyncGroupResponse(version=version, throttle_time_ms=0, error_code=code, assignment=b"")
+        try:
+            outcome = self._groups.sync_future(request.group_id, request.member_id, instance_id,
+                                               request.generation_id, protocol_type, protocol_name, assignments)
+        except KafkaError as exc:
+            return answered(SyncGroupResponse(version=version, throttle_time_ms=0, error_code=code_of(exc),
+                                              assignment=b""))
+        return then(outcome, lambda synced: self._sync_response(synced, version))
+
+    def _sync_response(self, outcome: SyncOutcome, version: int) -> SyncGroupResponse:
         return SyncGroupResponse(version=version, throttle_time_ms=0, error_code=outcome.error_code,
                                  protocol_type=outcome.protocol_type, protocol_name=outcome.protocol_name,
                                  assignment=outcome.assignment if not outcome.error_code else b"")

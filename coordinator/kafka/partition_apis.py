@@ -6,6 +6,7 @@ is a full one and answers session id 0, which tells a client that no session was
 """
 from __future__ import annotations
 
+from concurrent.futures import Future
 from typing import Any
 
 from kafka.protocol.consumer import (
@@ -17,6 +18,7 @@ from kafka.protocol.consumer import (
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from coordinator.kafka.apis import WireError
+from coordinator.later import answered, then
 from coordinator.partition_service import PartitionServer, unique_partitions
 from proto import records
 from proto import txnsim_pb2 as pb
@@ -104,20 +106,30 @@ class PartitionApis:
     # ------------------------------------------------------------ Fetch (1)
 
     def fetch(self, request: FetchRequest, version: int) -> FetchResponse:
+        return self.fetch_later(request, version).result()
+
+    def fetch_later(self, request: FetchRequest, version: int) -> Future[FetchResponse]:
+        """The fetch's answer to come: it long-polls as a callback of the partitions it reads, not a thread."""
         if version >= 7 and request.session_id != 0:  # no session was ever created, so none can be found
-            return FetchResponse(version=version, throttle_time_ms=0, session_id=0, responses=[],
-                                 error_code=WireError.FETCH_SESSION_ID_NOT_FOUND)
+            return answered(FetchResponse(version=version, throttle_time_ms=0, session_id=0, responses=[],
+                                          error_code=WireError.FETCH_SESSION_ID_NOT_FOUND))
         committed = request.isolation_level == READ_COMMITTED
         wanted = unique_partitions(
             pb.FetchPartition(topic=topic.topic, partition=part.partition, fetch_offset=part.fetch_offset,
                               max_bytes=part.partition_max_bytes)
             for topic in request.topics for part in topic.partitions)
         try:
-            answer = self._partitions.fetch(pb.FetchRequest(
+            pending = self._partitions.fetch_future(pb.FetchRequest(
                 isolation_level=request.isolation_level, max_wait_ms=max(0, request.max_wait_ms),
                 min_bytes=request.min_bytes, max_bytes=request.max_bytes, partitions=wanted))
         except KafkaError as exc:  # e.g. an isolation level other than 0 or 1
-            answer = pb.FetchResponse(partitions=[pb.FetchPartitionResult(error_code=code_of(exc)) for _ in wanted])
+            pending = answered(pb.FetchResponse(partitions=[pb.FetchPartitionResult(error_code=code_of(exc))
+                                                            for _ in wanted]))
+        return then(pending, lambda answer: self._fetch_response(answer, wanted, committed, version))
+
+    @staticmethod
+    def _fetch_response(answer: pb.FetchResponse, wanted: list[pb.FetchPartition], committed: bool,
+                        version: int) -> FetchResponse:
         # PartitionServer answers each partition once, in the order of `wanted`; grouped by topic as asked
         PartitionData = FetchResponse.FetchableTopicResponse.PartitionData
         by_topic: dict[str, list[Any]] = {}

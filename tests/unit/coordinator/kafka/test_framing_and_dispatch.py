@@ -20,9 +20,9 @@ from coordinator.kafka.dispatch import Dispatcher
 from coordinator.kafka.framing import (
     CloseConnection,
     frame_size,
-    max_request_bytes,
     peek_header,
 )
+from coordinator.kafka.server import ListenerLimits
 
 
 def request_frame(request, correlation_id: int = 7) -> bytes:
@@ -54,7 +54,7 @@ def answering(overrides: dict | None = None) -> Dispatcher:
 
 
 def test_frame_size_refuses_frames_too_small_for_a_header_or_over_the_limit():
-    limit = max_request_bytes(1_048_588)
+    limit = ListenerLimits().socket_request_max_bytes
     assert frame_size(struct.pack(">i", 100), limit) == 100
     assert frame_size(struct.pack(">i", limit), limit) == limit
     for size in (-1, 0, 7, limit + 1, 2**31 - 1):
@@ -62,8 +62,8 @@ def test_frame_size_refuses_frames_too_small_for_a_header_or_over_the_limit():
             frame_size(struct.pack(">i", size), limit)
 
 
-def test_the_limit_leaves_room_for_a_batch_of_the_largest_size():
-    assert max_request_bytes(1_048_588) > 1_048_588 + 64 * 1024
+def test_the_limit_is_kafkas_socket_request_max_bytes_so_a_large_produce_is_answered_not_cut_off():
+    assert ListenerLimits().socket_request_max_bytes == 104_857_600
 
 
 def test_a_short_frame_closes_the_connection():

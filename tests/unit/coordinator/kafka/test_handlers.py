@@ -2,6 +2,8 @@
 coordinator: what each Kafka field becomes in txnsim's request, and back."""
 from __future__ import annotations
 
+from concurrent.futures import Future
+
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
@@ -9,6 +11,7 @@ from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 from coordinator.kafka.apis import WireError
 from coordinator.kafka.cluster_apis import ClusterApis
 from coordinator.kafka.partition_apis import PartitionApis
+from coordinator.later import answered
 from proto import txnsim_pb2 as pb
 from proto.errors import CoordinatorNotAvailableError, InvalidRequestError
 
@@ -28,6 +31,9 @@ class FakePartitions:
             pb.PartitionProduceResult(topic=p.topic, partition=2, error_code=6, base_offset=-1,
                                       error_message="[NOT_LEADER_OR_FOLLOWER] node 1 owns it")
             for p in req.partitions])
+
+    def fetch_future(self, req: pb.FetchRequest) -> Future[pb.FetchResponse]:
+        return answered(self.fetch(req))
 
     def fetch(self, req: pb.FetchRequest) -> pb.FetchResponse:
         self.requests.append(req)
