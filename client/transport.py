@@ -76,16 +76,18 @@ class Stubs:
 class NodeChannels:
     """One channel per node address, opened lazily and shared by every caller in the process."""
 
-    def __init__(self) -> None:
+    def __init__(self, user_agent: str | None = None) -> None:
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, Stubs] = {}
+        #: how the channels' calls introduce themselves (a node's calls to its peers say so: served apart)
+        self._options = CHANNEL_OPTIONS + ([("grpc.primary_user_agent", user_agent)] if user_agent else [])
 
     def stubs(self, address: str) -> Stubs:
         with self._lock:
             stubs = self._stubs.get(address)
             if stubs is None:
-                channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+                channel = grpc.insecure_channel(address, options=self._options)
                 self._channels[address] = channel
                 stubs = Stubs(address, rpc.ClusterStub(channel), rpc.PartitionsStub(channel),
                               rpc.TransactionCoordinatorStub(channel), rpc.GroupCoordinatorStub(channel),

@@ -19,16 +19,16 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-
-import grpc
 
 from client.transport import SERVER_OPTIONS, NodeChannels, Stubs, call
 from coordinator.cluster_service import ClusterServer, ClusterServicer
 from coordinator.group import GroupCoordinator, GroupService
+from coordinator.group.membership import join_request, join_response, sync_response
+from coordinator.grpc_server import PEER_USER_AGENT, NodeGrpcServer
 from coordinator.kafka.front_door import KafkaBackends, open_kafka_listener
 from coordinator.kafka.server import KafkaListener, ListenerLimits
+from coordinator.later import then
 from coordinator.layout import ClusterLayout, check_shard_counts, read_cluster_spec
 from coordinator.membership import Heartbeat, Membership
 from coordinator.metrics import NodeMetrics, NodeState, write_metrics_url
@@ -42,9 +42,10 @@ from coordinator.rocketmq.front_door import MessagingFrontDoor
 from coordinator.rocketmq.log_format import shard_of_transactional_id
 from coordinator.rocketmq.pop_service import PopService
 from coordinator.rocketmq.producers import ProducerRegistry
-from coordinator.rocketmq.rmq_wire import rmq_grpc
+from coordinator.rocketmq.rmq_wire import rmq_grpc, rmq_service
 from coordinator.rocketmq.routing import OwnerRouter
 from coordinator.rocketmq.service import HalfMessagesServicer
+from coordinator.rpc import answer
 from coordinator.topics import TopicStore
 from coordinator.txn.coordinator import TransactionCoordinator
 from coordinator.txn.markers import MarkerWriter
@@ -76,7 +77,11 @@ from proto.structs import (
 
 log = logging.getLogger("txnsim.node")
 #: threads serving RPCs; idle ones cost nothing but a little memory
-RPC_THREADS = 256
+#: clients' calls running at once, and other nodes' (a call that waits or streams takes no slot)
+RPC_SLOTS = 64
+PEER_RPC_SLOTS = 32
+#: calls in progress at once, waiting ones included (each parks a thread); past it: RESOURCE_EXHAUSTED
+MAX_RPC_CALLS = 4096
 
 
 def now_ms() -> int:
@@ -115,7 +120,7 @@ class Node:
         earlier = self.logs.release_earlier_lives()
         if earlier:
             log.info("released %d logs this node led before it stopped: %s", len(earlier), ", ".join(earlier))
-        self.channels = NodeChannels()
+        self.channels = NodeChannels(user_agent=PEER_USER_AGENT)
         self.stopped = threading.Event()
         self._ready = threading.Event()
         self.partitions = PartitionServer(
@@ -160,7 +165,7 @@ class Node:
             add_to_transaction=self._verify_partitions_in_txn)
         self.metrics.watch(NodeState(open_transactions=self.txn.open_transactions, open_logs=self.logs.open_logs,
                                      undecided_half_messages=self.half.undecided_count))
-        self._server: grpc.Server | None = None
+        self._server: NodeGrpcServer | None = None
         self._kafka: KafkaListener | None = None
 
     # ------------------------------------------------------------ life cycle
@@ -169,32 +174,53 @@ class Node:
         # metrics first: the URL is on disk before the node answers, so whoever waited for it finds it
         self.metrics_url = self.metrics.serve("127.0.0.1", self.metrics_port)
         write_metrics_url(self.layout.nodes, self.node_id, self.metrics_url)
-        # a streaming call holds its thread while it lasts: every check-back stream of a producer and every
-        # Telemetry stream of a RocketMQ client (one per node), beside long-polling fetches and receives
-        server = grpc.server(ThreadPoolExecutor(max_workers=RPC_THREADS, thread_name_prefix="rpc"),
-                             options=SERVER_OPTIONS)
+        # running calls take worker slots (other nodes' their own); waiting calls and streams hold none
+        # (coordinator/grpc_server.py)
+        server = NodeGrpcServer(f"node{self.node_id}", client_slots=RPC_SLOTS, peer_slots=PEER_RPC_SLOTS,
+                                max_calls=MAX_RPC_CALLS, options=SERVER_OPTIONS)
         cluster = ClusterServer(
             node_id=self.node_id, spec=self.spec, membership=self.membership, ownership_log=self.ownership_log,
             topics=self.topics, owned_logs=self._owned_logs, ready=self._ready.is_set, logs=self.logs,
             peer_stubs=lambda n: self.channels.stubs(self.spec.nodes[n]),
             delete_topic_offsets=self.groups.delete_topic_offsets)
-        rpc.add_ClusterServicer_to_server(ClusterServicer(cluster), server)
-        rpc.add_PartitionsServicer_to_server(PartitionsServicer(self.partitions), server)
-        rpc.add_TransactionCoordinatorServicer_to_server(TransactionServicer(self.txn, self.node_id), server)
-        rpc.add_GroupCoordinatorServicer_to_server(GroupService(self.groups), server)
-        rpc.add_HalfMessagesServicer_to_server(HalfMessagesServicer(self.half, self.producers, self.stopped), server)
+        services = pb.DESCRIPTOR.services_by_name
+        server.add(rpc.add_ClusterServicer_to_server, services["Cluster"], ClusterServicer(cluster))
+        slots = server.slots
+        partitions, groups = self.partitions, self.groups
+        server.add(rpc.add_PartitionsServicer_to_server, services["Partitions"], PartitionsServicer(self.partitions),
+                   waiting={"Fetch": lambda request, context: answer(
+                       lambda req: slots.wait_outside(context, lambda: partitions.fetch_future(req)), request,
+                       pb.FetchResponse)})
+        server.add(rpc.add_TransactionCoordinatorServicer_to_server, services["TransactionCoordinator"],
+                   TransactionServicer(self.txn, self.node_id))
+        server.add(rpc.add_GroupCoordinatorServicer_to_server, services["GroupCoordinator"], GroupService(self.groups),
+                   waiting={"JoinGroup": lambda request, context: answer(
+                                lambda req: slots.wait_outside(context, lambda: then(
+                                    groups.join_future(req.group_id, join_request(req)), join_response)),
+                                request, pb.JoinGroupResponse),
+                            "SyncGroup": lambda request, context: answer(
+                                lambda req: slots.wait_outside(context, lambda: then(
+                                    groups.sync_future(req.group_id, req.member_id, req.group_instance_id or None,
+                                                       req.generation_id, req.protocol_type or None,
+                                                       req.protocol_name or None,
+                                                       {a.member_id: a.assignment for a in req.assignments}),
+                                    lambda outcome: sync_response(req.group_id, outcome))),
+                                request, pb.SyncGroupResponse)})
+        server.add(rpc.add_HalfMessagesServicer_to_server, services["HalfMessages"],
+                   HalfMessagesServicer(self.half, self.producers, self.stopped), streams=frozenset({"CheckBack"}))
         # RocketMQ 5's front door, on the same port: the official clients reach the same logic
         pop = PopService(partitions=self.partitions, groups=self.groups, router=self.router,
                          offsets_shards=self.config.offsets_shards, now_ms=now_ms, stopped=self.stopped)
-        rmq_grpc.add_MessagingServiceServicer_to_server(MessagingFrontDoor(
+        server.add(rmq_grpc.add_MessagingServiceServicer_to_server, rmq_service.DESCRIPTOR.services_by_name[
+            "MessagingService"], MessagingFrontDoor(
             node_id=self.node_id, address_of=lambda n: self.spec.nodes[n], membership=self.membership,
             topics=self.topics, partitions=self.partitions, half=self.half, producers=self.producers,
             router=self.router, half_shards=self.config.half_shards,
-            message_max_bytes=self.config.message_max_bytes, stopped=self.stopped, now_ms=now_ms, pop=pop), server)
-        if server.add_insecure_port(self.address) == 0:
-            raise KafkaConfigurationError(f"node {self.node_id} cannot listen on {self.address}")
-        server.start()
+            message_max_bytes=self.config.message_max_bytes, stopped=self.stopped, now_ms=now_ms, pop=pop),
+            streams=frozenset({"Telemetry", "ReceiveMessage"}))
         self._server = server
+        if server.start(self.address) == 0:
+            raise KafkaConfigurationError(f"node {self.node_id} cannot listen on {self.address}")
         kafka_address = self.spec.kafka_nodes.get(self.node_id)
         if kafka_address is not None:  # Kafka's wire protocol, a second front door to the same objects
             try:
@@ -309,7 +335,7 @@ class Node:
         if self._kafka is not None:
             self._kafka.stop()
         if self._server is not None:
-            self._server.stop(grace=0.5).wait(2)
+            self._server.stop(0.5)
         self.markers.close()
         self.half.close()
         self.logs.close_all()
