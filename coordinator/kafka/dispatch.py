@@ -23,6 +23,7 @@ from coordinator.kafka.apis import (
     WireError,
     api_versions_response,
 )
+from coordinator.kafka.error_versions import downgrade
 from coordinator.kafka.framing import (
     CloseConnection,
     decode_request,
@@ -108,7 +109,10 @@ class Dispatcher:
             pending.set_exception(exc)
 
         def encoded(response: ApiMessage | None) -> bytes | None:
-            return None if response is None else encode_response(response, decoded.correlation_id)
+            if response is None:
+                return None
+            downgrade(response, api.key, version)
+            return encode_response(response, decoded.correlation_id)
 
         out: Future[bytes | None] = Future()
 
@@ -140,4 +144,5 @@ class Dispatcher:
             raise CloseConnection(f"{api.key.name} failed on the node: {type(exc).__name__}: {exc}") from exc
         if response is None:
             return None
+        downgrade(response, api.key, version)
         return encode_response(response, decoded.correlation_id)

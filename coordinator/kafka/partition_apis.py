@@ -24,9 +24,7 @@ from proto import records
 from proto import txnsim_pb2 as pb
 from proto.compression import CODEC_MASK, Codec
 from proto.errors import (
-    InvalidTxnStateError,
     KafkaError,
-    TransactionAbortableError,
     UnsupportedCompressionTypeError,
     code_of,
 )
@@ -36,12 +34,6 @@ LATEST_TIMESTAMP, EARLIEST_TIMESTAMP, MAX_TIMESTAMP = -1, -2, -3
 READ_COMMITTED = 1
 #: Kafka's ProduceRequest.validateRecords: zstd batches only from Produce v7 (KIP-110)
 ZSTD_SINCE_PRODUCE_VERSION = 7
-
-
-def _for_produce_version(code: int) -> int:
-    """TRANSACTION_ABORTABLE is a produce answer only from Produce v12 (transactions V2, not served): older
-    versions get INVALID_TXN_STATE, as Kafka's broker maps it, an error every client of those versions knows."""
-    return InvalidTxnStateError.errno if code == TransactionAbortableError.errno else code
 
 
 def _uses_zstd(data: bytes) -> bool:
@@ -88,10 +80,10 @@ class PartitionApis:
             try:
                 answer = self._partitions.produce(produce)
                 for r in answer.partitions:
-                    results[(r.topic, r.partition)] = (_for_produce_version(r.error_code), r.error_message or None,
+                    results[(r.topic, r.partition)] = (r.error_code, r.error_message or None,
                                                        r.base_offset, r.log_start_offset if not r.error_code else -1)
             except KafkaError as exc:
-                results.update({(t, p): (_for_produce_version(code_of(exc)), str(exc), -1, -1) for t, p, _ in wanted})
+                results.update({(t, p): (code_of(exc), str(exc), -1, -1) for t, p, _ in wanted})
         if request.acks == 0:
             return None  # the client expects no response at all
         P = ProduceResponse.TopicProduceResponse.PartitionProduceResponse

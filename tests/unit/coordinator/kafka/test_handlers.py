@@ -8,8 +8,9 @@ from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 
-from coordinator.kafka.apis import WireError
+from coordinator.kafka.apis import ApiKey, WireError
 from coordinator.kafka.cluster_apis import ClusterApis
+from coordinator.kafka.error_versions import downgrade
 from coordinator.kafka.partition_apis import PartitionApis
 from coordinator.later import answered
 from proto import txnsim_pb2 as pb
@@ -451,5 +452,6 @@ def test_a_write_outside_the_transaction_is_invalid_txn_state_below_produce_v12(
                 topic=p.topic, partition=p.partition, error_code=120, base_offset=-1,
                 error_message="[TRANSACTION_ABORTABLE] not in the transaction") for p in req.partitions])
     response = PartitionApis(Unverified()).produce(produce_request(acks=-1), 9)
+    downgrade(response, ApiKey.PRODUCE, 9)  # as the dispatcher does with every response
     codes = {p.error_code for t in response.responses for p in t.partition_responses}
     assert codes == {48}
