@@ -8,6 +8,7 @@ forgets its logs at their next lookup, since their directories are gone.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +19,7 @@ from coordinator.ownership_log import OwnershipLog
 from coordinator.rpc import answers_with
 from coordinator.topics import TopicStore
 from partitions import LogManager
+from partitions.leader_epochs import LeaderEpochs
 from proto import txnsim_pb2 as pb
 from proto import txnsim_pb2_grpc as rpc
 from proto.errors import CoordinatorNotAvailableError, InvalidRequestError, KafkaError
@@ -34,6 +36,8 @@ log = logging.getLogger(__name__)
 #: how long a deletion waits for each peer to close its logs of the topic
 DROP_TIMEOUT_S = 5.0
 
+#: how long a partition's leader epoch read from its claims is reused (Metadata may lag a new leader by this)
+EPOCH_CACHE_S = 1.0
 #: FindCoordinator key types: Kafka's group and transaction, and txnsim's half-message shard of a producer group
 GROUP, TRANSACTION, HALF_MESSAGES = 0, 1, 100
 
@@ -56,6 +60,8 @@ class ClusterServer:
         self._topics = topics
         self._owned_logs = owned_logs
         self._ready = ready
+        #: (topic, partition) -> (until when, the newest claim's epoch) of logs another node leads
+        self._epochs_read: dict[tuple[str, int], tuple[float, int]] = {}
 
     def _nodes(self) -> list[pb.NodeInfo]:
         live = self._membership.live
@@ -77,7 +83,8 @@ class ClusterServer:
                                             error_message=f"[UNKNOWN_TOPIC_OR_PARTITION] topic {name!r} does not exist"))
                 continue
             out.append(pb.TopicMetadata(name=name, internal=name in INTERNAL_TOPICS, configs=self._topics.configs(name),
-                                        partitions=[pb.PartitionMetadata(partition=p, leader=self._membership.owner(name, p))
+                                        partitions=[pb.PartitionMetadata(partition=p, leader=self._membership.owner(name, p),
+                                                                         leader_epoch=self._leader_epoch(name, p))
                                                     for p in range(count)]))
         return pb.MetadataResponse(nodes=self._nodes(), topics=out, txn_shards=self._spec.config.txn_shards,
                                    offsets_shards=self._spec.config.offsets_shards)
@@ -98,6 +105,26 @@ class ClusterServer:
         if owner < 0:
             raise CoordinatorNotAvailableError("[COORDINATOR_NOT_AVAILABLE] no live node can coordinate this key")
         return pb.FindCoordinatorResponse(node_id=owner, address=self._spec.nodes[owner], shard=shard)
+
+    def _leader_epoch(self, topic: str, partition: int) -> int:
+        """The epoch the partition's leader stamps on its batches (-1 before any leader opened it): the open log's
+        here, else its newest claim, read at most once a second per partition."""
+        if self._logs is None:
+            return -1
+        opened = self._logs.get(topic, partition)
+        if opened is not None:
+            return opened.leader_epoch
+        now = time.monotonic()
+        cached = self._epochs_read.get((topic, partition))
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        try:
+            latest = LeaderEpochs(self._logs.log_dir(topic, partition), self._logs.storage).latest()
+        except (OSError, KafkaError):
+            latest = None
+        epoch = -1 if latest is None else latest.epoch
+        self._epochs_read[(topic, partition)] = (now + EPOCH_CACHE_S, epoch)
+        return epoch
 
     def create_topic(self, req: pb.CreateTopicRequest) -> pb.CreateTopicResponse:
         self._topics.create(req.name, req.partitions, dict(req.configs))

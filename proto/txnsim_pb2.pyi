@@ -1098,16 +1098,18 @@ class DeleteGroupsResponse(_message.Message):
     def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., results: _Optional[_Iterable[_Union[DeleteGroupResult, _Mapping]]] = ...) -> None: ...
 
 class OffsetEntry(_message.Message):
-    __slots__ = ("topic", "partition", "offset", "metadata")
+    __slots__ = ("topic", "partition", "offset", "metadata", "leader_epoch")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     offset: int
     metadata: str
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., metadata: _Optional[str] = ...) -> None: ...
+    leader_epoch: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., metadata: _Optional[str] = ..., leader_epoch: _Optional[int] = ...) -> None: ...
 
 class OffsetCommitRequest(_message.Message):
     __slots__ = ("group_id", "generation_id", "member_id", "offsets", "group_instance_id")
@@ -1144,20 +1146,22 @@ class OffsetFetchRequest(_message.Message):
     def __init__(self, group_id: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[TopicPartitionRef, _Mapping]]] = ..., require_stable: _Optional[bool] = ...) -> None: ...
 
 class OffsetFetchResult(_message.Message):
-    __slots__ = ("topic", "partition", "error_code", "error_message", "offset", "metadata")
+    __slots__ = ("topic", "partition", "error_code", "error_message", "offset", "metadata", "leader_epoch")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     error_code: int
     error_message: str
     offset: int
     metadata: str
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., offset: _Optional[int] = ..., metadata: _Optional[str] = ...) -> None: ...
+    leader_epoch: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., offset: _Optional[int] = ..., metadata: _Optional[str] = ..., leader_epoch: _Optional[int] = ...) -> None: ...
 
 class OffsetFetchResponse(_message.Message):
     __slots__ = ("error_code", "error_message", "results")
@@ -1202,14 +1206,16 @@ class TxnOffsetCommitResponse(_message.Message):
     def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., results: _Optional[_Iterable[_Union[PartitionError, _Mapping]]] = ...) -> None: ...
 
 class OffsetLogValue(_message.Message):
-    __slots__ = ("offset", "metadata", "commit_time_ms")
+    __slots__ = ("offset", "metadata", "commit_time_ms", "leader_epoch")
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     COMMIT_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     offset: int
     metadata: str
     commit_time_ms: int
-    def __init__(self, offset: _Optional[int] = ..., metadata: _Optional[str] = ..., commit_time_ms: _Optional[int] = ...) -> None: ...
+    leader_epoch: int
+    def __init__(self, offset: _Optional[int] = ..., metadata: _Optional[str] = ..., commit_time_ms: _Optional[int] = ..., leader_epoch: _Optional[int] = ...) -> None: ...
 
 class OffsetsSnapshot(_message.Message):
     __slots__ = ("records",)

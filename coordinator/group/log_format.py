@@ -56,13 +56,16 @@ def parse_key(raw: bytes | None) -> OffsetKey | GroupKey:
 
 
 def encode_offset(value: CommittedOffset) -> bytes:
-    return pb.OffsetLogValue(offset=value.offset, metadata=value.metadata,
-                             commit_time_ms=value.commit_time_ms).SerializeToString()
+    record = pb.OffsetLogValue(offset=value.offset, metadata=value.metadata, commit_time_ms=value.commit_time_ms)
+    if value.leader_epoch >= 0:
+        record.leader_epoch = value.leader_epoch
+    return record.SerializeToString()
 
 
 def decode_offset(raw: bytes, log_offset: int) -> CommittedOffset:
     value = pb.OffsetLogValue.FromString(raw)
-    return CommittedOffset(value.offset, value.metadata, value.commit_time_ms, log_offset)
+    return CommittedOffset(value.offset, value.metadata, value.commit_time_ms, log_offset,
+                           value.leader_epoch if value.HasField("leader_epoch") else -1)
 
 
 def _b64(raw: bytes) -> str:

@@ -24,6 +24,8 @@ class CommittedOffset:
     commit_time_ms: int
     #: where the record sits in __consumer_offsets (None if the log did not say); orders commits
     log_offset: int | None
+    #: the leader epoch of the record the offset follows, as the committer gave it (-1: none)
+    leader_epoch: int = -1
 
     def older_than(self, other: CommittedOffset) -> bool:
         if self.log_offset is None or other.log_offset is None:

@@ -67,19 +67,20 @@ def fetch_offsets(group: GroupMetadata | None, req: pb.OffsetFetchRequest, *,
     wanted = [TopicPartition(p.topic, p.partition) for p in req.partitions]
     if group is None:
         return pb.OffsetFetchResponse(results=[pb.OffsetFetchResult(topic=tp.topic, partition=tp.partition,
-                                                                    offset=-1) for tp in wanted])
+                                                                    offset=-1, leader_epoch=-1) for tp in wanted])
     pending = group.pending_partitions() if req.require_stable and honour_require_stable else set()
     if not wanted:
         wanted = sorted(set(group.offsets) | pending)
     results = []
     for tp in wanted:
-        result = pb.OffsetFetchResult(topic=tp.topic, partition=tp.partition, offset=-1)
+        result = pb.OffsetFetchResult(topic=tp.topic, partition=tp.partition, offset=-1, leader_epoch=-1)
         if tp in pending:
             result.error_code = UnstableOffsetCommitError.errno
             result.error_message = (f"[UNSTABLE_OFFSET_COMMIT] {tp} of group {req.group_id!r} has a "
                                     f"transactional commit awaiting its marker")
         elif tp in group.offsets:
-            result.offset = group.offsets[tp].offset
-            result.metadata = group.offsets[tp].metadata
+            committed = group.offsets[tp]
+            result.offset, result.metadata = committed.offset, committed.metadata
+            result.leader_epoch = committed.leader_epoch
         results.append(result)
     return pb.OffsetFetchResponse(results=results)

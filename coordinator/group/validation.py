@@ -71,6 +71,7 @@ def validate_offsets(entries: Iterable[pb.OffsetEntry], now: int, partition_exis
         if error is not None:
             result.error_code, result.error_message = code_of(error), str(error)
         else:
-            accepted[tp] = CommittedOffset(entry.offset, entry.metadata, now, None)
+            accepted[tp] = CommittedOffset(entry.offset, entry.metadata, now, None,
+                                           entry.leader_epoch if entry.HasField("leader_epoch") else -1)
         results.append(result)
     return results, list(accepted.items())

@@ -74,7 +74,7 @@ class ClusterApis:
             replicas = [leader] if leader >= 0 else []
             partitions.append(MetadataResponse.MetadataResponseTopic.MetadataResponsePartition(
                 error_code=WireError.LEADER_NOT_AVAILABLE if leader < 0 else 0, partition_index=p.partition,
-                leader_id=leader, leader_epoch=-1, replica_nodes=replicas, isr_nodes=replicas, offline_replicas=[]))
+                leader_id=leader, leader_epoch=p.leader_epoch, replica_nodes=replicas, isr_nodes=replicas, offline_replicas=[]))
         return MetadataResponse.MetadataResponseTopic(
             error_code=topic.error_code, name=topic.name, is_internal=topic.internal, partitions=partitions)
 

@@ -55,6 +55,14 @@ def _code(call: Callable[[], Any]) -> tuple[Any, int]:
         return None, code_of(exc)
 
 
+def offset_entry(topic: str, partition: int, offset: int, metadata: str | None, leader_epoch: int) -> pb.OffsetEntry:
+    """A committed offset as the group coordinator takes it; a leader epoch below 0 is none (Kafka's -1)."""
+    entry = pb.OffsetEntry(topic=topic, partition=partition, offset=offset, metadata=metadata or "")
+    if leader_epoch >= 0:
+        entry.leader_epoch = leader_epoch
+    return entry
+
+
 class GroupApis:
     def __init__(self, groups: GroupCoordinator) -> None:
         self._groups = groups
@@ -151,8 +159,8 @@ class GroupApis:
     # ------------------------------------------------------------ OffsetCommit (8), OffsetFetch (9)
 
     def offset_commit(self, request: OffsetCommitRequest, version: int) -> OffsetCommitResponse:
-        offsets = [pb.OffsetEntry(topic=t.name, partition=p.partition_index, offset=p.committed_offset,
-                                  metadata=p.committed_metadata or "")
+        offsets = [offset_entry(t.name, p.partition_index, p.committed_offset, p.committed_metadata,
+                                p.committed_leader_epoch if version >= 6 else -1)
                    for t in request.topics for p in t.partitions]
         answer, code = _code(lambda: self._groups.offset_commit(pb.OffsetCommitRequest(
             group_id=request.group_id, generation_id=request.generation_id_or_member_epoch,
@@ -177,34 +185,35 @@ class GroupApis:
                 T = G.OffsetFetchResponseTopics
                 P = T.OffsetFetchResponsePartitions
                 groups.append(G(group_id=g.group_id, error_code=code, topics=[
-                    T(name=name, partitions=[P(partition_index=p, committed_offset=o, committed_leader_epoch=-1,
-                                               metadata=m, error_code=e) for p, o, m, e in parts])
+                    T(name=name, partitions=[P(partition_index=p, committed_offset=o, committed_leader_epoch=le,
+                                               metadata=m, error_code=e) for p, o, m, e, le in parts])
                     for name, parts in topics.items()]))
             return OffsetFetchResponse(version=version, throttle_time_ms=0, groups=groups)
         topics, code = self._fetch(request.group_id, request.topics, require_stable)
         T = OffsetFetchResponse.OffsetFetchResponseTopic
         P = T.OffsetFetchResponsePartition
         if code and version < 2:  # no top-level error before v2: every partition carries it
-            topics = {t.name: [(p, -1, "", code) for p in t.partition_indexes] for t in request.topics or ()}
+            topics = {t.name: [(p, -1, "", code, -1) for p in t.partition_indexes] for t in request.topics or ()}
         return OffsetFetchResponse(version=version, throttle_time_ms=0, error_code=code, topics=[
-            T(name=name, partitions=[P(partition_index=p, committed_offset=o, committed_leader_epoch=-1,
-                                       metadata=m, error_code=e) for p, o, m, e in parts])
+            T(name=name, partitions=[P(partition_index=p, committed_offset=o, committed_leader_epoch=le,
+                                       metadata=m, error_code=e) for p, o, m, e, le in parts])
             for name, parts in topics.items()])
 
     def _fetch(self, group_id: str, topics: Any, require_stable: bool
-               ) -> tuple[dict[str, list[tuple[int, int, str, int]]], int]:
-        """{topic: [(partition, offset, metadata, error)]} and the group's error code; topics None means all."""
+               ) -> tuple[dict[str, list[tuple[int, int, str, int, int]]], int]:
+        """{topic: [(partition, offset, metadata, error, leader epoch)]} and the group's error code; topics None
+        means all."""
         wanted = [pb.TopicPartitionRef(topic=t.name, partition=p)
                   for t in topics or () for p in t.partition_indexes]
         answer, code = _code(lambda: self._groups.offset_fetch(pb.OffsetFetchRequest(
             group_id=group_id, partitions=wanted, require_stable=require_stable)))
-        found: dict[str, list[tuple[int, int, str, int]]] = {}
+        found: dict[str, list[tuple[int, int, str, int, int]]] = {}
         if answer is None:
             return found, code
         if topics is not None and not wanted:
             return found, 0  # an empty list names no partition (null asks for all)
         for r in answer.results:
-            found.setdefault(r.topic, []).append((r.partition, r.offset, r.metadata, r.error_code))
+            found.setdefault(r.topic, []).append((r.partition, r.offset, r.metadata, r.error_code, r.leader_epoch))
         return found, 0
 
     # ------------------------------------------------------------ DescribeGroups (15), ListGroups (16), DeleteGroups (42)

@@ -24,6 +24,7 @@ from kafka.protocol.producer import (
 from coordinator.group import GroupCoordinator
 from coordinator.kafka.apis import ApiKey
 from coordinator.kafka.dispatch import Handler
+from coordinator.kafka.group_apis import offset_entry
 from coordinator.txn.coordinator import TransactionCoordinator
 from proto import txnsim_pb2 as pb
 from proto.errors import KafkaError, code_of
@@ -109,8 +110,8 @@ class TxnApis:
                 generation_id=request.generation_id if version >= 3 else -1,
                 member_id=(request.member_id or "") if version >= 3 else "",
                 group_instance_id=(request.group_instance_id or "") if version >= 3 else "",
-                offsets=[pb.OffsetEntry(topic=name, partition=part.partition_index, offset=part.committed_offset,
-                                        metadata=part.committed_metadata or "") for name, part in wanted]))
+                offsets=[offset_entry(name, part.partition_index, part.committed_offset, part.committed_metadata,
+                                      part.committed_leader_epoch if version >= 2 else -1) for name, part in wanted]))
             codes = {(r.topic, r.partition): r.error_code for r in answer.results}
             if answer.error_code:
                 codes = {(name, part.partition_index): answer.error_code for name, part in wanted}
