@@ -457,7 +457,9 @@ class ClassicGroup:
         self.rebalance_deadline_ms = self.initial_delay_until_ms = None
         self.generation += 1
         if not self.members:
-            self.protocol_type = self.protocol_name = self.leader_id = None
+            # the protocol type stays, as Kafka keeps it: an Empty group is still a "consumer" group (librdkafka
+            # takes one without a type for a simple group); the next member may bring another
+            self.protocol_name = self.leader_id = None
             self.transition_to(GroupState.EMPTY)
             return effects + [StoreGroup(self.record())]
         self.protocol_name = self.select_protocol()

@@ -570,6 +570,8 @@ def test_confluent_admin_lists_describes_and_deletes_groups(cluster, topic):
     member.stop()
     wait_until(lambda: admin.describe_consumer_groups([group])[group].result(10).state == ConsumerGroupState.EMPTY,
                20, "the group empty after its member left")
+    emptied = admin.describe_consumer_groups([group])[group].result(10)
+    assert not emptied.is_simple_consumer_group  # Kafka keeps the protocol type "consumer" of an Empty group
     assert admin.delete_consumer_groups([group], request_timeout=10)[group].result() is None
     assert group not in {g.group_id for g in admin.list_consumer_groups().result(10).valid}
 

@@ -185,6 +185,8 @@ def test_a_silent_member_is_removed_when_its_session_expires_and_the_last_one_em
     assert b not in h.group.members and h.group.state is GroupState.PREPARING_REBALANCE
     h.tick(20_000)
     assert h.group.state is GroupState.EMPTY and h.group.generation == 2 and h.stored[-1] == 2
+    # still a consumer group, as Kafka keeps it (librdkafka takes a group without a type for a simple one)
+    assert h.group.protocol_type == "consumer" and h.group.record().protocol_type == "consumer"
 
 
 def test_heartbeats_say_rebalance_in_progress_illegal_generation_or_unknown_member():
