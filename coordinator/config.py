@@ -40,6 +40,16 @@ class NodeConfig:
     request_arrival_timeout_ms: int = 30_000
     socket_request_max_bytes: int = 104_857_600
     queued_max_request_bytes: int = 512 * 1024 * 1024
+    # topics
+    #: partitions of a topic created without saying (Kafka's num.partitions), by CreateTopics or auto-creation
+    num_partitions: int = 1
+    #: whether Metadata naming an unknown topic creates it (Kafka's auto.create.topics.enable; off by default,
+    #: as Redpanda's, so a typo is an error, not a topic)
+    auto_create_topics_enable: bool = False
+    #: how long a data log keeps a sealed segment past its newest record (a topic's retention.ms overrides it)
+    log_retention_ms: int = 604_800_000
+    #: how often each node deletes what retention lets go (Kafka's log.retention.check.interval.ms)
+    log_retention_check_interval_ms: int = 300_000
     # group coordinator
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000
@@ -65,6 +75,10 @@ class NodeConfig:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name == "half_message_storage":
+                continue
+            if f.type in ("bool", bool):
+                if not isinstance(value, bool):
+                    raise KafkaConfigurationError(f"node setting {f.name} must be true or false, not {value!r}")
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise KafkaConfigurationError(f"node setting {f.name} must be a positive integer, not {value!r}")

@@ -233,13 +233,15 @@ class Node:
                     queued_max_request_bytes=self.config.queued_max_request_bytes)
                 self._kafka = open_kafka_listener(kafka_address, limits=limits, backends=KafkaBackends(
                         node_id=self.node_id, cluster=cluster, partitions=self.partitions, txn=self.txn,
-                        groups=self.groups, topics=self.topics, kafka_address_of=self.spec.kafka_nodes.get))
+                        groups=self.groups, topics=self.topics, kafka_address_of=self.spec.kafka_nodes.get,
+                        config=self.config))
             except OSError as exc:
                 raise KafkaConfigurationError(
                     f"node {self.node_id} cannot listen for Kafka clients on {kafka_address}: {exc.strerror}") from None
         self.membership.on_change(lambda old, new: self.reconcile(f"live nodes {sorted(old)} -> {sorted(new)}"))
         self.reconcile("start-up")
         threading.Thread(target=self.heartbeat.run, name="heartbeat", daemon=True).start()
+        threading.Thread(target=self._retention_loop, name="retention", daemon=True).start()
         threading.Thread(target=self.membership.run, args=(self._tick,), name="membership", daemon=True).start()
         threading.Thread(target=self._run_timers, name="timers", daemon=True).start()
         log.info("node %d serving on %s (Kafka: %s, metrics: %s)", self.node_id, self.address,
@@ -322,6 +324,17 @@ class Node:
         self.ownership_log.record(self.node_id, "acquired", topic, partition, shard_log.leader_epoch, reason)
         self.metrics.ownership_changed("acquired", topic)
         return shard_log
+
+    def _retention_loop(self) -> None:
+        """Every log.retention.check.interval.ms: delete the sealed segments retention lets go (retention.ms,
+        retention.bytes) of the data logs this node leads."""
+        interval_s = self.config.log_retention_check_interval_ms / 1000
+        while not self.stopped.wait(interval_s):
+            try:
+                for topic, partition, deleted in self.partitions.apply_retention(now_ms(), self.config.log_retention_ms):
+                    log.info("retention deleted %d segments of %s-%d", deleted, topic, partition)
+            except Exception:  # a bug must not stop retention for good; the next pass tries again
+                log.exception("retention pass failed")
 
     def stop(self) -> None:
         self.stopped.set()

@@ -7,6 +7,7 @@ acknowledged before it is durable (PartitionLog.append returns after fsync).
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -31,6 +32,8 @@ from proto.errors import (
     InvalidTxnStateError,
     KafkaError,
     NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    PolicyViolationError,
     TransactionAbortableError,
     UnknownServerError,
     UnknownTopicOrPartitionError,
@@ -241,7 +244,7 @@ class PartitionServer:
                 f"[NOT_LEADER_OR_FOLLOWER] node {self.node_id} does not own {topic}-{partition}; node {owner} does")
         existing = self._logs.get(topic, partition)
         if existing is not None:
-            return existing
+            return self._with_topic_settings(existing)
         with self._open_lock:
             newly = self._logs.get(topic, partition) is None
             opened = self._logs.open_as_leader(topic, partition, self._membership.may_cut_off)
@@ -250,6 +253,22 @@ class PartitionServer:
             raise UnknownTopicOrPartitionError(f"[UNKNOWN_TOPIC_OR_PARTITION] {topic}-{partition} was deleted")
         if newly and topic not in INTERNAL_TOPICS:  # the node reports the coordinator shards it takes
             self._observer.ownership_changed("acquired", topic)
+        return self._with_topic_settings(opened)
+
+    def _with_topic_settings(self, opened: PartitionLog) -> PartitionLog:
+        """The log, held to its topic's max.message.bytes and segment.bytes (changed with AlterConfigs at any
+        time; internal topics keep the node's)."""
+        if opened.topic in INTERNAL_TOPICS:
+            return opened
+        settings = self._topics.configs_view(opened.topic)
+        if not settings:
+            wanted = (self._logs.config.message_max_bytes, self._logs.config.segment_bytes)
+        else:
+            wanted = (int(settings.get("max.message.bytes", self._logs.config.message_max_bytes)),
+                      int(settings.get("segment.bytes", self._logs.config.segment_bytes)))
+        config = opened.config
+        if (config.message_max_bytes, config.segment_bytes) != wanted:
+            opened.config = dataclasses.replace(config, message_max_bytes=wanted[0], segment_bytes=wanted[1])
         return opened
 
     # ------------------------------------------------------------ produce
@@ -481,6 +500,35 @@ class PartitionServer:
         items = list(ends.items())
         errors = [durable(items[0])] if len(items) == 1 else list(self._pool.map(durable, items))
         return {log: error for (log, _end), error in zip(items, errors) if error is not None}
+
+    def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """Kafka's DeleteRecords on this partition's leader: its new log start offset (the low watermark)."""
+        if topic in INTERNAL_TOPICS:
+            raise InvalidTopicError(f"[INVALID_TOPIC_EXCEPTION] records of internal topic {topic} cannot be deleted")
+        if "delete" not in self._topics.configs(topic).get("cleanup.policy", "delete").split(","):
+            raise PolicyViolationError(f"[POLICY_VIOLATION] records of {topic} cannot be deleted: its cleanup.policy "
+                                       "does not include delete")
+        if offset < -1:
+            raise OffsetOutOfRangeError(f"[OFFSET_OUT_OF_RANGE] offset {offset} of {topic}-{partition} is negative")
+        return self.owned_log(topic, partition).delete_records_before(offset)
+
+    def apply_retention(self, now_ms: int, default_retention_ms: int) -> list[tuple[str, int, int]]:
+        """Retention on every data log this node leads, by its topic's retention.ms and retention.bytes:
+        (topic, partition, segments deleted) of those that lost some."""
+        out = []
+        for opened in self._logs.open_logs():
+            if opened.topic in INTERNAL_TOPICS or self._membership.owner(opened.topic, opened.partition) != self.node_id:
+                continue
+            configs = self._topics.configs(opened.topic)
+            try:
+                deleted = opened.apply_retention(now_ms, int(configs.get("retention.ms", default_retention_ms)),
+                                                 int(configs.get("retention.bytes", -1)))
+            except KafkaError as exc:  # closed or fenced meanwhile: its next leader applies retention
+                log.info("retention of %s-%d skipped: %s", opened.topic, opened.partition, exc)
+                continue
+            if deleted:
+                out.append((opened.topic, opened.partition, deleted))
+        return out
 
     def describe_producers(self, req: pb.DescribeProducersRequest) -> pb.DescribeProducersResponse:
         out = []

@@ -1,7 +1,7 @@
 """The cluster's topics: one small JSON file in the shared data directory.
 
 Each topic maps to its partition count, or, with settings, to {"partitions": N, "configs": {...}}
-(the settings are in TOPIC_CONFIGS).
+(every setting a topic may have is in coordinator/topic_configs.py).
 
 Any node may create or delete a topic; an exclusive flock serialises writers and an atomic rename
 means readers never see half a file. Readers cache by modification time, so a topic created or
@@ -18,12 +18,14 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from types import MappingProxyType
 from typing import NamedTuple, NotRequired, TypedDict
 
 from coordinator.layout import write_atomically
+from coordinator.topic_configs import TOPIC_CONFIGS, check_configs
 from proto.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
@@ -46,24 +48,11 @@ class TopicEntry(TypedDict):
 #: topics.json: topic -> its partition count, or its entry when it has settings
 TopicsFile = dict[str, int | TopicEntry]
 
-#: the settings a topic may have, with the values each accepts
-TOPIC_CONFIGS: dict[str, frozenset[str]] = {
-    # RocketMQ 5's topic message type: which messages its queues accept (MIXED: all of them)
-    "message.type": frozenset({"NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"}),
-    # how an undecided transactional message waits (docs/rocketmq-transactions.md)
-    "half.message.storage": frozenset({"rocketmq", "kafka"}),
-}
-
-
-def validate_configs(configs: dict[str, str]) -> dict[str, str]:
-    for name, value in configs.items():
-        allowed = TOPIC_CONFIGS.get(name)
-        if allowed is None:
-            raise InvalidConfigError(f"[INVALID_CONFIG] unknown topic setting {name!r}; known: {', '.join(TOPIC_CONFIGS)}")
-        if value not in allowed:
-            raise InvalidConfigError(
-                f"[INVALID_CONFIG] topic setting {name} must be one of {', '.join(sorted(allowed))}, not {value!r}")
-    return dict(configs)
+def _check_changeable(names: set[str]) -> None:
+    fixed = sorted(name for name in names if name in TOPIC_CONFIGS and TOPIC_CONFIGS[name].fixed_after_create)
+    if fixed:
+        raise InvalidConfigError(f"[INVALID_CONFIG] {', '.join(fixed)} is chosen when a topic is created and cannot "
+                                 "change (undecided messages wait where they were sent)")
 
 
 def remove_log_dirs(logs_dir: Path, topic: str) -> list[str]:
@@ -91,6 +80,9 @@ def remove_log_dirs(logs_dir: Path, topic: str) -> list[str]:
         finally:
             os.close(fd)
     return removed
+
+
+_NO_CONFIGS: Mapping[str, str] = MappingProxyType({})
 
 
 class _TopicsRead(NamedTuple):
@@ -152,6 +144,10 @@ class TopicStore:
         """One topic's partition count (no copy of the whole table)."""
         return self._current().counts.get(topic)
 
+    def configs_view(self, topic: str) -> Mapping[str, str]:
+        """The topic's own settings without a copy (read them, never change them): asked on every produce."""
+        return self._current().configs.get(topic, _NO_CONFIGS)
+
     def configs(self, topic: str) -> dict[str, str]:
         """The topic's own settings (empty for none, or for a topic that does not exist)."""
         return dict(self._current().configs.get(topic, {}))
@@ -163,7 +159,7 @@ class TopicStore:
             raise InvalidTopicError(f"topic names starting with '__' are reserved for internal topics: {name!r}")
         if not 1 <= partitions <= MAX_PARTITIONS_PER_TOPIC:
             raise InvalidPartitionsError(f"a topic needs 1..{MAX_PARTITIONS_PER_TOPIC} partitions, not {partitions}")
-        settings = validate_configs(configs or {})
+        settings = check_configs(configs or {})
         if name in self.all():
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
         return settings
@@ -202,15 +198,11 @@ class TopicStore:
         """
         if name in INTERNAL_TOPICS or name.startswith("__"):
             raise InvalidTopicError(f"[INVALID_TOPIC_EXCEPTION] internal topic {name!r} cannot be altered")
-        fixed = {"half.message.storage"} & (set(set_configs) | set(delete_configs))
-        if fixed:
-            raise InvalidConfigError(f"[INVALID_CONFIG] {', '.join(sorted(fixed))} is chosen when a topic is created "
-                                     "and cannot change (undecided messages wait where they were sent)")
+        _check_changeable(set(set_configs) | set(delete_configs))
         for key in delete_configs:
             if key not in TOPIC_CONFIGS:
-                raise InvalidConfigError(f"[INVALID_CONFIG] unknown topic setting {key!r}; known: "
-                                         f"{', '.join(TOPIC_CONFIGS)}")
-        validate_configs(set_configs)
+                raise InvalidConfigError(f"[INVALID_CONFIG] unknown topic config name: {key}")
+        set_configs = check_configs(set_configs)
         with self._locked() as current:
             entry = current.get(name)
             if entry is None:
@@ -228,6 +220,24 @@ class TopicStore:
             current[name] = {"partitions": count, "configs": configs} if configs else count
             write_atomically(self._path, json.dumps(current, indent=1, sort_keys=True).encode())
         return count, configs
+
+    def replace_configs(self, name: str, configs: dict[str, str], *, validate_only: bool = False) -> dict[str, str]:
+        """Kafka's AlterConfigs: the topic's settings become exactly `configs` (those not named return to their
+        defaults), durably; returns them. Settings fixed at creation must keep their values."""
+        if name in INTERNAL_TOPICS or name.startswith("__"):
+            raise InvalidTopicError(f"[INVALID_TOPIC_EXCEPTION] internal topic {name!r} cannot be altered")
+        settings = check_configs(configs)
+        with self._locked() as current:
+            entry = current.get(name)
+            if entry is None:
+                raise UnknownTopicOrPartitionError(f"[UNKNOWN_TOPIC_OR_PARTITION] topic {name!r} does not exist")
+            count = int(entry["partitions"]) if isinstance(entry, dict) else int(entry)
+            old = dict(entry.get("configs", {})) if isinstance(entry, dict) else {}
+            _check_changeable({key for key in set(old) | set(settings) if old.get(key) != settings.get(key)})
+            if not validate_only:
+                current[name] = {"partitions": count, "configs": settings} if settings else count
+                write_atomically(self._path, json.dumps(current, indent=1, sort_keys=True).encode())
+        return settings
 
     def remove_logs_if_deleted(self, name: str) -> list[str]:
         """Remove the log directories of a deleted topic, under the writers' flock and only while the name is

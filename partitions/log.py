@@ -24,6 +24,7 @@ from pathlib import Path, PurePath
 
 from partitions.group_commit import GroupCommitter
 from partitions.leader_epochs import EpochLimits, LeaderEpochs
+from partitions.log_start import read_log_start, write_log_start
 from partitions.model import (
     AppendOrigin,
     AppendResult,
@@ -111,7 +112,8 @@ class PartitionLog:
                  segments: list[Segment], state: ProducerStateTable, aborted: AbortedTxnIndex,
                  recovery_report: list[str], recovery_stats: RecoveryStats,
                  epochs: LeaderEpochs | None = None, storage: Storage = FILE_STORAGE,
-                 now_ms: Callable[[], int] = wall_clock_ms, recovery_point: RecoveryPointWriter | None = None) -> None:
+                 now_ms: Callable[[], int] = wall_clock_ms, recovery_point: RecoveryPointWriter | None = None,
+                 log_start: int = 0) -> None:
         self.directory = directory
         #: the disk this log's files live on (the real one unless a simulator says otherwise)
         self.storage = storage
@@ -140,6 +142,9 @@ class PartitionLog:
         self._fenced = False
         self._committer = GroupCommitter(self._flush, self._log_end_offset)
         self._recovery_point = recovery_point or RecoveryPointWriter(directory, leader_epoch, storage)
+        #: the first offset readable, when records before it were deleted inside a segment (DeleteRecords);
+        #: the log start is the later of it and the first segment's base
+        self._log_start = log_start
         self._recovery_point_failed = False
         #: damaged batches found by reads (segment file, byte position), each logged once
         self._reported_damage: set[tuple[PurePath, int]] = set()
@@ -186,6 +191,7 @@ class PartitionLog:
             if end < floor:  # the loss was accepted: the recovery point starts again from here
                 forget_accepted_loss(directory, storage)
             recovery_point = RecoveryPointWriter.open(directory, leader_epoch, storage)
+            log_start = min(read_log_start(directory, storage), end)
         except BaseException:
             for segment in scanned.segments:
                 segment.close()
@@ -193,7 +199,7 @@ class PartitionLog:
         stats = dataclasses.replace(loaded.stats, scanned_segments=len(scanned.scanned),
                                     indexed_segments=len(scanned.segments) - len(scanned.scanned))
         return cls(directory, topic, partition, leader_epoch, config, segments, loaded.state, loaded.aborted,
-                   report, stats, epochs, storage, now_ms, recovery_point)
+                   report, stats, epochs, storage, now_ms, recovery_point, log_start)
 
     def __repr__(self) -> str:
         return (f"PartitionLog({self.topic}-{self.partition}, epoch {self.leader_epoch}, "
@@ -203,7 +209,7 @@ class PartitionLog:
 
     @property
     def log_start_offset(self) -> int:
-        return self._segment_bases[0]
+        return max(self._segment_bases[0], self._log_start)
 
     @property
     def high_watermark(self) -> int:
@@ -528,6 +534,47 @@ class PartitionLog:
             spans, _end = self._spans(max(start_offset, self.log_start_offset), bound, float("inf"))
         for segment, start, end in spans:
             yield from segment.iter_batches(start, end)
+
+    def delete_records_before(self, offset: int) -> int:
+        """Kafka's DeleteRecords: nothing below `offset` (-1: the high watermark) is readable from now on, durably;
+        whole segments below it are deleted. Returns the log start offset after it (the low watermark).
+        OFFSET_OUT_OF_RANGE for an offset past the high watermark or below -1."""
+        with self._lock:
+            self._check_open()
+            target = self._high_watermark if offset == -1 else offset
+            if target < 0 or target > self._high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"[OFFSET_OUT_OF_RANGE] cannot delete the records of {self.topic}-{self.partition} before offset "
+                    f"{offset}: it is past the high watermark {self._high_watermark}")
+            if target <= self.log_start_offset:
+                return self.log_start_offset
+            write_log_start(self.directory, target, self.storage, fsync=self.config.fsync)
+            self._log_start = target
+            self._aborted.drop_before(target)
+        self.delete_segments_before(target)
+        return self.log_start_offset
+
+    def apply_retention(self, now_ms: int, retention_ms: int, retention_bytes: int) -> int:
+        """Delete the oldest sealed segments that retention lets go: those whose newest record is older than
+        `retention_ms` (-1: kept forever), and while the log exceeds `retention_bytes` by a whole segment (-1: no
+        limit), as Kafka's retention does. The active segment always stays. Returns how many went."""
+        with self._lock:
+            self._check_open()
+            sealed = self._segments[:-1]
+            total = sum(segment.size for segment in self._segments)
+            upto = None
+            for segment, successor in zip(sealed, self._segments[1:]):
+                expired = retention_ms >= 0 and 0 <= segment.max_timestamp < now_ms - retention_ms
+                oversize = retention_bytes >= 0 and total - segment.size >= retention_bytes
+                if not (expired or oversize):
+                    break
+                total -= segment.size
+                upto = successor.base_offset
+        if upto is None or upto <= self.log_start_offset:
+            return 0
+        before = len(self._segments)
+        self.delete_records_before(upto)
+        return before - len(self._segments)
 
     def delete_segments_before(self, offset: int) -> int:
         """Delete whole segments that lie entirely below `offset` (never the active one); returns how many.

@@ -606,6 +606,13 @@ class GroupMaxSizeReachedError(BrokerResponseError):
     name = "GROUP_MAX_SIZE_REACHED"
 
 
+class GroupSubscribedToTopicError(BrokerResponseError):
+    """The group's members are subscribed to the topic: its offsets cannot be deleted (OffsetDelete)."""
+
+    errno = 86
+    name = "GROUP_SUBSCRIBED_TO_TOPIC"
+
+
 class ThrottlingQuotaExceededError(RetriableError, BrokerResponseError):
     """A quota was exceeded; retry later."""
 

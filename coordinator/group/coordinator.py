@@ -42,14 +42,19 @@ from coordinator.shard_snapshots import SnapshottedLog
 from coordinator.timers import Timers
 from coordinator.verification import Verifier, verification_error
 from partitions.model import AppendOrigin
+from proto import consumer_protocol
 from proto import txnsim_pb2 as pb
 from proto.errors import (
     CoordinatorLoadInProgressError,
+    GroupIdNotFoundError,
+    GroupSubscribedToTopicError,
     IllegalGenerationError,
     InvalidRequestError,
     KafkaError,
+    NonEmptyGroupError,
     NotCoordinatorError,
     UnknownServerError,
+    UnknownTopicOrPartitionError,
 )
 from proto.hashing import partition_for
 from proto.records import encode_batch
@@ -334,9 +339,43 @@ class GroupCoordinator(GroupMembership):
                 removed += self._tombstone(shard, group, topic)
         return removed
 
-    def _tombstone(self, shard: Shard, group: GroupMetadata, topic: str) -> int:
+    def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """Kafka's OffsetDelete: the group's offsets of `partitions` go (tombstoned), except of topics its members
+        are subscribed to (GROUP_SUBSCRIBED_TO_TOPIC). The error code of each partition; GROUP_ID_NOT_FOUND for no
+        group, NON_EMPTY_GROUP for a group with members that is not a consumer group."""
+        shard, group = self._group(group_id, create=False)
+        if group is None or group.classic.state is GroupState.DEAD:
+            raise GroupIdNotFoundError(f"[GROUP_ID_NOT_FOUND] group {group_id!r} does not exist")
+        codes: dict[TopicPartition, int] = {}
         with group.lock:
-            doomed = group.partitions_of(topic)
+            classic = group.classic
+            if not classic.is_empty() and classic.protocol_type != consumer_protocol.PROTOCOL_TYPE:
+                raise NonEmptyGroupError(f"[NON_EMPTY_GROUP] group {group_id!r} has members and is not a consumer "
+                                         "group")
+            subscribed = set()
+            for member in classic.members.values():
+                try:
+                    subscribed.update(consumer_protocol.decode_subscription(member.metadata(classic.protocol_name)))
+                except ValueError:
+                    continue
+            doomed = set()
+            for tp in partitions:
+                if not self._partition_exists(tp):
+                    codes[tp] = UnknownTopicOrPartitionError.errno
+                elif tp.topic in subscribed:
+                    codes[tp] = GroupSubscribedToTopicError.errno
+                else:
+                    codes[tp] = 0
+                    if tp in group.offsets or tp in group.pending_partitions():
+                        doomed.add(tp)
+        if doomed:
+            self._tombstone(shard, group, partitions=doomed)
+        return codes
+
+    def _tombstone(self, shard: Shard, group: GroupMetadata, topic: str | None = None, *,
+                   partitions: set[TopicPartition] | None = None) -> int:
+        with group.lock:
+            doomed = group.partitions_of(topic) if topic is not None else set(partitions or ())
             if not doomed:
                 return 0
             try:
@@ -349,8 +388,8 @@ class GroupCoordinator(GroupMembership):
                                topic, exc)
                 return 0
             group.remove_offsets(doomed)
-        logger.info("group %r: offsets of deleted topic %s removed (%d partitions)", group.group_id, topic,
-                    len(doomed))
+        logger.info("group %r: offsets of %s removed (%d partitions)", group.group_id,
+                    f"deleted topic {topic}" if topic is not None else "OffsetDelete", len(doomed))
         return len(doomed)
 
     def _drop_offsets_of_deleted_topics(self, shard: Shard) -> None:

@@ -1,5 +1,6 @@
-"""CreateTopics, DeleteTopics, DescribeProducers, DescribeTransactions and ListTransactions on the Kafka port,
-answered by the objects behind the gRPC Cluster, Partitions and TransactionCoordinator services.
+"""CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, DescribeProducers, DescribeTransactions and
+ListTransactions on the Kafka port, answered by the objects behind the gRPC Cluster, Partitions and
+TransactionCoordinator services.
 
 Topics are checked as `txnsim topics create` checks them (TopicStore.validate), one copy per log: a replication
 factor other than 1 or -1 (the default) is INVALID_REPLICATION_FACTOR. Every node answers ListTransactions for
@@ -9,12 +10,16 @@ from __future__ import annotations
 
 import re
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 
 from kafka.protocol.admin import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeProducersRequest,
@@ -36,7 +41,10 @@ from proto.errors import (
     CoordinatorLoadInProgressError,
     InvalidConfigError,
     InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
+    InvalidRequestError,
     KafkaError,
+    UnknownTopicOrPartitionError,
     code_of,
 )
 
@@ -52,8 +60,10 @@ DEAD = "Dead"
 
 class AdminApis:
     def __init__(self, *, cluster: ClusterServer, partitions: PartitionServer, txn: TransactionCoordinator,
-                 topics: TopicStore, node_id: int, now_ms: Callable[[], int] = lambda: int(time.time() * 1000)
-                 ) -> None:
+                 topics: TopicStore, node_id: int, now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                 default_partitions: int = DEFAULT_PARTITIONS) -> None:
+        #: partitions of a topic created with num_partitions -1 (the node's num.partitions)
+        self._default_partitions = default_partitions
         self._cluster = cluster
         self._partitions = partitions
         self._txn = txn
@@ -68,7 +78,58 @@ class AdminApis:
             ApiKey.DESCRIBE_PRODUCERS: self.describe_producers,
             ApiKey.DESCRIBE_TRANSACTIONS: self.describe_transactions,
             ApiKey.LIST_TRANSACTIONS: self.list_transactions,
+            ApiKey.CREATE_PARTITIONS: self.create_partitions,
+            ApiKey.DELETE_RECORDS: self.delete_records,
         }
+
+    # ------------------------------------------------------------ CreatePartitions (37)
+
+    def create_partitions(self, request: CreatePartitionsRequest, version: int) -> CreatePartitionsResponse:
+        counts = Counter(topic.name for topic in request.topics)
+        results = []
+        for topic in request.topics:
+            try:
+                if counts[topic.name] > 1:
+                    raise InvalidRequestError("[INVALID_REQUEST] Duplicate topic name.")
+                if topic.assignments:
+                    raise InvalidReplicaAssignmentError(
+                        "[INVALID_REPLICA_ASSIGNMENT] txnsim places partitions itself (each on one live node); leave "
+                        "assignments empty")
+                current = self._topics.partitions(topic.name)
+                if current is None:
+                    raise UnknownTopicOrPartitionError(
+                        f"[UNKNOWN_TOPIC_OR_PARTITION] topic {topic.name!r} does not exist")
+                if topic.count == current:
+                    raise InvalidPartitionsError(f"[INVALID_PARTITIONS] Topic already has {current} partition(s).")
+                if topic.count < current:
+                    raise InvalidPartitionsError(f"[INVALID_PARTITIONS] Topic currently has {current} partition(s); "
+                                                 f"{topic.count} would not be an increase.")
+                if not request.validate_only:
+                    self._cluster.alter_topic(pb.AlterTopicRequest(name=topic.name, partitions=topic.count))
+                code, message = 0, None
+            except KafkaError as exc:
+                code, message = code_of(exc), str(exc)
+            results.append(CreatePartitionsResponse.CreatePartitionsTopicResult(name=topic.name, error_code=code,
+                                                                                error_message=message))
+        return CreatePartitionsResponse(version=version, throttle_time_ms=0, results=results)
+
+    # ------------------------------------------------------------ DeleteRecords (21)
+
+    def delete_records(self, request: DeleteRecordsRequest, version: int) -> DeleteRecordsResponse:
+        """On the partitions' leader (clients send each partition to its leader, as to Kafka's)."""
+        Topic = DeleteRecordsResponse.DeleteRecordsTopicResult
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for part in topic.partitions:
+                try:
+                    low, code = self._partitions.delete_records(topic.name, part.partition_index, part.offset), 0
+                except KafkaError as exc:
+                    low, code = -1, code_of(exc)
+                partitions.append(Topic.DeleteRecordsPartitionResult(partition_index=part.partition_index,
+                                                                     low_watermark=low, error_code=code))
+            topics.append(Topic(name=topic.name, partitions=partitions))
+        return DeleteRecordsResponse(version=version, throttle_time_ms=0, topics=topics)
 
     # ------------------------------------------------------------ CreateTopics (19)
 
@@ -98,7 +159,7 @@ class AdminApis:
             return _created(name, WireError.INVALID_REPLICA_ASSIGNMENT,
                             "txnsim places partitions itself (each on one live node); leave assignments empty "
                             "and give num_partitions")
-        partitions = DEFAULT_PARTITIONS if topic.num_partitions == -1 else topic.num_partitions
+        partitions = self._default_partitions if topic.num_partitions == -1 else topic.num_partitions
         try:
             configs = {}
             for config in topic.configs:

@@ -9,18 +9,28 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
     DescribeProducersRequest,
     DescribeProducersResponse,
     DescribeTransactionsRequest,
     DescribeTransactionsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
     ListGroupsRequest,
     ListGroupsResponse,
     ListTransactionsRequest,
@@ -39,6 +49,8 @@ from kafka.protocol.consumer import (
     ListOffsetsResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
     SyncGroupRequest,
@@ -87,12 +99,18 @@ class ApiKey(IntEnum):
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     ADD_PARTITIONS_TO_TXN = 24
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
     TXN_OFFSET_COMMIT = 28
+    DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    INCREMENTAL_ALTER_CONFIGS = 44
+    OFFSET_DELETE = 47
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
@@ -165,6 +183,12 @@ SERVED: dict[int, ServedApi] = {api.key: api for api in (
     # admin (admin_apis.py): CreateTopics v7 answers topic ids and DeleteTopics v6 takes them, so both stop before
     _api(ApiKey.CREATE_TOPICS, CreateTopicsRequest, CreateTopicsResponse, (2, 6)),
     _api(ApiKey.DELETE_TOPICS, DeleteTopicsRequest, DeleteTopicsResponse, (1, 5)),
+    _api(ApiKey.CREATE_PARTITIONS, CreatePartitionsRequest, CreatePartitionsResponse, (0, 3)),
+    _api(ApiKey.DELETE_RECORDS, DeleteRecordsRequest, DeleteRecordsResponse, (0, 2)),
+    _api(ApiKey.DESCRIBE_CONFIGS, DescribeConfigsRequest, DescribeConfigsResponse, (0, 4)),
+    _api(ApiKey.ALTER_CONFIGS, AlterConfigsRequest, AlterConfigsResponse, (0, 2)),
+    _api(ApiKey.INCREMENTAL_ALTER_CONFIGS, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, (0, 1)),
+    _api(ApiKey.OFFSET_DELETE, OffsetDeleteRequest, OffsetDeleteResponse, (0, 0)),
     _api(ApiKey.DESCRIBE_PRODUCERS, DescribeProducersRequest, DescribeProducersResponse, (0, 0)),
     _api(ApiKey.DESCRIBE_TRANSACTIONS, DescribeTransactionsRequest, DescribeTransactionsResponse, (0, 0)),
     _api(ApiKey.LIST_TRANSACTIONS, ListTransactionsRequest, ListTransactionsResponse, (0, 2)),

@@ -6,6 +6,7 @@ Topics are never created by Metadata. InitProducerId serves idempotent and trans
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from kafka.protocol.metadata import (
@@ -21,8 +22,11 @@ from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdRespons
 from coordinator.cluster_service import GROUP, TRANSACTION, ClusterServer
 from coordinator.kafka.apis import WireError, api_versions_response
 from proto import txnsim_pb2 as pb
-from proto.errors import CoordinatorNotAvailableError, KafkaError, code_of
+from proto.errors import CoordinatorNotAvailableError, KafkaError, TopicAlreadyExistsError, code_of
 
+log = logging.getLogger(__name__)
+#: Metadata's error for a topic that does not exist
+UNKNOWN_TOPIC_OR_PARTITION = 3
 #: what Metadata v2+ answers as the cluster id (txnsim has one cluster per data directory, no id of its own)
 CLUSTER_ID = "txnsim"
 
@@ -36,10 +40,12 @@ def split_address(address: str) -> tuple[str, int]:
 
 class ClusterApis:
     def __init__(self, *, cluster: ClusterServer, init_producer_id: InitProducerId,
-                 kafka_address_of: Callable[[int], str | None]) -> None:
+                 kafka_address_of: Callable[[int], str | None], auto_create_partitions: int | None = None) -> None:
         self._cluster = cluster
         self._init_producer_id = init_producer_id
         self._kafka_address_of = kafka_address_of
+        #: with auto.create.topics.enable, how many partitions an unknown topic named in Metadata is created with
+        self._auto_create_partitions = auto_create_partitions
 
     # ------------------------------------------------------------ ApiVersions (18)
 
@@ -54,6 +60,9 @@ class ClusterApis:
         names = [] if every_topic else [t.name or "" for t in request.topics]
         # named topics may be internal ones; the full listing leaves them out, as txnsim's own Metadata does
         answer = self._cluster.metadata(pb.MetadataRequest(topics=names, include_internal=bool(names)))
+        allowed = request.allow_auto_topic_creation if version >= 4 else True  # v0-3 always ask to create
+        if self._auto_create_partitions is not None and allowed and names and self._auto_create(answer):
+            answer = self._cluster.metadata(pb.MetadataRequest(topics=names, include_internal=True))
         brokers = {}
         for node in answer.nodes:
             address = self._kafka_address_of(node.node_id)
@@ -65,6 +74,26 @@ class ClusterApis:
         return MetadataResponse(
             version=version, throttle_time_ms=0, brokers=list(brokers.values()), cluster_id=CLUSTER_ID,
             controller_id=min(brokers, default=-1), topics=topics)
+
+    def _auto_create(self, answer: pb.MetadataResponse) -> bool:
+        """Create the unknown topics of a Metadata answer (auto.create.topics.enable); whether any was. A name that
+        cannot be a topic stays unknown (Kafka answers INVALID_TOPIC_EXCEPTION for it: so does a re-read)."""
+        assert self._auto_create_partitions is not None
+        created = False
+        for topic in answer.topics:
+            if topic.error_code != UNKNOWN_TOPIC_OR_PARTITION:
+                continue
+            try:
+                self._cluster.create_topic(pb.CreateTopicRequest(name=topic.name,
+                                                                 partitions=self._auto_create_partitions))
+                created = True
+                log.info("auto-created topic %s (%d partitions) for a Metadata request", topic.name,
+                         self._auto_create_partitions)
+            except TopicAlreadyExistsError:
+                created = True  # another node (or request) created it first
+            except KafkaError as exc:
+                topic.error_code, topic.error_message = code_of(exc), str(exc)
+        return created
 
     @staticmethod
     def _topic(topic: pb.TopicMetadata, brokers: dict[int, MetadataResponse.MetadataResponseBroker]) -> MetadataResponse.MetadataResponseTopic:

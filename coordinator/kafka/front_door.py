@@ -9,10 +9,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from coordinator.cluster_service import ClusterServer
+from coordinator.config import NodeConfig
 from coordinator.group import GroupCoordinator
 from coordinator.kafka.admin_apis import AdminApis
 from coordinator.kafka.apis import ApiKey
 from coordinator.kafka.cluster_apis import ClusterApis
+from coordinator.kafka.config_apis import ConfigApis
 from coordinator.kafka.dispatch import Dispatcher
 from coordinator.kafka.group_apis import GroupApis
 from coordinator.kafka.partition_apis import PartitionApis
@@ -33,11 +35,16 @@ class KafkaBackends:
     topics: TopicStore
     #: node id -> its Kafka listener's host:port (None: that node has none)
     kafka_address_of: Callable[[int], str | None]
+    #: the node's settings (broker configs, topic defaults, auto-creation)
+    config: NodeConfig
 
 
 def build_dispatcher(backends: KafkaBackends) -> Dispatcher:
+    config = backends.config
     cluster_apis = ClusterApis(cluster=backends.cluster, init_producer_id=backends.txn.init_producer_id,
-                               kafka_address_of=backends.kafka_address_of)
+                               kafka_address_of=backends.kafka_address_of,
+                               auto_create_partitions=config.num_partitions if config.auto_create_topics_enable
+                               else None)
     partition_apis = PartitionApis(backends.partitions)
     txn_apis = TxnApis(txn=backends.txn, groups=backends.groups)
     group_apis = GroupApis(backends.groups)
@@ -52,7 +59,9 @@ def build_dispatcher(backends: KafkaBackends) -> Dispatcher:
         **txn_apis.handlers(),
         **group_apis.handlers(),
         **AdminApis(cluster=backends.cluster, partitions=backends.partitions, txn=backends.txn,
-                    topics=backends.topics, node_id=backends.node_id).handlers(),
+                    topics=backends.topics, node_id=backends.node_id,
+                    default_partitions=config.num_partitions).handlers(),
+        **ConfigApis(topics=backends.topics, config=config, node_id=backends.node_id).handlers(),
     }, deferred={ApiKey.FETCH: partition_apis.fetch_later, **group_apis.deferred_handlers()})
 
 

@@ -29,6 +29,8 @@ from kafka.protocol.consumer import (
     LeaveGroupResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
     SyncGroupRequest,
@@ -42,6 +44,7 @@ from coordinator.kafka.dispatch import CLIENT_HOST, DeferredHandler, Handler
 from coordinator.later import answered, then
 from proto import txnsim_pb2 as pb
 from proto.errors import GroupIdNotFoundError, KafkaError, code_of
+from proto.structs import TopicPartition
 
 #: DescribeGroups v3+: "authorized operations not asked for" (kafka-python encodes None as -2^31)
 _NO_OPERATIONS = None
@@ -78,7 +81,20 @@ class GroupApis:
             ApiKey.DESCRIBE_GROUPS: self.describe_groups,
             ApiKey.LIST_GROUPS: self.list_groups,
             ApiKey.DELETE_GROUPS: self.delete_groups,
+            ApiKey.OFFSET_DELETE: self.offset_delete,
         }
+
+    # ------------------------------------------------------------ OffsetDelete (47)
+
+    def offset_delete(self, request: OffsetDeleteRequest, version: int) -> OffsetDeleteResponse:
+        wanted = [TopicPartition(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+        codes, code = _code(lambda: self._groups.delete_offsets(request.group_id, wanted))
+        T = OffsetDeleteResponse.OffsetDeleteResponseTopic
+        return OffsetDeleteResponse(version=version, error_code=code, throttle_time_ms=0, topics=[] if code else [
+            T(name=t.name, partitions=[T.OffsetDeleteResponsePartition(
+                partition_index=p.partition_index, error_code=codes[TopicPartition(t.name, p.partition_index)])
+                for p in t.partitions])
+            for t in request.topics])
 
     # ------------------------------------------------------------ JoinGroup (11), SyncGroup (14)
 

@@ -52,6 +52,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     start.add_argument("--metrics-port", type=int, default=0,
                        help="the first node's Prometheus /metrics port on 127.0.0.1, the next nodes' the ports "
                             "after it (default 0: free ports; `txnsim cluster status` shows them)")
+    start.add_argument("--auto-create-topics", action="store_true",
+                       help="create a topic that a Kafka client's Metadata names and that does not exist, as "
+                            "Kafka's auto.create.topics.enable (off by default: a typo is an error, not a topic)")
+    start.add_argument("--num-partitions", type=positive_int, default=1,
+                       help="partitions of a topic created without saying how many (Kafka's num.partitions, "
+                            "default 1)")
     start.add_argument("--ui", nargs="?", type=port_number, const=8080, default=None, metavar="PORT",
                        help="also serve the live web view on 127.0.0.1:PORT (default 8080), as `txnsim ui` does")
     start.set_defaults(func=start_cluster)
@@ -82,7 +88,8 @@ def start_cluster(args: argparse.Namespace) -> int:
         ui_socket = bind(args.ui)
     cluster = LocalCluster(nodes=args.nodes, data_dir=args.data_dir, txn_shards=args.txn_shards,
                            offsets_shards=args.offsets_shards, kafka_port=args.kafka_port,
-                           metrics_port=args.metrics_port)
+                           metrics_port=args.metrics_port, auto_create_topics_enable=args.auto_create_topics,
+                           num_partitions=args.num_partitions)
     try:
         with console.status(f"starting {args.nodes} nodes in {args.data_dir} ..."):
             cluster.start()

@@ -7,15 +7,22 @@ from pathlib import Path
 from typing import ClassVar
 
 from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    CreatePartitionsRequest,
     CreateTopicsRequest,
+    DeleteRecordsRequest,
     DeleteTopicsRequest,
+    DescribeConfigsRequest,
     DescribeProducersRequest,
     DescribeTransactionsRequest,
+    IncrementalAlterConfigsRequest,
     ListTransactionsRequest,
 )
 
+from coordinator.config import NodeConfig
 from coordinator.kafka.admin_apis import AdminApis
 from coordinator.kafka.apis import ApiKey
+from coordinator.kafka.config_apis import ConfigApis
 from coordinator.topics import TopicStore
 from proto import txnsim_pb2 as pb
 from proto.errors import NotLeaderOrFollowerError, code_of
@@ -34,8 +41,18 @@ class FakeCluster:
     def delete_topic(self, req: pb.DeleteTopicRequest) -> pb.DeleteTopicResponse:
         return pb.DeleteTopicResponse(partitions=self.topics.delete(req.name))
 
+    def alter_topic(self, req: pb.AlterTopicRequest) -> pb.AlterTopicResponse:
+        partitions, configs = self.topics.alter(req.name, req.partitions, dict(req.set_configs),
+                                                list(req.delete_configs))
+        return pb.AlterTopicResponse(partitions=partitions, configs=configs)
+
 
 class FakePartitions:
+    def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        if partition == 1:
+            raise NotLeaderOrFollowerError("[NOT_LEADER_OR_FOLLOWER] node 1 owns it")
+        return max(offset, 0)
+
     def describe_producers(self, req: pb.DescribeProducersRequest) -> pb.DescribeProducersResponse:
         out = []
         for p in req.partitions:
@@ -106,10 +123,12 @@ def test_create_topics_answers_kafkas_error_for_each_bad_topic(tmp_path):
     apis = admin_apis(tmp_path)
     codes = {name: code for name, (code, _msg) in create(
         apis, topic("fine", 2, 1), topic("bad name!"), topic("zero", 0), topic("three", 1, 3), topic("orders"),
-        topic("__mine"), topic("conf", configs={"retention.ms": "1"}), topic("dflt", -1)).items()}
+        topic("__mine"), topic("conf", configs={"retention.ms": "1"}), topic("dflt", -1),
+        topic("typo", configs={"retention.msx": "1"}), topic("nan", configs={"retention.ms": "soon"})).items()}
     assert codes == {"fine": 0, "bad name!": 17, "zero": 37, "three": 38, "orders": 36, "__mine": 17,
-                     "conf": 40, "dflt": 0}
-    assert apis._topics.all() == {"orders": 3, "fine": 2, "dflt": 1}
+                     "conf": 0, "dflt": 0, "typo": 40, "nan": 40}  # Kafka's settings are accepted, checked
+    assert apis._topics.all() == {"orders": 3, "fine": 2, "dflt": 1, "conf": 1}
+    assert apis._topics.configs("conf") == {"retention.ms": "1"}
     (_, message), = create(apis, topic("three", 1, 3)).values()
     assert "no replicas" in message
 
@@ -177,6 +196,12 @@ def test_list_transactions_filters_by_state_producer_duration_and_pattern_and_hi
 def admin_requests():
     """One request per admin API at a given version, for test_handlers' encode-at-every-version check."""
     apis = admin_apis()
+    configs = ConfigApis(topics=apis._topics, config=NodeConfig(), node_id=1)
+    CP = CreatePartitionsRequest.CreatePartitionsTopic
+    DR = DeleteRecordsRequest.DeleteRecordsTopic
+    DC = DescribeConfigsRequest.DescribeConfigsResource
+    AC = AlterConfigsRequest.AlterConfigsResource
+    IC = IncrementalAlterConfigsRequest.AlterConfigsResource
     return {
         ApiKey.CREATE_TOPICS: lambda v: (apis.create_topics, CreateTopicsRequest(
             version=v, topics=[topic(f"t{v}", 2, configs={"message.type": "FIFO"}), topic("orders"),
@@ -190,4 +215,22 @@ def admin_requests():
         ApiKey.LIST_TRANSACTIONS: lambda v: (apis.list_transactions, ListTransactionsRequest(
             version=v, state_filters=["Bogus"], producer_id_filters=[], duration_filter=-1,
             transactional_id_pattern=None)),
+        ApiKey.CREATE_PARTITIONS: lambda v: (apis.create_partitions, CreatePartitionsRequest(
+            version=v, topics=[CP(name="orders", count=3 + v + 1, assignments=None), CP(name="nope", count=2,
+                                                                                       assignments=None)],
+            timeout_ms=1, validate_only=False)),
+        ApiKey.DELETE_RECORDS: lambda v: (apis.delete_records, DeleteRecordsRequest(version=v, timeout_ms=1, topics=[
+            DR(name="orders", partitions=[DR.DeleteRecordsPartition(partition_index=p, offset=5) for p in (0, 1)])])),
+        ApiKey.DESCRIBE_CONFIGS: lambda v: (configs.describe_configs, DescribeConfigsRequest(
+            version=v, include_synonyms=True, include_documentation=False, resources=[
+                DC(resource_type=2, resource_name="orders", configuration_keys=None),
+                DC(resource_type=2, resource_name="nope", configuration_keys=None),
+                DC(resource_type=4, resource_name="1", configuration_keys=["message.max.bytes"])])),
+        ApiKey.ALTER_CONFIGS: lambda v: (configs.alter_configs, AlterConfigsRequest(
+            version=v, validate_only=True, resources=[AC(resource_type=2, resource_name="orders", configs=[
+                AC.AlterableConfig(name="retention.ms", value="1000")]),
+                AC(resource_type=4, resource_name="1", configs=[])])),
+        ApiKey.INCREMENTAL_ALTER_CONFIGS: lambda v: (configs.incremental_alter_configs, IncrementalAlterConfigsRequest(
+            version=v, validate_only=True, resources=[IC(resource_type=2, resource_name="orders", configs=[
+                IC.AlterableConfig(name="cleanup.policy", config_operation=2, value="compact")])])),
     }

@@ -375,6 +375,7 @@ def group_requests() -> dict:
         JoinGroupRequest,
         LeaveGroupRequest,
         OffsetCommitRequest,
+        OffsetDeleteRequest,
         OffsetFetchRequest,
         SyncGroupRequest,
     )
@@ -435,6 +436,9 @@ def group_requests() -> dict:
                                                                            types_filter=[])),
         ApiKey.DELETE_GROUPS: lambda v: (apis.delete_groups, DeleteGroupsRequest(version=v,
                                                                                  groups_names=["o", "x"])),
+        ApiKey.OFFSET_DELETE: lambda v: (apis.offset_delete, OffsetDeleteRequest(
+            version=v, group_id="o", topics=[OffsetDeleteRequest.OffsetDeleteRequestTopic(name="t", partitions=[
+                OffsetDeleteRequest.OffsetDeleteRequestTopic.OffsetDeleteRequestPartition(partition_index=0)])])),
     }
 
 
