@@ -109,20 +109,30 @@ class MessagingFrontDoor(rmq_grpc.MessagingServiceServicer):  # type: ignore[mis
     @answers_with_status(rmq_service.QueryRouteResponse)
     def QueryRoute(self, request: rmq_service.QueryRouteRequest, context: Any) -> rmq_service.QueryRouteResponse:
         """One queue per partition, on its owner (on its preferred node while no node owns it, so the
-        queue list never changes shape; a send there fails and the client tries its next queue)."""
+        queue list never changes shape; a send there fails and the client tries its next queue). Queue ids
+        count per broker, 0 up, as a RocketMQ broker numbers its own queues (the Node.js client uses only
+        queue 0 of each broker: with ids per partition it would reach one node only)."""
         topic = request.topic.name
         count = self._partition_count(topic)
         accepted = rmq_messages.accepted_types(self._topics.configs(topic))
         queues = []
+        for owner, partitions in sorted(self._queues_by_broker(topic, count).items()):
+            for queue_id, _partition in enumerate(partitions):
+                queues.append(rmq.MessageQueue(
+                    topic=rmq.Resource(name=topic, resource_namespace=request.topic.resource_namespace), id=queue_id,
+                    permission=rmq.READ_WRITE, accept_message_types=accepted,
+                    broker=rmq.Broker(name=f"node-{owner}", id=0, endpoints=_endpoints(self._address_of(owner)))))
+        return rmq_service.QueryRouteResponse(status=status(), message_queues=queues)
+
+    def _queues_by_broker(self, topic: str, count: int) -> dict[int, list[int]]:
+        """node -> the partitions its queues stand for, in queue-id order."""
+        by_broker: dict[int, list[int]] = defaultdict(list)
         for partition in range(count):
             owner = self._membership.owner(topic, partition)
             if owner < 0:
                 owner = self._membership.placement.owner(topic, partition)
-            queues.append(rmq.MessageQueue(
-                topic=rmq.Resource(name=topic, resource_namespace=request.topic.resource_namespace), id=partition,
-                permission=rmq.READ_WRITE, accept_message_types=accepted,
-                broker=rmq.Broker(name=f"node-{owner}", id=0, endpoints=_endpoints(self._address_of(owner)))))
-        return rmq_service.QueryRouteResponse(status=status(), message_queues=queues)
+            by_broker[owner].append(partition)
+        return by_broker
 
     def _partition_count(self, topic: str) -> int:
         if not topic:
@@ -143,9 +153,9 @@ class MessagingFrontDoor(rmq_grpc.MessagingServiceServicer):  # type: ignore[mis
     def NotifyClientTermination(self, request: rmq_service.NotifyClientTerminationRequest,
                                 context: Any) -> rmq_service.NotifyClientTerminationResponse:
         with self._lock:
-            sessions = self._sessions.pop(client_id_of(context), set())
+            sessions = set(self._sessions.get(client_id_of(context), ()))
         for session in sessions:
-            session.close()
+            session.retire()  # its streams stay open until the client closes them, as the proxy leaves them
         return rmq_service.NotifyClientTerminationResponse(status=status())
 
     def Telemetry(self, request_iterator: Iterator[rmq_service.TelemetryCommand],
@@ -330,8 +340,11 @@ class MessagingFrontDoor(rmq_grpc.MessagingServiceServicer):  # type: ignore[mis
             wait_s = min(wait_s, max(remaining - _ANSWER_MARGIN_S, 0.0))
         batch_size = min(max(request.batch_size, 1), _MAX_BATCH)
         matches = rmq_messages.tag_filter(request.filter_expression)
-        deliveries = self._pop.receive(group, topic, request.message_queue.id, batch_size, invisible_ms,
-                                       min(wait_s, _MAX_LONG_POLL_S), matches)
+        mine = self._queues_by_broker(topic, self._partition_count(topic)).get(self._node_id, [])
+        queue_id = request.message_queue.id
+        first = mine[queue_id] if 0 <= queue_id < len(mine) else 0  # where this node's pops start
+        deliveries = self._pop.receive(group, topic, first, batch_size, invisible_ms, min(wait_s, _MAX_LONG_POLL_S),
+                                       matches)
         return deliveries, invisible_ms
 
     @answers_with_status(rmq_service.AckMessageResponse)

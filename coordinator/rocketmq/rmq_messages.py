@@ -7,6 +7,7 @@ way it entered (RocketMQ's front door, or a half message committed by txnsim's o
 """
 from __future__ import annotations
 
+import hashlib
 import zlib
 from collections.abc import Callable
 
@@ -112,8 +113,13 @@ def half_message_of(message: rmq.Message, partition: int,
         check_immunity_ms=immunity.seconds * 1000 + immunity.nanos // 1_000_000, born_timestamp_ms=_millis(message))
 
 
-def _system_properties(message_id: str, message_type: int, tag: str, keys: str, born_ms: int) -> rmq.SystemProperties:
+def _system_properties(message_id: str, message_type: int, tag: str, keys: str, born_ms: int,
+                       body: bytes) -> rmq.SystemProperties:
+    """The system properties of a message as the proxy delivers it: its body's digest always set (MD5, upper-case
+    hex, as GrpcConverter.buildSystemProperties sets it; the Node.js client cannot read a message without one)."""
     props = rmq.SystemProperties(message_id=message_id, message_type=message_type, body_encoding=rmq.IDENTITY)
+    props.body_digest.type = rmq.MD5
+    props.body_digest.checksum = hashlib.md5(body).hexdigest().upper()
     if tag:
         props.tag = tag
     props.keys.extend(k for k in keys.split(" ") if k)
@@ -132,7 +138,8 @@ def check_command(check: pb.TransactionCheck) -> rmq_service.TelemetryCommand:
     message = rmq.Message(
         topic=rmq.Resource(name=m.topic), body=m.value,
         user_properties=_properties([(h.key, h.value) for h in m.headers]),
-        system_properties=_system_properties(m.message_id, rmq.TRANSACTION, m.tag, m.keys, m.born_timestamp_ms))
+        system_properties=_system_properties(m.message_id, rmq.TRANSACTION, m.tag, m.keys, m.born_timestamp_ms,
+                                             m.value))
     command = rmq_service.TelemetryCommand()
     command.recover_orphaned_transaction_command.message.CopyFrom(message)
     command.recover_orphaned_transaction_command.transaction_id = check.transaction_id
@@ -147,7 +154,7 @@ def message_of_record(topic: str, partition: int, record: records.Record) -> rmq
     message_id = system.get(log_format.MESSAGE_ID) or f"{partition:08X}{record.offset:024X}"
     born = int(system.get(log_format.BORN_TIMESTAMP, "0") or 0) or record.timestamp
     props = _system_properties(message_id, rmq.NORMAL, system.get(log_format.TAGS, ""),
-                               system.get(log_format.KEYS, ""), born)
+                               system.get(log_format.KEYS, ""), born, record.value or b"")
     props.queue_id = partition
     props.queue_offset = record.offset
     props.store_timestamp.FromMilliseconds(record.timestamp)

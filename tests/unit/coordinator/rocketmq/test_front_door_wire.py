@@ -3,6 +3,7 @@ as a check channel."""
 from __future__ import annotations
 
 import gzip
+import hashlib
 
 import pytest
 
@@ -151,3 +152,48 @@ def test_a_gzip_body_inflates_only_up_to_the_limit():
         rmq_messages.body_of(gzip_message(gzip.compress(b"cut short")[:-6]))
     with pytest.raises(errors.InvalidRequestError, match="not valid GZIP"):
         rmq_messages.body_of(gzip_message(b"not gzip at all"))
+
+
+def test_settings_carry_what_the_proxy_fills_in_so_every_client_can_start():
+    """The Node.js client dies at start-up without a producer's backoff policy (TypeError 'getStrategyCase')."""
+    session = TelemetrySession("c1", ProducerRegistry(), max_body_bytes=4096)
+    session.received(rmq_service.TelemetryCommand(settings=rmq.Settings(
+        client_type=rmq.PRODUCER, publishing=rmq.Publishing(topics=[rmq.Resource(name="points")]))))
+    reply = session.next(1.0)
+    assert reply is not None
+    policy = reply.settings.backoff_policy
+    assert policy.max_attempts == 3 and policy.exponential_backoff.multiplier == 2.0
+    assert policy.exponential_backoff.initial.ToMilliseconds() == 10
+    assert reply.settings.publishing.max_body_size == 4096
+    consumer = TelemetrySession("c2", ProducerRegistry(), max_body_bytes=4096)
+    consumer.received(rmq_service.TelemetryCommand(settings=rmq.Settings(
+        client_type=rmq.SIMPLE_CONSUMER, subscription=rmq.Subscription(group=rmq.Resource(name="readers")))))
+    answer = consumer.next(1.0)
+    assert answer is not None and len(answer.settings.backoff_policy.customized_backoff.next) == 18
+    assert answer.settings.subscription.receive_batch_size == 32
+
+
+def test_a_goodbye_unregisters_the_producer_but_leaves_its_stream_open():
+    registry = ProducerRegistry()
+    session = TelemetrySession("c1", registry, max_body_bytes=4096)
+    session.received(rmq_service.TelemetryCommand(settings=rmq.Settings(
+        client_type=rmq.PRODUCER, publishing=rmq.Publishing(topics=[rmq.Resource(name="points")]))))
+    session.next(1.0)
+    assert registry.pick("points") is session
+    session.retire()
+    assert registry.pick("points") is None  # no check-back goes to a client that said goodbye
+    assert not session.closed  # the client closes it; a stream the server ends, the Node.js client reopens
+    session.received(rmq_service.TelemetryCommand(settings=rmq.Settings(
+        client_type=rmq.PRODUCER, publishing=rmq.Publishing(topics=[rmq.Resource(name="points")]))))
+    assert registry.pick("points") is None
+
+
+def test_delivered_and_checked_messages_carry_the_md5_of_their_body():
+    record = records.Record(3, 1000, None, b"-10", ())
+    message = rmq_messages.message_of_record("points", 0, record)
+    assert message.system_properties.body_digest.type == rmq.MD5
+    assert message.system_properties.body_digest.checksum == hashlib.md5(b"-10").hexdigest().upper()
+    check = rmq_messages.check_command(pb.TransactionCheck(transaction_id="TX-0-1", message=pb.HalfMessage(
+        topic="points", value=b"-10", message_id="01A")))
+    digest = check.recover_orphaned_transaction_command.message.system_properties.body_digest
+    assert digest.checksum == hashlib.md5(b"-10").hexdigest().upper()
