@@ -226,7 +226,8 @@ def test_topics_create_list_describe(cli_cluster, orders):
     assert all(cells[3] == cells[4] for cells in rows), described  # high watermark == last stable offset
     fails_cleanly(txnsim("topics", "create", "orders", "--partitions", "3", *cli_cluster.cluster_args()),
                   "TOPIC_ALREADY_EXISTS", "TopicAlreadyExists")
-    fails_cleanly(txnsim("topics", "create", "bad/name", *cli_cluster.cluster_args()), "InvalidTopic")
+    line = fails_cleanly(txnsim("topics", "create", "bad/name", *cli_cluster.cluster_args()), "InvalidTopic")
+    assert "(invalid-config: fix the setting or the request" in line  # KIP-1050's class, and what to do
 
 
 def test_topics_alter_grows_a_topic_and_changes_its_settings_then_delete_removes_it(cli_cluster):

@@ -109,3 +109,28 @@ def test_kafka_python_import_habits_work_on_the_public_package():
     assert txnsim.errors.CommitFailedError is CommitFailedError is errors.CommitFailedError
     assert NoBrokersAvailable is errors.KafkaConnectionError
     assert txnsim.OffsetAndTimestamp(5, 1000, -1).offset == 5
+
+
+def test_every_error_has_its_kip_1050_class_and_kafkas_table_wins():
+    from proto.errors import ERRORS_BY_CODE, ErrorClass, error_class_of
+    assert {error_class_of(cls) for cls in ERRORS_BY_CODE.values()} <= set(ErrorClass)
+    assert error_class_of(errors.ProducerFencedError) is ErrorClass.APPLICATION_RECOVERABLE
+    assert error_class_of(errors.InvalidProducerEpochError) is ErrorClass.APPLICATION_RECOVERABLE
+    assert error_class_of(errors.NotCoordinatorError) is ErrorClass.REFRESH_RETRIABLE
+    assert error_class_of(errors.ConcurrentTransactionsError) is ErrorClass.RETRIABLE
+    assert error_class_of(errors.TransactionAbortableError) is ErrorClass.ABORTABLE
+    assert error_class_of(errors.InvalidConfigError("x")) is ErrorClass.INVALID_CONFIG
+    assert error_class_of(errors.UnknownServerError) is ErrorClass.FATAL
+
+
+def test_the_class_table_in_kafka_wire_md_is_the_codes_own():
+    import re
+    from pathlib import Path
+
+    from proto.errors import ERRORS_BY_CODE, RocketMQError, error_class_of
+    doc = (Path(__file__).parents[2] / "docs" / "kafka-wire.md").read_text()
+    documented = {(m[1], int(m[2]), m[3]) for m in re.finditer(r"^\| ([A-Z_]+) \| (-?\d+) \| ([a-z-]+) \|$", doc,
+                                                                 re.MULTILINE)}
+    wanted = {(cls.name, code, error_class_of(cls).value) for code, cls in ERRORS_BY_CODE.items()
+              if not issubclass(cls, RocketMQError) and code < 1000}
+    assert documented == wanted

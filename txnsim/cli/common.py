@@ -21,7 +21,7 @@ from rich.markup import escape
 
 from coordinator.layout import ClusterLayout, read_cluster_spec
 from coordinator.membership import node_is_alive
-from proto.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
+from proto.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, error_class_of
 from txnsim.admin import Admin
 
 console = Console(highlight=False, emoji=False)
@@ -161,7 +161,8 @@ def exits_cleanly(command: Callable[[argparse.Namespace], int | None]) -> Callab
                   "see `txnsim cluster status`)")
             return 1
         except KafkaError as exc:
-            error(f"{type(exc).__name__}: {exc}")
+            kind = error_class_of(exc)
+            error(f"{type(exc).__name__}: {exc} ({kind.value}: {kind.advice})")
             return 1
         except ValueError as exc:  # e.g. an empty --bootstrap-servers
             error(str(exc))
