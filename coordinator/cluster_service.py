@@ -122,9 +122,10 @@ class ClusterServer:
             latest = LeaderEpochs(self._logs.log_dir(topic, partition), self._logs.storage).latest()
         except (OSError, KafkaError):
             latest = None
-        epoch = -1 if latest is None else latest.epoch
-        self._epochs_read[(topic, partition)] = (now + EPOCH_CACHE_S, epoch)
-        return epoch
+        if latest is None:
+            return -1  # not led yet: asked again next time, since its first leader may open it any moment
+        self._epochs_read[(topic, partition)] = (now + EPOCH_CACHE_S, latest.epoch)
+        return latest.epoch
 
     def create_topic(self, req: pb.CreateTopicRequest) -> pb.CreateTopicResponse:
         self._topics.create(req.name, req.partitions, dict(req.configs))

@@ -51,7 +51,39 @@ def decode_request(frame: bytes, request_class: type[ApiMessage], version: int) 
         raise CloseConnection(f"malformed {request_class.__name__} v{version}: {type(exc).__name__}: {exc}") from exc
     if request is None or request.header is None:
         raise CloseConnection(f"malformed {request_class.__name__} v{version}: no header")
+    check_nulls(request, version, f"{request_class.__name__} v{version}: ")
     return request
+
+
+def check_nulls(message: ApiMessage, version: int, where: str = "") -> None:
+    """CloseConnection naming the field when a request carries null where its version allows none (an array or
+    a string that is not nullable): the decoder lets those through, and a handler would take them for a bug."""
+    for name, field in type(message).fields.items():
+        spec = getattr(field, "_json", {})
+        if not _in_versions(spec.get("versions", "0+"), version):
+            continue
+        value = getattr(message, name, None)
+        kind = spec.get("type", "")
+        if value is None and (kind.startswith("[]") or kind in ("string", "bytes")) \
+                and not _in_versions(spec.get("nullableVersions", "none"), version):
+            raise CloseConnection(f"malformed request: {where}{spec.get('name', name)} is null, which v{version} "
+                                  f"does not allow")
+        if isinstance(value, list):
+            for item in value:
+                if hasattr(type(item), "fields"):
+                    check_nulls(item, version, f"{where}{spec.get('name', name)}[].")
+        elif value is not None and hasattr(type(value), "fields"):
+            check_nulls(value, version, f"{where}{spec.get('name', name)}.")
+
+
+def _in_versions(spec: str, version: int) -> bool:
+    """Whether `version` is in one of Kafka's version ranges ("0+", "3-5", "none")."""
+    if spec == "none":
+        return False
+    if spec.endswith("+"):
+        return version >= int(spec[:-1])
+    low, _, high = spec.partition("-")
+    return int(low) <= version <= int(high or low)
 
 
 def encode_response(response: ApiMessage, correlation_id: int) -> bytes:

@@ -417,3 +417,21 @@ def test_metadata_answers_the_leader_epoch_the_batches_carry(cluster, topic):
     finally:
         consumer.close()
     assert partition.leader_epoch >= 0 and message.leader_epoch() == partition.leader_epoch
+
+
+def test_a_null_array_where_the_version_allows_none_is_the_clients_error_not_a_node_bug(cluster):
+    """A request whose non-nullable array is null (-1) closes its connection as malformed, logged in one line
+    as the client's mistake, never as a handler's traceback."""
+    request = ProduceRequest(version=7, transactional_id=None, acks=1, timeout_ms=1000, topic_data=[])
+    request.with_header(correlation_id=9, client_id="raw")
+    frame = bytearray(request.encode(header=True, framed=True))
+    assert frame[-4:] == b"\x00\x00\x00\x00"  # topic_data, the last field: an empty array
+    frame[-4:] = b"\xff\xff\xff\xff"            # null, which Produce v7 does not allow
+    with socket.create_connection(kafka_address(cluster), timeout=10) as sock:
+        sock.sendall(bytes(frame))
+        assert closed_by_node(sock)
+    logged = wait_until(lambda: "TopicData is null" in (text := cluster.node_log(0).read_text(errors="replace"))
+                        and text, what="the malformed request logged")
+    line = next(line for line in logged.splitlines() if "TopicData is null" in line)
+    assert "malformed request: ProduceRequest v7" in line
+    assert "failed on the node" not in logged and "Traceback" not in logged
