@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -366,3 +367,41 @@ def test_cluster_start_with_ui_serves_the_view_of_the_cluster_it_started(tmp_pat
     finally:
         started.terminate()  # SIGTERM: the nodes stop cleanly
         assert started.wait(timeout=30) == 0, log.read_text()
+
+
+def http_status(url: str) -> tuple[int, dict]:
+    """(status, JSON body) of a GET, errors included."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_hostile_query_parameters_get_a_clear_400_and_read_nothing_outside_the_logs(cluster, page_url):
+    outside = cluster.data_dir.parent / "secret-0"
+    outside.mkdir(exist_ok=True)
+    for topic in ("../../secret", "..", "orders/../../x", "a" * 300):
+        status, body = http_status(page_url + "api/messages?" + urllib.parse.urlencode({"topic": topic}))
+        assert status == 400 and body["error"].startswith("INVALID_TOPIC_EXCEPTION"), (topic, body)
+    status, body = http_status(page_url + "api/transactions/x/timeline?last=" + "9" * 5000)
+    assert status == 400 and "whole number" in body["error"]
+    status, body = http_status(page_url + "api/messages?topic=orders&offset=" + "9" * 5000)
+    assert status == 400 and "whole numbers" in body["error"]
+    assert http_status(page_url + "api/messages?topic=orders")[0] == 200
+
+
+def test_an_id_that_holds_html_is_shown_as_text_never_as_markup(cluster, page_url, browser):
+    hostile = '<a href="https://example.invalid/">click</a>'
+    with Producer(bootstrap_servers=cluster.bootstrap_servers, transactional_id=hostile) as p:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send("orders", value=b"x", partition=0)
+        p.commit_transaction()
+    browser.get(page_url)
+    browser.find_element(By.ID, "timeline-id").send_keys(hostile)
+    browser.find_element(By.CSS_SELECTOR, "#timeline-form button").click()
+    wait_for(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#timeline-chart .gtitle"), "the timeline's title")
+    title = browser.find_element(By.CSS_SELECTOR, "#timeline-chart .gtitle")
+    assert hostile in title.text
+    assert not browser.find_elements(By.CSS_SELECTOR, "#timeline-chart a")  # no live link anywhere in the chart

@@ -28,6 +28,7 @@ from starlette.templating import Jinja2Templates
 
 from coordinator.layout import ClusterLayout
 from proto.errors import KafkaError
+from proto.structs import validate_topic_name
 from txnsim.ui import queries
 from txnsim.ui.sampler import ClusterSampler
 from txnsim.ui.shared import Answer, SharedSections
@@ -132,8 +133,10 @@ def create_app(data_dir: Path, *, interval_s: float = 1.0, stopping: Callable[[]
                                  headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
     def last_of(request: Request, default: int) -> int | None:
+        """A whole number of at most 9 digits (a longer one is no count anyone means, and Python refuses to
+        convert one of over 4,300 digits), or None."""
         last = request.query_params.get("last", str(default))
-        return int(last) if last.lstrip("-").isdigit() else None
+        return int(last) if last.lstrip("-").isdigit() and len(last.lstrip("-")) <= 9 else None
 
     def timeline(request: Request) -> JSONResponse:
         last = last_of(request, queries.TIMELINE_TRANSACTIONS)
@@ -149,13 +152,20 @@ def create_app(data_dir: Path, *, interval_s: float = 1.0, stopping: Callable[[]
 
     def messages(request: Request) -> JSONResponse:
         q = request.query_params
+        topic = q.get("topic", "")
+        try:  # the name becomes a directory name: only a topic's may (no "..", no "/")
+            validate_topic_name(topic)
+        except KafkaError as exc:
+            return JSONResponse({"error": f"INVALID_TOPIC_EXCEPTION: {exc.message}"}, 400)
+        if any(len(q.get(name, "")) > 19 for name in ("partition", "offset", "limit")):
+            return JSONResponse({"error": "INVALID_REQUEST: partition, offset and limit are whole numbers"}, 400)
         try:
             partition, offset, limit = int(q.get("partition", "0")), int(q.get("offset", "0")), int(q.get("limit", "50"))
         except ValueError:
             return JSONResponse({"error": "INVALID_REQUEST: partition, offset and limit are whole numbers"}, 400)
         if partition < 0 or offset < 0 or not 1 <= limit <= 1000:
             return JSONResponse({"error": "INVALID_REQUEST: partition and offset must be >= 0, limit 1..1000"}, 400)
-        return answer(lambda: {"records": browser(q.get("topic", ""), partition, offset, limit)})
+        return answer(lambda: {"records": browser(topic, partition, offset, limit)})
 
     def plotly_js(_request: Request) -> FileResponse:
         return FileResponse(PLOTLY_JS, media_type="application/javascript")

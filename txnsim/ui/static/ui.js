@@ -162,16 +162,21 @@ function pollTimeline() {
   poll(base + encodeURIComponent(timelineId) + "/timeline?last=" + $("timeline-last").value, "timeline-error",
     drawTimeline);
 }
+// Plotly renders a subset of HTML in titles, legends and hover text: a transactional id or a group id (any
+// string a client chose) is shown as text, never as markup
+function plain(text) {
+  return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+}
 function drawTimeline(t) {
   const name = t.group_id !== undefined ? "group " + t.group_id : t.transactional_id;
   if (!t.events.length) $("timeline-error").textContent = "no durable record of " + name + " yet";
   const traces = t.kinds.filter((k) => t.events.some((e) => e.kind === k)).map((kind) => {
     const events = t.events.filter((e) => e.kind === kind);
     const [symbol, color] = KIND_STYLE[kind] || ["circle", "#000"];
-    return {x: events.map((e) => new Date(e.time_ms)), y: events.map((e) => e.lane), name: kind, mode: "markers",
+    return {x: events.map((e) => new Date(e.time_ms)), y: events.map((e) => plain(e.lane)), name: kind, mode: "markers",
       type: "scatter", marker: {symbol, color, size: 13, line: {width: 1, color: "#fff"}},
       text: events.map((e) => (e.generation ? `generation ${e.generation}` : `transaction ${e.transaction}`) +
-        `: ${e.label}<br>${e.detail}`), hoverinfo: "text+x"};
+        `: ${plain(e.label)}<br>${plain(e.detail)}`), hoverinfo: "text+x"};
   });
   const shapes = t.events.filter((e) => e.kind in MARKED).map((e) => ({
     type: "line", xref: "x", yref: "paper", x0: new Date(e.time_ms), x1: new Date(e.time_ms), y0: 0, y1: 1,
@@ -179,9 +184,9 @@ function drawTimeline(t) {
   const groups = t.groups && t.groups.length ? ` with the rebalances of group ${t.groups.join(", ")}` : "";
   const unit = t.group_id !== undefined ? "generations" : "events";
   Plotly.react("timeline-chart", traces, {
-    title: {text: "timeline of " + name + groups + (t.left_out ? ` (${t.left_out} earlier ${unit} left out)` : ""),
+    title: {text: plain("timeline of " + name + groups) + (t.left_out ? ` (${t.left_out} earlier ${unit} left out)` : ""),
       font: {size: 14}}, margin: {t: 40, r: 10, b: 40, l: 120},
-    yaxis: {type: "category", categoryorder: "array", categoryarray: [...t.lanes].reverse(), automargin: true},
+    yaxis: {type: "category", categoryorder: "array", categoryarray: [...t.lanes].reverse().map(plain), automargin: true},
     xaxis: {type: "date", tickformat: "%H:%M:%S.%L"}, shapes, legend: {orientation: "h"}},
     {displaylogo: false, responsive: true});
   rows($("timeline-table").tBodies[0], t.events, (tr, e) => {
@@ -203,8 +208,8 @@ function drawGroups(body) {
   const now = new Date();
   Plotly.react("group-chart", body.groups.map((g) => ({
     x: [...g.rebalances.map((r) => new Date(r.time_ms)), now], y: [...g.rebalances.map((r) => r.generation), g.generation],
-    text: [...g.rebalances.map((r) => `${g.group_id}: generation ${r.generation}, ${r.members} member(s), ${r.state}`), ""],
-    name: g.group_id, mode: "lines+markers", line: {shape: "hv"}, hoverinfo: "text+x"})),
+    text: [...g.rebalances.map((r) => `${plain(g.group_id)}: generation ${r.generation}, ${r.members} member(s), ${r.state}`), ""],
+    name: plain(g.group_id), mode: "lines+markers", line: {shape: "hv"}, hoverinfo: "text+x"})),
     {margin: {t: 10, r: 10, b: 30, l: 50}, yaxis: {title: "generation", dtick: 1}, legend: {orientation: "h"}},
     {displaylogo: false, responsive: true});
   $("group-list").replaceChildren(...body.groups.map((g) => {
