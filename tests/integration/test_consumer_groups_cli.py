@@ -71,3 +71,18 @@ def test_describe_reset_and_delete_a_group(cluster, admin, topic):
     assert deleted.returncode == 0, deleted
     assert group not in groups(cluster, "list").stdout
     assert admin.list_consumer_group_offsets(group) == {}
+
+
+def test_consume_with_a_group_waits_for_its_assignment_then_reads_and_commits(cluster, admin, topic):
+    """The first rebalance of a new group waits its initial delay (3 s by default, past consume's 2 s idle timeout):
+    consume used to give up before it had any partition, printing nothing and leaving no offsets."""
+    with Producer(bootstrap_servers=cluster.bootstrap_servers) as producer:
+        for i in range(6):
+            producer.send(topic, value=f"r{i}".encode(), partition=i % 3)
+    group = f"console-{topic}"
+    result = txnsim("consume", topic, "--group", group, "--from-beginning", "--bootstrap-servers",
+                    cluster.bootstrap_servers)
+    assert result.returncode == 0, result
+    assert sorted(line.split("\t")[-1] for line in result.stdout.splitlines()) == [f"r{i}" for i in range(6)]
+    committed = admin.list_consumer_group_offsets(group)
+    assert {tp.partition: o.offset for tp, o in committed.items() if tp.topic == topic} == {0: 2, 1: 2, 2: 2}

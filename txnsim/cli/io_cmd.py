@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from proto.errors import IllegalArgumentError, InvalidRecordError, UnknownTopicOrPartitionError
+from proto.errors import IllegalArgumentError, InvalidRecordError, KafkaTimeoutError, UnknownTopicOrPartitionError
 from proto.structs import ConsumerRecord, TopicPartition
 from txnsim.admin import Admin
 from txnsim.cli.common import (
@@ -36,6 +36,10 @@ PRODUCER_PROPERTIES = {"parse.key": "false", "key.separator": "\t", "parse.heade
 CONSUMER_PROPERTIES = {"print.key": "false", "print.value": "true", "print.headers": "false",
                        "print.timestamp": "false", "print.partition": "true", "print.offset": "true",
                        "key.separator": "\t", "headers.separator": ",", "line.separator": "\n"}
+
+#: how long `consume --group` waits for the group to assign it partitions (a first join waits the group's initial
+#: rebalance delay, 3 s by default, and longer when other members are slow to rejoin)
+GROUP_JOIN_WAIT_S = 60.0
 
 
 def _property(text: str) -> tuple[str, str]:
@@ -249,7 +253,7 @@ def consume_records(args: argparse.Namespace) -> int:
             if isinstance(start, int):
                 c.seek(TopicPartition(args.topic, args.partition), start)
         seen = 0
-        idle_since = time.monotonic()
+        idle_since = joining_since = time.monotonic()
         if args.follow:
             stop_on_interrupt()  # its only way to end, also when a script started it in the background
         try:
@@ -258,6 +262,14 @@ def consume_records(args: argparse.Namespace) -> int:
                 batch = c.poll(timeout_ms=200, max_records=remaining)  # never past what will be printed
                 records = [r for rs in batch.values() for r in rs]
                 if not records:
+                    if args.group and not c.assignment():  # still joining: the idle timer starts once assigned
+                        if time.monotonic() - joining_since > GROUP_JOIN_WAIT_S:
+                            raise KafkaTimeoutError(
+                                f"[REQUEST_TIMED_OUT] group {args.group!r} gave this consumer no partitions of "
+                                f"{args.topic!r} within {GROUP_JOIN_WAIT_S:g} s (is every partition taken by "
+                                "other members?)")
+                        idle_since = time.monotonic()
+                        continue
                     if not args.follow and (time.monotonic() - idle_since) * 1000 >= args.timeout_ms:
                         break
                     continue
