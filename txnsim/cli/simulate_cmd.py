@@ -262,7 +262,7 @@ def _sweep(args: argparse.Namespace, template: SimConfig) -> int:
     if args.json:
         result = sweep(template, seeds, args.jobs)
         print(json.dumps(sweep_json(result), indent=2))
-        return 1 if result.failures else 0
+        return 130 if result.interrupted else 1 if result.failures else 0
     violations = 0
     with sweep_progress() as progress:
         task = progress.add_task("seeds", total=len(seeds), violations=0)
@@ -273,5 +273,9 @@ def _sweep(args: argparse.Namespace, template: SimConfig) -> int:
             progress.update(task, advance=1, violations=violations)
         result = sweep(template, seeds, args.jobs, advance)
     console.print(sweep_table(result, template))
+    if result.interrupted:
+        console.print(f"interrupted: {len(result.outcomes)} of {result.asked} seeds ran "
+                      f"({len(result.failures)} with a violation); the table has those")
+        return 130
     return 1 if result.failures else 0
 

@@ -176,7 +176,8 @@ def sweep_table(result: SweepResult, template: SimConfig) -> Group:
 
 def sweep_json(result: SweepResult) -> dict[str, Any]:
     outcomes = result.outcomes
-    return {"seeds_run": len(outcomes), "seeds_per_minute": round(result.seeds_per_minute, 1),
+    return {"seeds_run": len(outcomes), "seeds_asked": result.asked, "interrupted": result.interrupted,
+            "seeds_per_minute": round(result.seeds_per_minute, 1),
             "steps": sum(o.steps for o in outcomes), "simulated_ms": sum(o.simulated_ms for o in outcomes),
             "wall_seconds": round(result.wall_seconds, 3),
             "failures": [{"seed": o.seed, "invariant": o.invariant, "step": o.step, "message": o.message}

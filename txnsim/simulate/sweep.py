@@ -6,10 +6,12 @@ whatever order the workers finish in, so a sweep's table is itself deterministic
 """
 from __future__ import annotations
 
+import functools
+import multiprocessing
 import os
+import signal
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 
 from txnsim.simulate.simulation import SimConfig, simulate
@@ -74,6 +76,9 @@ def run_seed(template: SimConfig, seed: int) -> SeedOutcome:
 class SweepResult:
     outcomes: list[SeedOutcome]
     wall_seconds: float
+    #: seeds asked for; more than len(outcomes) when the sweep was interrupted (Ctrl-C)
+    asked: int = 0
+    interrupted: bool = False
 
     @property
     def failures(self) -> list[SeedOutcome]:
@@ -86,24 +91,38 @@ class SweepResult:
 
 def sweep(template: SimConfig, seeds: Iterable[int], jobs: int | None = None,
           on_outcome: Callable[[SeedOutcome], None] | None = None) -> SweepResult:
-    """Run every seed; `jobs` processes (default: one per CPU; 1 runs in this process)."""
+    """Run every seed; `jobs` processes (default: one per CPU; 1 runs in this process). A Ctrl-C stops it at
+    once: the workers (which ignore SIGINT, so only this process decides) are terminated, and the result holds
+    the seeds that finished, marked interrupted."""
     seed_list = list(seeds)
     jobs = jobs or os.cpu_count() or 1
     started = time.perf_counter()
     outcomes: list[SeedOutcome] = []
-    if jobs == 1 or len(seed_list) == 1:
-        for seed in seed_list:
-            outcome = run_seed(template, seed)
-            outcomes.append(outcome)
-            if on_outcome is not None:
-                on_outcome(outcome)
-    else:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(seed_list))) as pool:
-            futures = [pool.submit(run_seed, template, seed) for seed in seed_list]
-            for future in as_completed(futures):
-                outcome = future.result()
-                outcomes.append(outcome)
-                if on_outcome is not None:
-                    on_outcome(outcome)
+
+    def done(outcome: SeedOutcome) -> None:
+        outcomes.append(outcome)
+        if on_outcome is not None:
+            on_outcome(outcome)
+    interrupted = False
+    try:
+        if jobs == 1 or len(seed_list) == 1:
+            for seed in seed_list:
+                done(run_seed(template, seed))
+        else:
+            pool = multiprocessing.Pool(min(jobs, len(seed_list)), initializer=_ignore_sigint)
+            try:
+                for outcome in pool.imap_unordered(functools.partial(run_seed, template), seed_list):
+                    done(outcome)
+                pool.close()
+            finally:
+                pool.terminate()  # at once: on Ctrl-C the workers' seeds are given up
+                pool.join()
+    except KeyboardInterrupt:
+        interrupted = True
     outcomes.sort(key=lambda o: o.seed)
-    return SweepResult(outcomes, time.perf_counter() - started)
+    return SweepResult(outcomes, time.perf_counter() - started, len(seed_list), interrupted)
+
+
+def _ignore_sigint() -> None:
+    """A worker's start: Ctrl-C goes to the whole process group, and only the parent should act on it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -51,3 +53,44 @@ def test_a_bad_argument_is_one_error_line_and_no_traceback(argv: list[str], tmp_
     assert out.returncode == 2
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "error:" in lines[0] and "Traceback" not in out.stderr
+
+
+def processes_in_group(pgid: int) -> list[int]:
+    """The live processes of process group `pgid` (what a Ctrl-C in a terminal would reach)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def test_ctrl_c_stops_a_sweep_at_once_says_what_ran_and_leaves_no_worker(tmp_path: Path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    sweep = subprocess.Popen([sys.executable, "-m", "txnsim.cli.main", "simulate", "--seeds", "100..140", "--jobs",
+                              "2"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)  # its own process group, as a shell gives a command
+    try:
+        deadline = time.monotonic() + 60
+        while len(processes_in_group(sweep.pid)) < 3:  # the command and its two workers, running seeds
+            assert sweep.poll() is None and time.monotonic() < deadline, "the sweep never started its workers"
+            time.sleep(0.05)
+        os.killpg(sweep.pid, signal.SIGINT)  # Ctrl-C reaches every process of the group
+        stopped = time.monotonic()
+        out, err = sweep.communicate(timeout=10)
+        assert time.monotonic() - stopped < 5, "the sweep took more than 5 s to stop"
+    finally:
+        if sweep.poll() is None:
+            os.killpg(sweep.pid, signal.SIGKILL)
+    assert sweep.returncode == 130, err
+    assert "interrupted:" in out and "of 41 seeds ran" in out
+    assert "Traceback" not in err
+    deadline = time.monotonic() + 5
+    while processes_in_group(sweep.pid):
+        assert time.monotonic() < deadline, f"workers left behind: {processes_in_group(sweep.pid)}"
+        time.sleep(0.05)
