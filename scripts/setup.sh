@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create ./.venv (if missing) and install txnsim with its test tools into it. Idempotent:
 # reinstalls only when pyproject.toml, the set of top-level packages (an editable install maps
-# the packages that existed when it was made) or what setup.py compiles changed.
+# the packages that existed when it was made) or what setup.py compiles changed. Then the tools
+# some tests drive from outside Python, each only when missing: chromium, kcat, the Node.js clients.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # setup.py compiles the three per-record walks (the nodes' framing check, every reader's record decoding, the
@@ -40,4 +41,25 @@ if ! command -v chromedriver >/dev/null 2>&1 || ! { command -v chromium >/dev/nu
   else
     echo "note: chromium and chromium-driver are missing (apt-get install chromium chromium-driver as root); the web view's browser tests will be skipped" >&2
   fi
+fi
+# The kcat tests drive Debian's kcat (librdkafka's command-line client); install it (as root) only when missing.
+if ! command -v kcat >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get install -y -qq kcat >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq kcat; }
+  else
+    echo "note: kcat is missing (apt-get install kcat as root); the kcat tests will be skipped" >&2
+  fi
+fi
+# The Node.js client tests run KafkaJS and RocketMQ's Node.js client, pinned by tests/clients/node/package-lock.json:
+# npm ci there only when the lock changed since the last install (its copy in node_modules is the stamp).
+# --ignore-scripts: the one install script (protobufjs's postinstall) only warns about version schemes.
+node_dir=tests/clients/node
+if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+  node_stamp=$node_dir/node_modules/.txnsim-installed
+  if ! cmp -s "$node_dir/package-lock.json" "$node_stamp"; then
+    (cd "$node_dir" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null)
+    cp "$node_dir/package-lock.json" "$node_stamp"
+  fi
+else
+  echo "note: node and npm are missing (Node.js 20); the KafkaJS and RocketMQ Node.js client tests will be skipped" >&2
 fi
