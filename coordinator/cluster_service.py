@@ -158,9 +158,10 @@ class ClusterServer:
         """Close this node's open logs of a deleted topic and remove its committed offsets from the groups loaded
         here (neither if the name was created again meanwhile)."""
         if self._topics.partitions(req.name) is None:
-            if self._logs is not None:
-                for partition in range(req.partitions):
-                    self._logs.forget(req.name, partition)
+            if self._logs is not None:  # the logs open here, whatever partition count the request claims
+                for opened in self._logs.open_logs():
+                    if opened.topic == req.name:
+                        self._logs.forget(req.name, opened.partition)
             if self._delete_topic_offsets is not None:
                 self._delete_topic_offsets(req.name)
         return pb.DropTopicLogsResponse()

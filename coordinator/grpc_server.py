@@ -21,18 +21,70 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import grpc
-from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf import message_factory
+from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
+from google.protobuf.message import DecodeError
+
+from proto.errors import InvalidRequestError
 
 log = logging.getLogger(__name__)
 
+#: RocketMQ's Code for a request it cannot read
+_ROCKETMQ_BAD_REQUEST = 40000
 #: the user agent of a node's calls to other nodes (grpc.primary_user_agent of their channels)
 PEER_USER_AGENT = "txnsim-peer"
 
 T = TypeVar("T")
+
+
+class Malformed:
+    """A request that did not parse, standing in for it so that its method answers the error."""
+
+    def __init__(self, type_name: str, error: Exception) -> None:
+        self.text = f"the request does not parse as {type_name}: {error}"
+
+
+def _method_handler(method: MethodDescriptor, handler: Callable[..., Any]) -> grpc.RpcMethodHandler:
+    request_class = message_factory.GetMessageClass(method.input_type)
+    response_class = message_factory.GetMessageClass(method.output_type)
+
+    def parse(raw: bytes) -> Any:
+        try:
+            return request_class.FromString(raw)
+        except DecodeError as error:
+            return Malformed(method.input_type.full_name, error)
+
+    def answer_malformed(request: Any, context: Any, call: Callable[[Any, Any], Any]) -> Any:
+        if not isinstance(request, Malformed):
+            return call(request, context)
+        fields = response_class.DESCRIPTOR.fields_by_name
+        if "status" in fields:  # RocketMQ's services
+            return response_class(status={"code": _ROCKETMQ_BAD_REQUEST, "message": request.text})
+        if "error_code" in fields:
+            return response_class(error_code=InvalidRequestError.errno, error_message=request.text)
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.text)
+
+    serialize = response_class.SerializeToString
+    if method.client_streaming:
+        def each_parsed(requests: Any) -> Any:  # a malformed message of a stream is skipped, the stream goes on
+            return (r for r in requests if not isinstance(r, Malformed))
+        if method.server_streaming:
+            return grpc.stream_stream_rpc_method_handler(
+                lambda requests, context: handler(each_parsed(requests), context), parse, serialize)
+        return grpc.stream_unary_rpc_method_handler(
+            lambda requests, context: handler(each_parsed(requests), context), parse, serialize)
+    if method.server_streaming:
+        def stream(request: Any, context: Any) -> Any:
+            if isinstance(request, Malformed):
+                yield answer_malformed(request, context, handler)
+                return
+            yield from handler(request, context)
+        return grpc.unary_stream_rpc_method_handler(stream, parse, serialize)
+    return grpc.unary_unary_rpc_method_handler(
+        lambda request, context: answer_malformed(request, context, handler), parse, serialize)
 
 
 def is_peer(context: Any) -> bool:
@@ -72,26 +124,26 @@ class NodeGrpcServer:
         self._server = grpc.server(ThreadPoolExecutor(max_workers=max_calls, thread_name_prefix=f"rpc-{name}"),
                                    options=options, maximum_concurrent_rpcs=max_calls)
 
-    def add(self, add_to_server: Callable[[Any, Any], None], service: ServiceDescriptor, servicer: Any, *,
+    def add(self, service: ServiceDescriptor, servicer: Any, *,
             waiting: dict[str, Callable[[Any, Any], Any]] | None = None, streams: frozenset[str] = frozenset()
             ) -> None:
-        """Serve `servicer` (a generated ...Servicer subclass) through `add_to_server`. Each unary method runs in
-        a slot; `waiting` methods are given instead, to take slots themselves (WorkerSlots.wait_outside); the
-        methods named in `streams` take no slot (they last, and do little at a time)."""
+        """Serve `servicer` (a generated ...Servicer subclass) as `service`. Each unary method runs in a slot;
+        `waiting` methods are given instead, to take slots themselves (WorkerSlots.wait_outside); the methods
+        named in `streams` take no slot (they last, and do little at a time). A request that does not parse is
+        answered with the service's own error (INVALID_REQUEST, or RocketMQ's BAD_REQUEST) by its handler's
+        stand-in, never with a gRPC error and a traceback in the log."""
         waiting = waiting or {}
-        methods: dict[str, Any] = {}
+        handlers: dict[str, grpc.RpcMethodHandler] = {}
         for method in service.methods:
             name = method.name
             handler = getattr(servicer, name)
             if name in waiting:
-                methods[name] = waiting[name]
-            elif name in streams:
-                methods[name] = handler
-            elif method.client_streaming or method.server_streaming:
-                methods[name] = self._in_slot_stream(handler)
-            else:
-                methods[name] = self._in_slot(handler)
-        add_to_server(SimpleNamespace(**methods), self._server)
+                handler = waiting[name]
+            elif name not in streams:
+                handler = (self._in_slot_stream(handler) if method.client_streaming or method.server_streaming
+                           else self._in_slot(handler))
+            handlers[name] = _method_handler(method, handler)
+        self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
 
     def _in_slot(self, handler: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
         slots = self.slots

@@ -42,7 +42,7 @@ from coordinator.rocketmq.front_door import MessagingFrontDoor
 from coordinator.rocketmq.log_format import shard_of_transactional_id
 from coordinator.rocketmq.pop_service import PopService
 from coordinator.rocketmq.producers import ProducerRegistry
-from coordinator.rocketmq.rmq_wire import rmq_grpc, rmq_service
+from coordinator.rocketmq.rmq_wire import rmq_service
 from coordinator.rocketmq.routing import OwnerRouter
 from coordinator.rocketmq.service import HalfMessagesServicer
 from coordinator.rpc import answer
@@ -53,7 +53,6 @@ from coordinator.txn.service import TransactionServicer
 from coordinator.verification import ADD_CALL_TIMEOUT_S
 from partitions import LogConfig, LogManager, PartitionLog
 from proto import txnsim_pb2 as pb
-from proto import txnsim_pb2_grpc as rpc
 from proto.errors import (
     BrokerResponseError,
     CoordinatorNotAvailableError,
@@ -184,16 +183,15 @@ class Node:
             peer_stubs=lambda n: self.channels.stubs(self.spec.nodes[n]),
             delete_topic_offsets=self.groups.delete_topic_offsets)
         services = pb.DESCRIPTOR.services_by_name
-        server.add(rpc.add_ClusterServicer_to_server, services["Cluster"], ClusterServicer(cluster))
+        server.add(services["Cluster"], ClusterServicer(cluster))
         slots = server.slots
         partitions, groups = self.partitions, self.groups
-        server.add(rpc.add_PartitionsServicer_to_server, services["Partitions"], PartitionsServicer(self.partitions),
+        server.add(services["Partitions"], PartitionsServicer(self.partitions),
                    waiting={"Fetch": lambda request, context: answer(
                        lambda req: slots.wait_outside(context, lambda: partitions.fetch_future(req)), request,
                        pb.FetchResponse)})
-        server.add(rpc.add_TransactionCoordinatorServicer_to_server, services["TransactionCoordinator"],
-                   TransactionServicer(self.txn, self.node_id))
-        server.add(rpc.add_GroupCoordinatorServicer_to_server, services["GroupCoordinator"], GroupService(self.groups),
+        server.add(services["TransactionCoordinator"], TransactionServicer(self.txn, self.node_id))
+        server.add(services["GroupCoordinator"], GroupService(self.groups),
                    waiting={"JoinGroup": lambda request, context: answer(
                                 lambda req: slots.wait_outside(context, lambda: then(
                                     groups.join_future(req.group_id, join_request(req)), join_response)),
@@ -206,13 +204,12 @@ class Node:
                                                        {a.member_id: a.assignment for a in req.assignments}),
                                     lambda outcome: sync_response(req.group_id, outcome))),
                                 request, pb.SyncGroupResponse)})
-        server.add(rpc.add_HalfMessagesServicer_to_server, services["HalfMessages"],
-                   HalfMessagesServicer(self.half, self.producers, self.stopped), streams=frozenset({"CheckBack"}))
+        server.add(services["HalfMessages"], HalfMessagesServicer(self.half, self.producers, self.stopped),
+                   streams=frozenset({"CheckBack"}))
         # RocketMQ 5's front door, on the same port: the official clients reach the same logic
         pop = PopService(partitions=self.partitions, groups=self.groups, router=self.router,
                          offsets_shards=self.config.offsets_shards, now_ms=now_ms, stopped=self.stopped)
-        server.add(rmq_grpc.add_MessagingServiceServicer_to_server, rmq_service.DESCRIPTOR.services_by_name[
-            "MessagingService"], MessagingFrontDoor(
+        server.add(rmq_service.DESCRIPTOR.services_by_name["MessagingService"], MessagingFrontDoor(
             node_id=self.node_id, address_of=lambda n: self.spec.nodes[n], membership=self.membership,
             topics=self.topics, partitions=self.partitions, half=self.half, producers=self.producers,
             router=self.router, half_shards=self.config.half_shards,

@@ -69,6 +69,8 @@ def check_nulls(message: ApiMessage, version: int, where: str = "") -> None:
             raise CloseConnection(f"malformed request: {where}{spec.get('name', name)} is null, which v{version} "
                                   f"does not allow")
         if isinstance(value, list):
+            if kind in ("[]string", "[]bytes") and any(item is None for item in value):
+                raise CloseConnection(f"malformed request: {where}{spec.get('name', name)} holds a null element")
             for item in value:
                 if hasattr(type(item), "fields"):
                     check_nulls(item, version, f"{where}{spec.get('name', name)}[].")

@@ -6,6 +6,7 @@ is a full one and answers session id 0, which tells a client that no session was
 """
 from __future__ import annotations
 
+from collections import Counter
 from concurrent.futures import Future
 from typing import Any
 
@@ -147,6 +148,8 @@ class PartitionApis:
         timestamp, a time the first record at or after it; a time with no such record readable is -1/-1."""
         isolation = request.isolation_level if version >= 2 and request.isolation_level in (0, 1) else 0
         wanted = [(topic.name, part) for topic in request.topics for part in topic.partitions]
+        # a partition named twice is INVALID_REQUEST for both namings, as Kafka's KafkaApis answers duplicates
+        named = Counter((name, part.partition_index) for name, part in wanted)
         try:
             answer = self._partitions.list_offsets(pb.ListOffsetsRequest(
                 partitions=[pb.TopicPartitionRef(topic=name, partition=part.partition_index) for name, part in wanted],
@@ -161,6 +164,8 @@ class PartitionApis:
             for part in topic.partitions:
                 r = next(found)
                 code, offset, timestamp = r.error_code, -1, -1
+                if named[(topic.name, part.partition_index)] > 1:
+                    code = WireError.INVALID_REQUEST
                 if code == 0:
                     if part.timestamp == EARLIEST_TIMESTAMP:
                         offset = r.log_start_offset

@@ -27,7 +27,16 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from coordinator.layout import ClusterLayout
-from proto.errors import KafkaError
+from proto.errors import (
+    ErrorClass,
+    GroupIdNotFoundError,
+    IllegalArgumentError,
+    InvalidRequestError,
+    KafkaError,
+    TransactionalIdNotFoundError,
+    UnknownTopicOrPartitionError,
+    error_class_of,
+)
 from proto.structs import validate_topic_name
 from txnsim.ui import queries
 from txnsim.ui.sampler import ClusterSampler
@@ -40,11 +49,19 @@ PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 
 
 def attempt(fn: Callable[[], dict[str, Any]]) -> Answer:
-    """The query's answer, or its Kafka error as one line (the page shows it and stays live)."""
+    """The query's answer, or its Kafka error as one line (the page shows it and stays live): 404 for something
+    that does not exist, 400 for a request no cluster could answer, 503 when the cluster could not answer now."""
     try:
         return 200, fn()
     except KafkaError as exc:
-        return 503, {"error": f"{type(exc).__name__}: {exc}"}
+        if isinstance(exc, (UnknownTopicOrPartitionError, TransactionalIdNotFoundError, GroupIdNotFoundError)):
+            status = 404
+        elif error_class_of(exc) is ErrorClass.INVALID_CONFIG or isinstance(exc, (InvalidRequestError,
+                                                                                   IllegalArgumentError)):
+            status = 400
+        else:
+            status = 503
+        return status, {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def sse_event(name: str, status: int, body: dict[str, Any]) -> str:
