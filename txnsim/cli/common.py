@@ -21,7 +21,14 @@ from rich.markup import escape
 
 from coordinator.layout import ClusterLayout, read_cluster_spec
 from coordinator.membership import node_is_alive
-from proto.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, error_class_of
+from proto.errors import (
+    BrokerResponseError,
+    ErrorClass,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    error_class_of,
+)
 from txnsim.admin import Admin
 
 console = Console(highlight=False, emoji=False)
@@ -161,8 +168,11 @@ def exits_cleanly(command: Callable[[argparse.Namespace], int | None]) -> Callab
                   "see `txnsim cluster status`)")
             return 1
         except KafkaError as exc:
+            # a node's answer also says what kind of error it is (KIP-1050) and what helps; a fatal one
+            # has nothing to add, since the command has ended, and neither has an error raised here
             kind = error_class_of(exc)
-            error(f"{type(exc).__name__}: {exc} ({kind.value}: {kind.advice})")
+            helps = isinstance(exc, BrokerResponseError) and kind is not ErrorClass.FATAL
+            error(f"{type(exc).__name__}: {exc}" + (f" ({kind.value}: {kind.advice})" if helps else ""))
             return 1
         except ValueError as exc:  # e.g. an empty --bootstrap-servers
             error(str(exc))
