@@ -117,6 +117,10 @@ TOPIC_CONFIGS: dict[str, TopicConfig] = {c.name: c for c in (
     _c("max.compaction.lag.ms", L, str(LONG_MAX), minimum=1),
     _c("max.message.bytes", I, "1048588", minimum=1, enforced=True, broker_synonym="message.max.bytes"),
     _c("message.downconversion.enable", B, "true"),
+    # deprecated in Kafka 3 and gone in 4.0, still sent by clients and tests written for Kafka 3
+    _c("message.format.version", S, "3.0-IV1", broker_synonym="log.message.format.version"),
+    _c("message.timestamp.difference.max.ms", L, str(LONG_MAX), minimum=0,
+       broker_synonym="log.message.timestamp.difference.max.ms"),
     _c("message.timestamp.after.max.ms", L, "3600000", minimum=0),
     _c("message.timestamp.before.max.ms", L, str(LONG_MAX), minimum=0),
     _c("message.timestamp.type", S, "CreateTime", choices=frozenset({"CreateTime", "LogAppendTime"}),

@@ -77,6 +77,19 @@ def test_topic_configs_are_described_with_their_source_and_altered_both_ways(clu
     assert admin.describe_configs([resource])[resource].result(timeout=20)["retention.ms"].value == "86400000"
 
 
+def test_kafka_3s_deprecated_topic_settings_are_accepted(cluster, admin):
+    # librdkafka's mixed-message-version test sets message.format.version, as tools written for Kafka 3 do
+    create(admin, "kafka3-settings")
+    change = ConfigResource(ConfigResource.Type.TOPIC, "kafka3-settings",
+                            set_config={"message.format.version": "0.10.0",
+                                        "message.timestamp.difference.max.ms": "60000"})
+    admin.alter_configs([change])[change].result(timeout=20)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "kafka3-settings")
+    configs = admin.describe_configs([resource])[resource].result(timeout=20)
+    assert configs["message.format.version"].value == "0.10.0"
+    assert configs["message.timestamp.difference.max.ms"].value == "60000"
+
+
 def test_broker_configs_are_described_and_read_only(cluster, admin):
     broker = ConfigResource(ConfigResource.Type.BROKER, "0")
     configs = admin.describe_configs([broker])[broker].result(timeout=20)
