@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from client.transport import SERVER_OPTIONS, NodeChannels, Stubs, call
+from coordinator.broker_configs import BrokerConfigStore
 from coordinator.cluster_service import ClusterServer, ClusterServicer
 from coordinator.group import GroupCoordinator, GroupService
 from coordinator.group.membership import join_request, join_response, sync_response
@@ -231,7 +232,7 @@ class Node:
                 self._kafka = open_kafka_listener(kafka_address, limits=limits, backends=KafkaBackends(
                         node_id=self.node_id, cluster=cluster, partitions=self.partitions, txn=self.txn,
                         groups=self.groups, topics=self.topics, kafka_address_of=self.spec.kafka_nodes.get,
-                        config=self.config))
+                        config=self.config, broker_configs=BrokerConfigStore(self.layout.metadata)))
             except OSError as exc:
                 raise KafkaConfigurationError(
                     f"node {self.node_id} cannot listen for Kafka clients on {kafka_address}: {exc.strerror}") from None

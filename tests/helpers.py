@@ -2,10 +2,12 @@
 for the property tests of the compiled per-record walks."""
 from __future__ import annotations
 
+import socket
+import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from hypothesis import strategies as st
 
@@ -108,3 +110,23 @@ def damage_records(raw: bytearray, data: st.DataObject) -> bytes:
         else:
             raw[where:where] = data.draw(st.binary(min_size=1, max_size=12))
     return bytes(raw)
+
+
+def kafka_round_trip(bootstrap_servers: str, request: Any, response_type: Any) -> Any:
+    """One Kafka request sent as bytes on a fresh connection to the first address, its answer decoded: for what
+    no client library will send (a broker resource named "", a malformed field)."""
+    host, port = bootstrap_servers.split(",")[0].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        request.with_header(correlation_id=1, client_id="raw")
+        sock.sendall(bytes(request.encode(header=True, framed=True)))
+
+        def exactly(n: int) -> bytes:
+            data = b""
+            while len(data) < n:
+                chunk = sock.recv(n - len(data))
+                assert chunk, "the node closed the connection"
+                data += chunk
+            return data
+        (size,) = struct.unpack(">i", exactly(4))
+        return response_type.decode(exactly(size), version=request.version, header=True)
+

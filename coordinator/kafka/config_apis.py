@@ -1,6 +1,7 @@
 """DescribeConfigs, AlterConfigs and IncrementalAlterConfigs on the Kafka port: topics' settings (every one of
-Kafka's, coordinator/topic_configs.py, and txnsim's own) and the brokers' (read-only: a node's settings are
-fixed in cluster.json when the cluster is made).
+Kafka's, coordinator/topic_configs.py, and txnsim's own) and the brokers': a node's own settings are fixed in
+cluster.json when the cluster is made, and Kafka's dynamic broker settings that txnsim has no use for are
+stored and described back (coordinator/broker_configs.py).
 
 A topic setting's value is the topic's own when it has one (source TOPIC_CONFIG), else the node's setting it
 comes from (STATIC_BROKER_CONFIG, e.g. max.message.bytes from message.max.bytes), else Kafka's default
@@ -21,6 +22,7 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse,
 )
 
+from coordinator.broker_configs import CLUSTER_DEFAULT, BrokerConfigStore, is_stored
 from coordinator.config import NodeConfig
 from coordinator.kafka.apis import ApiKey
 from coordinator.kafka.dispatch import Handler
@@ -28,6 +30,10 @@ from coordinator.topic_configs import TOPIC_CONFIGS, ConfigType, TopicConfig
 from coordinator.topics import TopicStore
 from proto.errors import InvalidConfigError, InvalidRequestError, KafkaError, UnknownTopicOrPartitionError, code_of
 from proto.structs import INTERNAL_TOPICS, validate_topic_name
+
+#: the stored broker settings that are comma-separated lists (IncrementalAlterConfigs APPEND and SUBTRACT)
+LIST_SETTINGS = frozenset({"metric.reporters", "ssl.enabled.protocols", "ssl.cipher.suites",
+                           "sasl.enabled.mechanisms"})
 
 
 class ResourceType(enum.IntEnum):
@@ -39,6 +45,8 @@ class ConfigSource(enum.IntEnum):
     """Kafka's DescribeConfigs config_source (v1+)."""
 
     TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
 
@@ -84,8 +92,9 @@ def broker_configs(config: NodeConfig, node_id: int) -> dict[str, tuple[str, Con
 
 
 class ConfigApis:
-    def __init__(self, *, topics: TopicStore, config: NodeConfig, node_id: int) -> None:
+    def __init__(self, *, topics: TopicStore, config: NodeConfig, node_id: int, stored: BrokerConfigStore) -> None:
         self._topics = topics
+        self._stored = stored
         self._config = config
         self._node_id = node_id
         broker = broker_configs(config, node_id)
@@ -147,16 +156,65 @@ class ConfigApis:
                      config_type=int(definition.type), documentation=None)
 
     def _describe_broker(self, name: str, keys: set[str], synonyms: bool, version: int) -> list[Any]:
+        """A node: its own settings (read-only), then the dynamic ones stored for it or as the cluster default;
+        the cluster default ("") alone: what is stored for it, as Kafka describes the default resource."""
         self._check_broker(name)
         Entry = DescribeConfigsResponse.DescribeConfigsResult.DescribeConfigsResourceResult
-        return [Entry(name=key, value=value, read_only=True, config_source=int(ConfigSource.STATIC_BROKER_CONFIG),
-                      is_default=False, is_sensitive=False,
-                      synonyms=[Entry.DescribeConfigsSynonym(name=key, value=value,
-                                                             source=int(ConfigSource.STATIC_BROKER_CONFIG))]
-                      if synonyms else [],
+        stored = self._stored.read()
+        default = stored.get(CLUSTER_DEFAULT, {})
+        own = stored.get(name, {}) if name else {}
+        chains: dict[str, tuple[list[tuple[str, ConfigSource]], ConfigType, bool]] = {}
+        if name:
+            for key, (value, kind) in broker_configs(self._config, self._node_id).items():
+                chains[key] = ([(value, ConfigSource.STATIC_BROKER_CONFIG)], kind, True)
+        for key in sorted(set(own) | set(default)):
+            if key in chains:
+                continue  # never stored (AlterConfigs refuses a node's own settings)
+            chain = [(own[key], ConfigSource.DYNAMIC_BROKER_CONFIG)] if key in own else []
+            if key in default:
+                chain.append((default[key], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG))
+            chains[key] = (chain, ConfigType.STRING, False)
+        return [Entry(name=key, value=chain[0][0], read_only=read_only, config_source=int(chain[0][1]),
+                      is_default=False, is_sensitive=key.endswith((".password", ".jaas.config")),
+                      synonyms=[Entry.DescribeConfigsSynonym(name=key, value=value, source=int(source))
+                                for value, source in chain] if synonyms else [],
                       config_type=int(kind), documentation=None)
-                for key, (value, kind) in broker_configs(self._config, self._node_id).items()
-                if not keys or key in keys]
+                for key, (chain, kind, read_only) in chains.items() if not keys or key in keys]
+
+    def _alter_broker(self, resource: Any, incremental: bool, validate_only: bool) -> None:
+        """Kafka's dynamic settings txnsim only stores are set (legacy AlterConfigs: the set becomes exactly those
+        given); any other name, a node's own setting included, is INVALID_REQUEST as Kafka answers a read-only one."""
+        name = resource.resource_name or ""
+        self._check_broker(name)
+        fixed = sorted(c.name for c in resource.configs if not is_stored(c.name or ""))
+        if fixed:
+            raise _invalid_request(f"Cannot update these configs dynamically: {fixed} (a node's own settings are "
+                                   "fixed in cluster.json; only Kafka's dynamic settings txnsim does not act on can "
+                                   "be stored)")
+        current = self._stored.settings(name) if incremental else {}
+        for config in resource.configs:
+            op = AlterOp(config.config_operation) if incremental and \
+                config.config_operation in AlterOp._value2member_map_ else AlterOp.SET
+            if incremental and config.config_operation not in AlterOp._value2member_map_:
+                raise InvalidConfigError(f"[INVALID_CONFIG] unknown operation on broker setting {config.name}")
+            if op is AlterOp.DELETE:
+                current.pop(config.name, None)
+                continue
+            if config.value is None:
+                raise InvalidConfigError(f"[INVALID_CONFIG] broker setting {config.name} needs a value (null given)")
+            if op is AlterOp.SET:
+                current[config.name] = config.value
+                continue
+            if config.name not in LIST_SETTINGS:
+                raise InvalidConfigError(f"[INVALID_CONFIG] cannot {op.name.lower()} to broker setting "
+                                         f"{config.name} because its type is not LIST")
+            items = [item for item in current.get(config.name, "").split(",") if item]
+            change = [item.strip() for item in config.value.split(",") if item.strip()]
+            items = items + [i for i in change if i not in items] if op is AlterOp.APPEND else \
+                [i for i in items if i not in change]
+            current[config.name] = ",".join(items)
+        if not validate_only:
+            self._stored.replace(name, current)
 
     def _check_broker(self, name: str) -> None:
         if name not in ("", str(self._node_id)):
@@ -178,7 +236,9 @@ class ConfigApis:
             AlterConfigsResponse.AlterConfigsResourceResponse(error_code=code, error_message=message,
                                                               resource_type=resource.resource_type,
                                                               resource_name=resource.resource_name)
-            for resource, code, message in self._alter_each(request.resources, change)])
+            for resource, code, message in self._alter_each(
+                request.resources, change,
+                lambda r: self._alter_broker(r, incremental=False, validate_only=bool(request.validate_only)))])
 
     def incremental_alter_configs(self, request: IncrementalAlterConfigsRequest,
                                   version: int) -> IncrementalAlterConfigsResponse:
@@ -192,7 +252,9 @@ class ConfigApis:
             IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
                 error_code=code, error_message=message, resource_type=resource.resource_type,
                 resource_name=resource.resource_name)
-            for resource, code, message in self._alter_each(request.resources, change)])
+            for resource, code, message in self._alter_each(
+                request.resources, change,
+                lambda r: self._alter_broker(r, incremental=True, validate_only=bool(request.validate_only)))])
 
     def _apply(self, current: dict[str, str], name: str, op: AlterOp | None, value: str | None) -> None:
         definition = TOPIC_CONFIGS.get(name)
@@ -219,7 +281,7 @@ class ConfigApis:
             items = [item for item in items if item not in change]
         current[name] = ",".join(items)
 
-    def _alter_each(self, resources: list[Any], change: Any) -> list[tuple[Any, int, str | None]]:
+    def _alter_each(self, resources: list[Any], change: Any, change_broker: Any) -> list[tuple[Any, int, str | None]]:
         seen = Counter((r.resource_type, r.resource_name) for r in resources)
         out: list[tuple[Any, int, str | None]] = []
         for resource in resources:
@@ -227,10 +289,9 @@ class ConfigApis:
                 if seen[(resource.resource_type, resource.resource_name)] > 1:
                     raise _invalid_request("Duplicate resource.")
                 if resource.resource_type == ResourceType.BROKER:
-                    self._check_broker(resource.resource_name or "")
-                    names = sorted(c.name for c in resource.configs)
-                    raise _invalid_request(f"Cannot update these configs dynamically: {names} (a node's settings are "
-                                           "fixed in cluster.json)")
+                    change_broker(resource)
+                    out.append((resource, 0, None))
+                    continue
                 if resource.resource_type != ResourceType.TOPIC:
                     raise _invalid_request(f"resource type {resource.resource_type} cannot be altered here")
                 if not resource.resource_name:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from coordinator.broker_configs import BrokerConfigStore
 from coordinator.cluster_service import ClusterServer
 from coordinator.config import NodeConfig
 from coordinator.group import GroupCoordinator
@@ -37,6 +38,8 @@ class KafkaBackends:
     kafka_address_of: Callable[[int], str | None]
     #: the node's settings (broker configs, topic defaults, auto-creation)
     config: NodeConfig
+    #: Kafka's dynamic broker settings that txnsim only stores
+    broker_configs: BrokerConfigStore
 
 
 def build_dispatcher(backends: KafkaBackends) -> Dispatcher:
@@ -61,7 +64,8 @@ def build_dispatcher(backends: KafkaBackends) -> Dispatcher:
         **AdminApis(cluster=backends.cluster, partitions=backends.partitions, txn=backends.txn,
                     topics=backends.topics, node_id=backends.node_id,
                     default_partitions=config.num_partitions).handlers(),
-        **ConfigApis(topics=backends.topics, config=config, node_id=backends.node_id).handlers(),
+        **ConfigApis(topics=backends.topics, config=config, node_id=backends.node_id,
+                     stored=backends.broker_configs).handlers(),
     }, deferred={ApiKey.FETCH: partition_apis.fetch_later, **group_apis.deferred_handlers()})
 
 

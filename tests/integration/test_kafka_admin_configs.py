@@ -15,8 +15,9 @@ from confluent_kafka.admin import (
     NewPartitions,
     NewTopic,
 )
+from kafka.protocol.admin import AlterConfigsRequest, AlterConfigsResponse
 
-from tests.helpers import wait_until
+from tests.helpers import kafka_round_trip, wait_until
 from txnsim import Admin, LocalCluster, TopicPartition
 
 pytestmark = pytest.mark.timeout(180)
@@ -98,6 +99,44 @@ def test_broker_configs_are_described_and_read_only(cluster, admin):
     change = ConfigResource(ConfigResource.Type.BROKER, "0", set_config={"message.max.bytes": "5"})
     with pytest.raises(KafkaException, match="dynamically"):
         admin.alter_configs([change])[change].result(timeout=20)
+    assert admin.describe_configs([broker])[broker].result(timeout=20)["message.max.bytes"].value == "1048588"
+
+
+def test_kafkas_dynamic_broker_settings_are_stored_per_node_and_as_the_cluster_default(cluster, admin):
+    # librdkafka's admin test sets a SASL setting on a broker; Kafka's tools set thread counts cluster-wide
+    node = ConfigResource(ConfigResource.Type.BROKER, "1", incremental_configs=[
+        ConfigEntry("sasl.kerberos.min.time.before.relogin", "58000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([node])[node].result(timeout=20)
+    # the cluster default (resource name ""), which confluent-kafka will not send: through kafka-python's client
+    Resource = AlterConfigsRequest.AlterConfigsResource
+    answer = kafka_round_trip(cluster.kafka_bootstrap_servers, AlterConfigsRequest(version=1, validate_only=False, resources=[
+        Resource(resource_type=4, resource_name="", configs=[
+            Resource.AlterableConfig(name="log.cleaner.threads", value="2"),
+            Resource.AlterableConfig(name="sasl.kerberos.min.time.before.relogin", value="1")])]), AlterConfigsResponse)
+    assert [(r.resource_name, r.error_code) for r in answer.responses] == [("", 0)]
+    described = ConfigResource(ConfigResource.Type.BROKER, "1")
+    configs = admin.describe_configs([described])[described].result(timeout=20)
+    kerberos = configs["sasl.kerberos.min.time.before.relogin"]
+    assert kerberos.value == "58000" and kerberos.source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+    assert configs["log.cleaner.threads"].value == "2"
+    assert configs["log.cleaner.threads"].source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
+    # node 0 has only the default; a restart of the cluster would read the same file
+    other = ConfigResource(ConfigResource.Type.BROKER, "0")
+    assert admin.describe_configs([other])[other].result(timeout=20)[
+        "sasl.kerberos.min.time.before.relogin"].value == "1"
+    # a mix with one of a node's own settings changes nothing
+    mixed = ConfigResource(ConfigResource.Type.BROKER, "1", incremental_configs=[
+        ConfigEntry("num.io.threads", "16", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("log.retention.ms", "1", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(KafkaException, match="dynamically"):
+        admin.incremental_alter_configs([mixed])[mixed].result(timeout=20)
+    assert "num.io.threads" not in admin.describe_configs([described])[described].result(timeout=20)
+    # DELETE takes a node's own value away, and the default shows through
+    undo = ConfigResource(ConfigResource.Type.BROKER, "1", incremental_configs=[
+        ConfigEntry("sasl.kerberos.min.time.before.relogin", None, incremental_operation=AlterConfigOpType.DELETE)])
+    admin.incremental_alter_configs([undo])[undo].result(timeout=20)
+    assert admin.describe_configs([described])[described].result(timeout=20)[
+        "sasl.kerberos.min.time.before.relogin"].value == "1"
 
 
 def test_create_partitions_then_delete_records_move_the_topic_as_kafka_would(cluster, admin):
