@@ -19,6 +19,7 @@ from kafka.protocol.admin import (
     ListTransactionsRequest,
 )
 
+from coordinator.broker_configs import BrokerConfigStore
 from coordinator.config import NodeConfig
 from coordinator.kafka.admin_apis import AdminApis
 from coordinator.kafka.apis import ApiKey
@@ -196,7 +197,8 @@ def test_list_transactions_filters_by_state_producer_duration_and_pattern_and_hi
 def admin_requests():
     """One request per admin API at a given version, for test_handlers' encode-at-every-version check."""
     apis = admin_apis()
-    configs = ConfigApis(topics=apis._topics, config=NodeConfig(), node_id=1)
+    configs = ConfigApis(topics=apis._topics, config=NodeConfig(), node_id=1,
+                         stored=BrokerConfigStore(Path(tempfile.mkdtemp(prefix="txnsim-brokers-"))))
     CP = CreatePartitionsRequest.CreatePartitionsTopic
     DR = DeleteRecordsRequest.DeleteRecordsTopic
     DC = DescribeConfigsRequest.DescribeConfigsResource
