@@ -101,6 +101,9 @@ class NodeMetrics:
             "txnsim_ownership_changes", "Logs this node took (acquired), gave up (released) or was fenced out "
             "of; log: transaction_state, consumer_offsets, half_messages or data",
             ["action", "log"], registry=r)
+        self._snapshots = Counter(
+            "txnsim_shard_snapshots", "Snapshots this node wrote of the coordinator shards it owns (loading then "
+            "replays only the log after the newest); log: transaction_state or consumer_offsets", ["log"], registry=r)
         self._rebalances = Counter(
             "txnsim_group_rebalances", "Consumer group join phases completed (a new generation of a group "
             "on this node's offsets shards)", registry=r)
@@ -142,6 +145,9 @@ class NodeMetrics:
 
     def markers_resent(self, count: int) -> None:
         self._marker_retries.inc(count)
+
+    def shard_snapshotted(self, topic: str, shard: int, next_offset: int, log_start_offset: int) -> None:
+        self._snapshots.labels(log=log_kind(topic)).inc()
 
     def marker_request_sent(self, producers: int) -> None:
         self._marker_request_producers.observe(producers)

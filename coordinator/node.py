@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from client.transport import SERVER_OPTIONS, NodeChannels, Stubs, call
 from coordinator.broker_configs import BrokerConfigStore
@@ -47,6 +48,7 @@ from coordinator.rocketmq.rmq_wire import rmq_service
 from coordinator.rocketmq.routing import OwnerRouter
 from coordinator.rocketmq.service import HalfMessagesServicer
 from coordinator.rpc import answer
+from coordinator.runtime.real_io import RealIO
 from coordinator.topics import TopicStore
 from coordinator.txn.coordinator import TransactionCoordinator
 from coordinator.txn.markers import MarkerWriter
@@ -121,6 +123,9 @@ class Node:
         if earlier:
             log.info("released %d logs this node led before it stopped: %s", len(earlier), ", ".join(earlier))
         self.channels = NodeChannels(user_agent=PEER_USER_AGENT)
+        #: the node's world: clock, timers, pool, fsync, calls to peers (the simulator has its own)
+        self.io = RealIO(node_id, address_of=lambda n: self.spec.nodes[n], channels=self.channels)
+        self.io.serve_locally(self._serve_locally)
         self.stopped = threading.Event()
         self._ready = threading.Event()
         self.partitions = PartitionServer(
@@ -128,10 +133,8 @@ class Node:
             offsets_shards=self.config.offsets_shards, txn_shards=self.config.txn_shards,
             half_shards=self.config.half_shards,
             verify=self._verify_partitions_in_txn, on_offsets_marker=self._on_offsets_marker, observer=self.metrics)
-        self.markers = MarkerWriter(
-            local_node_id=node_id, owner_of=lambda tp: self.membership.owner(tp.topic, tp.partition),
-            address_of=lambda n: self.spec.nodes[n], write_locally=self.partitions.write_txn_markers,
-            channels=self.channels, observer=self.metrics)
+        self.markers = MarkerWriter(io=self.io, owner_of=lambda tp: self.membership.owner(tp.topic, tp.partition),
+                                    observer=self.metrics)
         #: runs a call on the owner of a log, in process or over gRPC (the half shards and the RocketMQ front door)
         self.router = OwnerRouter(node_id=node_id, membership=self.membership, channels=self.channels,
                                   address_of=lambda n: self.spec.nodes[n])
@@ -147,11 +150,11 @@ class Node:
             find_producer=self._find_producer, write_markers=self.markers.write,
             message_max_bytes=self.config.message_max_bytes, node_id=node_id, observer=self.metrics)
         self.txn = TransactionCoordinator(
-            txn_shards=self.config.txn_shards, offsets_shards=self.config.offsets_shards,
+            io=self.io, txn_shards=self.config.txn_shards, offsets_shards=self.config.offsets_shards,
             transaction_max_timeout_ms=self.config.transaction_max_timeout_ms,
             transactional_id_expiration_ms=self.config.transactional_id_expiration_ms,
             allocator=self.allocator,
-            markers=self.markers, partitions_for=self.partitions.partition_count, now_ms=now_ms,
+            markers=self.markers, partitions_for=self.partitions.partition_count,
             snapshot_interval_records=self.config.transaction_state_snapshot_interval_records,
             assigned_here=lambda shard: self.membership.owner(TRANSACTION_STATE_TOPIC, shard) == node_id,
             observer=self.metrics)
@@ -349,6 +352,7 @@ class Node:
             self._server.stop(0.5)
         self.markers.close()
         self.half.close()
+        self.io.close()
         self.logs.close_all()
         self.channels.close()
         self.metrics.stop()
@@ -433,6 +437,24 @@ class Node:
             except KafkaError:
                 continue
         return None
+
+    def _serve_locally(self, request: Any, done: Callable[[Any], None]) -> None:
+        """A call this node makes of itself (markers to its own partitions), answered in the caller's thread."""
+        handler = self._local_handlers.get(type(request))
+        if handler is None:
+            done(UnknownServerError(f"[UNKNOWN_SERVER_ERROR] node {self.node_id} cannot call itself with "
+                                    f"{type(request).__name__}"))
+            return
+        try:
+            outcome = handler(request)
+        except KafkaError as exc:
+            outcome = exc
+        done(outcome)
+
+    @property
+    def _local_handlers(self) -> dict[type, Callable[[Any], Any]]:
+        return {pb.WriteTxnMarkersRequest: self.partitions.write_txn_markers,
+                pb.AddPartitionsToTxnRequest: self.txn.add_partitions}
 
     def _on_offsets_marker(self, shard: int, producer_id: int, committed: bool, marker_offset: int) -> None:
         self.groups.complete_transaction(shard, producer_id, committed, marker_offset=marker_offset)

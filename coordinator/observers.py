@@ -1,4 +1,5 @@
-"""What the coordinators' drivers report as they carry out the protocol, for the node's metrics.
+"""What the coordinators' drivers report as they carry out the protocol, for the node's metrics and the
+simulator's trace.
 
 The drivers call these methods after the fact (a value is durable, a check was handed over); the
 sans-I/O cores never see them. coordinator/metrics.py implements every one with Prometheus metrics;
@@ -16,6 +17,7 @@ class TransactionObserver(Protocol):
     def end_txn_answered(self, committed: bool, seconds: float) -> None: ...
     def commit_completed(self, seconds: float) -> None: ...
     def markers_resent(self, count: int) -> None: ...
+    def shard_snapshotted(self, topic: str, shard: int, next_offset: int, log_start_offset: int) -> None: ...
 
 
 class MarkerObserver(Protocol):
@@ -55,6 +57,9 @@ class NoObserver:
         pass
 
     def markers_resent(self, count: int) -> None:
+        pass
+
+    def shard_snapshotted(self, topic: str, shard: int, next_offset: int, log_start_offset: int) -> None:
         pass
 
     def marker_request_sent(self, producers: int) -> None:

@@ -1,27 +1,28 @@
-"""The transaction coordinator of a real node: the sans-I/O core (core.py) driven with threads, files,
-gRPC and the wall clock.
+"""The transaction coordinator's driver: the sans-I/O core (core.py) carried out over a node's I/O
+(coordinator/runtime/io.py), the same code in a node process and in the simulator.
 
-Every protocol decision is the core's; this driver only carries out its effects. A request thread
-hands its request to the core under one lock, then (outside the lock) appends the entries the core
-asked for to the shard's log (the log group-commits concurrent fsyncs) and waits for its Reply.
-Marker sends and producer-id reservations run on a small pool; timers run on real elapsed time
-(waits and backoffs are durations, whatever clock stamps the values). The simulator drives the same
-core with simulated time instead (txnsim/simulate).
+Every protocol decision is the core's; this driver only carries out its effects. A request is handed to
+the core under one lock; the entries the core asks for are appended to the shard's log and made durable
+through the I/O (in a node process that is the calling thread, the log group-commits concurrent fsyncs;
+in the simulator a simulated fsync), and the core's Reply goes to the request's callback. Marker sends and
+producer-id reservations run apart from the caller (`io.soon`), timers on the I/O's timers. Effects that
+follow from a write done in the caller's thread are carried out after the effects already queued, as one
+queue per thread, so the order is the same whether the I/O answers at once or later.
 """
 from __future__ import annotations
 
-import heapq
+import functools
 import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from itertools import count
 from typing import Any, Protocol, cast
 
 from coordinator.observers import NO_OBSERVER, TransactionObserver
-from coordinator.producer_ids import ProducerIdAllocator
+from coordinator.runtime.io import Failures, NodeIO, Outcome
 from coordinator.txn import state_log
 from coordinator.txn.core import (
     Effect,
@@ -52,34 +53,40 @@ class MarkerSender(Protocol):
                    done: Callable[[frozenset[Owed]], object]) -> None: ...
 
 
+class ProducerIdBlocks(Protocol):
+    """Where blocks of producer ids come from (coordinator/producer_ids.py; the simulator's counter)."""
+
+    def reserve_block(self) -> tuple[int, int]: ...
+
+
 class TransactionCoordinator:
     """The node's transaction coordinator: the gRPC and Kafka front doors call these methods."""
 
-    def __init__(self, *, txn_shards: int, offsets_shards: int, transaction_max_timeout_ms: int,
-                 transactional_id_expiration_ms: int, allocator: ProducerIdAllocator,
+    def __init__(self, *, io: NodeIO, txn_shards: int, offsets_shards: int, transaction_max_timeout_ms: int,
+                 transactional_id_expiration_ms: int, allocator: ProducerIdBlocks,
                  markers: MarkerSender, partitions_for: Callable[[str], int | None],
-                 now_ms: Callable[[], int], snapshot_interval_records: int = 1000,
+                 snapshot_interval_records: int = 1000,
                  assigned_here: Callable[[int], bool] = lambda shard: False,
-                 observer: TransactionObserver = NO_OBSERVER) -> None:
+                 observer: TransactionObserver = NO_OBSERVER, planted_bug: str | None = None) -> None:
         self.core = TxnCoordinatorCore(
             txn_shards=txn_shards, offsets_shards=offsets_shards,
             transaction_max_timeout_ms=transaction_max_timeout_ms,
             transactional_id_expiration_ms=transactional_id_expiration_ms, partitions_for=partitions_for,
-            assigned_here=assigned_here)
+            assigned_here=assigned_here, planted_bug=planted_bug)
         self.txn_shards = txn_shards
+        self._io = io
         self._allocator = allocator
         self._markers = markers
-        self._now_ms = now_ms
         self._lock = threading.Lock()
         self._logs: dict[int, PartitionLog] = {}
-        self._answers: dict[int, Future[Any]] = {}
+        self._answers: dict[int, Callable[[Outcome], None]] = {}
         self._closed = False
         self._tickets = count(1)
-        self._io = ThreadPoolExecutor(max_workers=8, thread_name_prefix="txn-io")
-        self._timers = _Timers(lambda key: self._io.submit(self._fire, key))
+        #: the effects being carried out on this thread (see _run)
+        self._queue = threading.local()
         self._snapshot_interval = snapshot_interval_records
         self._writes_since_snapshot: dict[int, int] = {}
-        self._snapshotter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="txn-snapshot")
+        self._snapshotting: set[int] = set()
         self._observer = observer
         #: writes of timeout aborts in flight, counted once durable
         self._timeout_writes: set[int] = set()
@@ -97,16 +104,18 @@ class TransactionCoordinator:
             effects = self.core.begin_loading(shard, shard_log.leader_epoch)
         self._run(effects)
 
-    def load_shard(self, shard: int, shard_log: PartitionLog) -> None:
-        """Replay the shard's log, serve it, then finish every transaction left in Prepare*."""
+    def load_shard(self, shard: int, shard_log: PartitionLog) -> tuple[int, int]:
+        """Replay the shard's log, serve it, then finish every transaction left in Prepare*; returns how many
+        ids it holds and how many log records were replayed."""
         if self._logs.get(shard) is not shard_log:
             self.begin_loading(shard, shard_log)
         entries, replayed = state_log.load(shard_log)
         log.info("shard %d loaded at coordinator epoch %d: %d ids, %d log records replayed",
                  shard, shard_log.leader_epoch, len(entries), replayed)
         with self._lock:
-            effects = self.core.loaded(shard, shard_log.leader_epoch, entries, self._now_ms())
+            effects = self.core.loaded(shard, shard_log.leader_epoch, entries, self._io.now_ms())
         self._run(effects)
+        return len(entries), replayed
 
     def unload_shard(self, shard: int) -> None:
         with self._lock:
@@ -132,16 +141,13 @@ class TransactionCoordinator:
 
     def close(self) -> None:
         """Stop. Calls still waiting (held for the previous markers or a write, for producer ids, for a batch's
-        outcome) hear NOT_COORDINATOR now: the timers that would have answered them stop here, and a request
-        thread blocked for ever would hold up the node's exit. Their clients retry at the next owner."""
+        outcome) hear NOT_COORDINATOR now: the timers that would have answered them stop with the node, and a
+        request thread blocked for ever would hold up its exit. Their clients retry at the next owner."""
         with self._lock:
             self._closed = True
             waiting, self._answers = self._answers, {}
-        self._timers.stop()
         for answer in waiting.values():
-            answer.set_exception(_stopping())
-        self._io.shutdown(wait=False, cancel_futures=True)
-        self._snapshotter.shutdown(wait=False, cancel_futures=True)
+            answer(_stopping())
 
     # ------------------------------------------------------------ RPCs
 
@@ -210,7 +216,7 @@ class TransactionCoordinator:
     def abort_timed_out_transactions(self) -> int:
         """Fence and abort every Ongoing transaction past its timeout; returns how many aborts began."""
         with self._lock:
-            effects = self.core.abort_timed_out(self._now_ms())
+            effects = self.core.abort_timed_out(self._io.now_ms())
             self._timeout_writes.update(e.write_id for e in effects if isinstance(e, WriteEntry))
         self._run(effects)
         return sum(isinstance(e, WriteEntry) for e in effects)
@@ -218,67 +224,103 @@ class TransactionCoordinator:
     def expire_transactional_ids(self) -> int:
         """Tombstone ids idle longer than transactional_id_expiration_ms; returns how many were written."""
         with self._lock:
-            effects = self.core.expire_transactional_ids(self._now_ms())
+            effects = self.core.expire_transactional_ids(self._io.now_ms())
         self._run(effects)
         return sum(isinstance(e, WriteEntry) for e in effects)
 
     # ------------------------------------------------------------ carrying out effects
 
-    def _call(self, request: Any, transaction_version: int = 2) -> Any:
+    def request(self, request: Any, done: Callable[[Outcome], None], transaction_version: int = 2) -> None:
+        """Hand a request to the core; `done` gets its response or KafkaError, now or once it is decided."""
         ticket = next(self._tickets)
-        answer: Future[Any] = Future()
         with self._lock:
             if self._closed:
-                raise _stopping()
-            self._answers[ticket] = answer
-            effects = self.core.request(ticket, request, self._now_ms(), transaction_version=transaction_version)
+                closed = True
+            else:
+                closed = False
+                self._answers[ticket] = done
+                effects = self.core.request(ticket, request, self._io.now_ms(),
+                                            transaction_version=transaction_version)
+        if closed:
+            done(_stopping())
+            return
         self._run(effects)
+
+    def _call(self, request: Any, transaction_version: int = 2) -> Any:
+        """A request answered on the caller's thread (the front doors'): blocks until the core replies."""
+        if getattr(self._queue, "effects", None) is not None:  # its effects would queue behind this very wait
+            raise RuntimeError("a blocking call from the coordinator's own effects would wait for ever")
+        answer: Future[Any] = Future()
+
+        def done(outcome: Outcome) -> None:
+            if isinstance(outcome, BaseException):
+                answer.set_exception(outcome)
+            else:
+                answer.set_result(outcome)
+        self.request(request, done, transaction_version)
         return answer.result()
 
     def _run(self, effects: list[Effect]) -> None:
-        """Carry out effects in order; an entry write runs in this thread (it returns once durable) and
-        its outcome's effects are carried out next."""
-        queue = deque(effects)
-        while queue:
-            effect = queue.popleft()
-            if isinstance(effect, Reply):
-                self._answer(effect)
-            elif isinstance(effect, WriteEntry):
-                queue.extend(self._write(effect))
-            elif isinstance(effect, SendMarkers):
-                self._io.submit(self._send_markers, effect)
-            elif isinstance(effect, StartTimer):
-                self._timers.start(max(0, effect.at_ms - self._now_ms()) / 1000, effect.key)
-            elif isinstance(effect, ReserveProducerIds):
-                self._io.submit(self._reserve_producer_ids)
+        """Carry out effects in order. One queue per thread: effects that follow from an entry made durable
+        on this thread (the I/O may call back at once) go after the effects already queued."""
+        queue: deque[Effect] | None = getattr(self._queue, "effects", None)
+        if queue is not None:
+            queue.extend(effects)
+            return
+        queue = self._queue.effects = deque(effects)
+        try:
+            while queue:
+                effect = queue.popleft()
+                if isinstance(effect, Reply):
+                    self._answer(effect)
+                elif isinstance(effect, WriteEntry):
+                    self._write(effect)
+                elif isinstance(effect, SendMarkers):
+                    self._io.soon(functools.partial(self._send_markers, effect), "send markers")
+                elif isinstance(effect, StartTimer):
+                    self._io.after(max(0, effect.at_ms - self._io.now_ms()), functools.partial(self._fire, effect.key),
+                                   f"txn timer {effect.key[0]}")
+                elif isinstance(effect, ReserveProducerIds):
+                    self._io.soon(self._reserve_producer_ids, "reserve producer ids")
+        finally:
+            self._queue.effects = None
 
     def _answer(self, reply: Reply) -> None:
         with self._lock:
             answer = self._answers.pop(reply.ticket, None)
-        if answer is None:
-            return
-        if reply.error is not None:
-            answer.set_exception(reply.error)
-        else:
-            answer.set_result(reply.response)
+        if answer is not None:
+            answer(reply.error if reply.error is not None else reply.response)
 
-    def _write(self, effect: WriteEntry) -> list[Effect]:
+    def _write(self, effect: WriteEntry) -> None:
+        """Append the entry, then make it durable through the I/O; the core hears the outcome after that."""
         shard_log = self._logs.get(effect.shard)
-        error: KafkaError | None = None
         if shard_log is None or shard_log.leader_epoch != effect.coordinator_epoch:
-            error = NotCoordinatorError(f"[NOT_COORDINATOR] shard {effect.shard} is no longer this node's")
-        else:
-            try:
-                state_log.append_entry(shard_log, effect.transactional_id, effect.value, effect.timestamp_ms,
-                                       passing=effect.passing)
-            except KafkaError as exc:
-                error = exc
-            except Exception as exc:  # an I/O failure the log did not name: the client retries elsewhere
-                log.exception("writing %r to shard %d failed", effect.transactional_id, effect.shard)
-                error = UnknownServerError(f"[UNKNOWN_SERVER_ERROR] {exc}")
+            self._written(effect, None, NotCoordinatorError(
+                f"[NOT_COORDINATOR] shard {effect.shard} is no longer this node's"))
+            return
+        try:
+            end = state_log.append_entry(shard_log, effect.transactional_id, effect.value, effect.timestamp_ms,
+                                         passing=effect.passing, wait_durable=False)
+        except KafkaError as exc:
+            self._written(effect, shard_log, exc)
+            return
+        except OSError as exc:  # an I/O failure the log did not name (a lost disk): the client retries elsewhere
+            log.warning("writing %r to shard %d failed: %s", effect.transactional_id, effect.shard, exc)
+            self._written(effect, shard_log, UnknownServerError(f"[UNKNOWN_SERVER_ERROR] {exc}"))
+            return
+        except Exception as exc:  # a node bug: say so; the client retries elsewhere
+            log.exception("writing %r to shard %d failed", effect.transactional_id, effect.shard)
+            self._written(effect, shard_log, UnknownServerError(f"[UNKNOWN_SERVER_ERROR] {exc}"))
+            return
+
+        def durable(failures: Failures) -> None:
+            self._written(effect, shard_log, failures.get(shard_log))
+        self._io.durable({shard_log: end}, durable)
+
+    def _written(self, effect: WriteEntry, shard_log: PartitionLog | None, error: KafkaError | None) -> None:
         with self._lock:
             previous = self._state_of(effect.shard, effect.transactional_id)
-            effects = self.core.entry_written(effect.write_id, error, self._now_ms())
+            effects = self.core.entry_written(effect.write_id, error, self._io.now_ms())
             installed = error is None and self.core.owns(effect.shard, effect.coordinator_epoch)
             timed_out = effect.write_id in self._timeout_writes
             self._timeout_writes.discard(effect.write_id)
@@ -288,7 +330,7 @@ class TransactionCoordinator:
                 previous = None if value is None else value.state
         if error is None and shard_log is not None:
             self._count_write(effect.shard, shard_log, 1 + len(effect.passing))
-        return effects
+        self._run(effects)
 
     def _state_of(self, shard: int, transactional_id: str) -> TransactionState | None:
         """The installed state of an id (caller holds the lock)."""
@@ -316,13 +358,10 @@ class TransactionCoordinator:
                 self._observer.commit_completed(time.monotonic() - since)
 
     def _send_markers(self, effect: SendMarkers) -> None:
-        """Owe the markers (this node's own are written in this thread); the pool thread is free once they
-        are owed, and `_markers_answered` runs on the pool once every node has answered."""
+        """Owe the markers (this node's own may be written in this thread); `_markers_answered` runs apart from
+        whoever saw the last answer."""
         def done(acked: frozenset[Owed]) -> None:
-            try:
-                self._io.submit(self._markers_answered, effect, acked)
-            except RuntimeError:  # stopped meanwhile: the shard's next owner sends them
-                pass
+            self._io.soon(lambda: self._markers_answered(effect, acked), "markers answered")
         try:
             self._markers.send_async(effect.owed, coordinator_epoch=effect.coordinator_epoch, done=done)
         except Exception:  # a bug must not silently strand a transaction: say so, and retry after the backoff
@@ -331,7 +370,7 @@ class TransactionCoordinator:
 
     def _markers_answered(self, effect: SendMarkers, acked: frozenset[Owed]) -> None:
         with self._lock:
-            effects = self.core.markers_written(effect.send_id, acked, self._now_ms())
+            effects = self.core.markers_written(effect.send_id, acked, self._io.now_ms())
         if any(isinstance(e, StartTimer) and e.key[0] == "markers" for e in effects):
             self._observer.markers_resent(len(set(effect.owed) - acked))
         self._run(effects)
@@ -342,38 +381,45 @@ class TransactionCoordinator:
         except Exception as exc:  # the ids directory is unwritable: the waiting calls hear it
             log.exception("reserving producer ids failed")
             with self._lock:
-                effects = self.core.producer_ids_failed(UnknownServerError(str(exc)), self._now_ms())
+                effects = self.core.producer_ids_failed(UnknownServerError(str(exc)), self._io.now_ms())
         else:
             with self._lock:
-                effects = self.core.producer_ids_reserved(first, end, self._now_ms())
+                effects = self.core.producer_ids_reserved(first, end, self._io.now_ms())
         self._run(effects)
 
     def _fire(self, key: TimerKey) -> None:
         with self._lock:
-            effects = self.core.timer_fired(key, self._now_ms())
+            effects = self.core.timer_fired(key, self._io.now_ms())
         self._run(effects)
 
     # ------------------------------------------------------------ snapshots
 
     def _count_write(self, shard: int, shard_log: PartitionLog, records: int) -> None:
+        """Every snapshot interval, snapshot the shard apart from the caller (one snapshot of a shard at a time)."""
         with self._lock:
             written = self._writes_since_snapshot.get(shard, 0) + records
-            self._writes_since_snapshot[shard] = 0 if written >= self._snapshot_interval else written
-        if written >= self._snapshot_interval:
-            self._snapshotter.submit(self._snapshot, shard, shard_log)
+            due = written >= self._snapshot_interval and shard not in self._snapshotting and not self._closed
+            self._writes_since_snapshot[shard] = 0 if due else written
+            if due:
+                self._snapshotting.add(shard)
+        if due:
+            self._io.soon(lambda: self._snapshot(shard, shard_log), f"snapshot of shard {shard}")
 
-    @staticmethod
-    def _snapshot(shard: int, shard_log: PartitionLog) -> None:
+    def _snapshot(self, shard: int, shard_log: PartitionLog) -> None:
         """Snapshot the shard from its durable log and drop the segments the previous snapshot covers."""
         try:
             image = state_log.take_snapshot(shard_log)
             log.info("shard %d: snapshot of %d ids up to offset %d", shard, len(image.values), image.next_offset)
+            self._observer.shard_snapshotted(shard_log.topic, shard, image.next_offset, shard_log.log_start_offset)
         except KafkaError as exc:  # the shard moved away meanwhile: the next owner snapshots
             log.info("shard %d: snapshot skipped: %s", shard, exc)
         except OSError as exc:  # the log keeps everything; the next interval tries again
             log.warning("shard %d: snapshot failed: %s", shard, exc)
-        except Exception:  # a bug: say so (an executor would swallow it), the log still keeps everything
+        except Exception:  # a bug: say so, the log still keeps everything
             log.exception("shard %d: snapshot failed", shard)
+        finally:
+            with self._lock:
+                self._snapshotting.discard(shard)
 
 
 def _stopping() -> NotCoordinatorError:
@@ -385,39 +431,3 @@ def _taken_over(shard_log: PartitionLog | None) -> bool:
     """Whether the shard's log is gone from this node or claimed by a later owner (checked after a read,
     see PartitionLog.check_still_leader)."""
     return shard_log is None or shard_log.fenced
-
-
-class _Timers:
-    """One thread that calls `fire(key)` when each timer's delay (real seconds) has passed."""
-
-    def __init__(self, fire: Callable[[TimerKey], object]) -> None:
-        self._fire = fire
-        self._heap: list[tuple[float, int, TimerKey]] = []
-        self._order = count()
-        self._cond = threading.Condition()
-        self._stopped = False
-        self._thread = threading.Thread(target=self._loop, name="txn-timers", daemon=True)
-        self._thread.start()
-
-    def start(self, delay_s: float, key: TimerKey) -> None:
-        with self._cond:
-            heapq.heappush(self._heap, (time.monotonic() + delay_s, next(self._order), key))
-            self._cond.notify()
-
-    def stop(self) -> None:
-        with self._cond:
-            self._stopped = True
-            self._cond.notify()
-
-    def _loop(self) -> None:
-        while True:
-            with self._cond:
-                while not self._stopped and (not self._heap or self._heap[0][0] > time.monotonic()):
-                    self._cond.wait(self._heap[0][0] - time.monotonic() if self._heap else None)
-                if self._stopped:
-                    return
-                _, _, key = heapq.heappop(self._heap)
-            try:
-                self._fire(key)
-            except RuntimeError:  # the pool shut down with the node
-                return

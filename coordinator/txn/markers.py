@@ -9,15 +9,16 @@ after failover is harmless.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from itertools import count
 
-from client.transport import NodeChannels, call
 from coordinator.observers import NO_OBSERVER, MarkerObserver
 from coordinator.placement import NO_OWNER
+from coordinator.runtime.io import NodeIO, Outcome
 from coordinator.txn.marker_channels import MarkerBatch, MarkerChannels, MarkersDone
 from coordinator.txn.metadata import Marker, Owed
 from proto import txnsim_pb2 as pb
@@ -33,27 +34,21 @@ log = logging.getLogger(__name__)
 
 #: a partition answering one of these already has a newer marker: nothing more to send (§4.8)
 _DONE_CODES = {0, InvalidProducerEpochError.errno, TransactionCoordinatorFencedError.errno}
+#: how long a node waits for another's answer to a WriteTxnMarkers
+MARKER_REQUEST_TIMEOUT_MS = 5000
 
 
 class MarkerWriter:
-    """Carries out MarkerChannels' batches: a remote node's on a pool thread (a blocking gRPC call costs a third
-    of what starting a gRPC future does), this node's own in the thread that owed them, each channel's next
-    batch in the thread that saw the previous one answered."""
+    """Carries out MarkerChannels' batches over the node's I/O: every remote node's apart from the caller and at
+    once (`io.soon`), this node's own in the thread that owed them, while the remote requests travel."""
 
-    def __init__(self, *, local_node_id: int, owner_of: Callable[[TopicPartition], int],
-                 address_of: Callable[[int], str],
-                 write_locally: Callable[[pb.WriteTxnMarkersRequest], pb.WriteTxnMarkersResponse],
-                 channels: NodeChannels, request_timeout_s: float = 5.0,
-                 observer: MarkerObserver = NO_OBSERVER) -> None:
-        self._local = local_node_id
+    def __init__(self, *, io: NodeIO, owner_of: Callable[[TopicPartition], int],
+                 request_timeout_ms: int = MARKER_REQUEST_TIMEOUT_MS, observer: MarkerObserver = NO_OBSERVER) -> None:
+        self._io = io
+        self._local = io.node_id
         self._observer = observer
         self._owner_of = owner_of
-        self._address_of = address_of
-        self._write_locally = write_locally
-        self._channels = channels
-        self._timeout_s = request_timeout_s
-        # a remote node's channel holds a thread while its queue lasts: one each for clusters of up to 64 nodes
-        self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="markers")
+        self._timeout_ms = request_timeout_ms
         self._stopped = threading.Event()
         self._lock = threading.Lock()
         self._queues = MarkerChannels()
@@ -104,7 +99,6 @@ class MarkerWriter:
             self._stopped.set()
             finished = self._queues.abandon()
         self._finish(finished)
-        self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _carry_out(self, batches: list[MarkerBatch], finished: list[MarkersDone]) -> None:
         self._finish(finished)
@@ -113,32 +107,39 @@ class MarkerWriter:
             if batch.node == self._local:
                 local = batch
             else:
-                self._hand_off(batch)
+                self._io.soon(functools.partial(self._send, batch), f"markers to node {batch.node}")
         if local is not None:  # written while the remote requests travel
-            self._deliver(local, inline=True)
+            self._send(local)
 
-    def _hand_off(self, batch: MarkerBatch) -> None:
+    def _send(self, batch: MarkerBatch) -> None:
+        """One batch to its node; its answer (or none) is reported to the channels, whose next batch for that node
+        is sent from wherever the answer came."""
+        if self._stopped.is_set():
+            self._answered(batch, None)
+            return
+        if batch.node == NO_OWNER:
+            log.info("markers for %d partition(s) wait: no live node owns them", len(batch.owed))
+            self._answered(batch, None)
+            return
+        self._observer.marker_request_sent(len({marker.producer_id for marker, _tp in batch.owed}))
         try:
-            self._pool.submit(self._deliver, batch)
-        except RuntimeError:  # closed meanwhile: close() finished every send
-            pass
+            self._io.call(batch.node, batch.request(), self._timeout_ms, lambda outcome: self._answered(batch, outcome))
+        except Exception:  # a bug must not silently strand a transaction: say so; its coordinator retries
+            log.exception("markers for %d partition(s) to node %d failed", len(batch.owed), batch.node)
+            self._answered(batch, None)
 
-    def _deliver(self, batch: MarkerBatch, inline: bool = False) -> None:
-        """Send a batch, then each next batch for the same node, until its queue is empty. A caller's own
-        thread (`inline`) sends one batch and leaves the next to the pool: it has its own work to go back to."""
-        next_batch: MarkerBatch | None = batch
-        while next_batch is not None:
-            acked: set[Owed] = set()
-            try:
-                acked = self._send_batch(next_batch)
-            finally:  # whatever happened, the channel is answered, or it would stay busy for ever
-                with self._lock:
-                    batches, finished = self._queues.answered(next_batch.batch_id, acked)
-                self._finish(finished)
-            next_batch = batches[0] if batches else None
-            if next_batch is not None and inline:
-                self._hand_off(next_batch)
-                return
+    def _answered(self, batch: MarkerBatch, outcome: Outcome) -> None:
+        acked: set[Owed] = set()
+        if isinstance(outcome, pb.WriteTxnMarkersResponse):
+            acked = acknowledged(batch.owed, outcome)
+        elif isinstance(outcome, KafkaError):
+            log.info("markers for %d partition(s) to node %d failed, will retry: %s", len(batch.owed), batch.node,
+                     outcome)
+        with self._lock:  # whatever happened, the channel is answered, or it would stay busy for ever
+            batches, finished = self._queues.answered(batch.batch_id, acked)
+        self._finish(finished)
+        for next_batch in batches:  # the same node's next request, from wherever this answer came
+            self._io.soon(functools.partial(self._send, next_batch), f"markers to node {next_batch.node}")
 
     def _finish(self, finished: list[MarkersDone]) -> None:
         for done in finished:
@@ -150,25 +151,6 @@ class MarkerWriter:
                 callback(done.acked)
             except Exception:  # a callback's bug must not stop the channel or the other sends' callbacks
                 log.exception("a marker send's callback failed")
-
-    def _send_batch(self, batch: MarkerBatch) -> set[Owed]:
-        owed = batch.owed
-        try:
-            if batch.node == NO_OWNER:
-                log.info("markers for %d partition(s) wait: no live node owns them", len(owed))
-                return set()
-            self._observer.marker_request_sent(len({marker.producer_id for marker, _tp in owed}))
-            if batch.node == self._local:
-                response = self._write_locally(batch.request())
-            else:
-                stubs = self._channels.stubs(self._address_of(batch.node))
-                response = call(stubs.partitions.WriteTxnMarkers, batch.request(), self._timeout_s, check=False)
-            return acknowledged(owed, response)
-        except KafkaError as exc:
-            log.info("markers for %d partition(s) to node %d failed, will retry: %s", len(owed), batch.node, exc)
-        except Exception:  # a bug must not silently strand a transaction: say so; its coordinator retries
-            log.exception("markers for %d partition(s) to node %d failed", len(owed), batch.node)
-        return set()
 
 
 def acknowledged(owed: Iterable[Owed], response: pb.WriteTxnMarkersResponse) -> set[Owed]:

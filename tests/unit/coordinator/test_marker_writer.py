@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 from client.transport import NodeChannels
+from coordinator.runtime.real_io import RealIO
 from coordinator.txn.markers import MarkerWriter
 from coordinator.txn.metadata import Marker
 from proto import txnsim_pb2 as pb
@@ -34,8 +35,9 @@ class SlowLocalWrites:
 
 
 def writer(writes) -> MarkerWriter:
-    return MarkerWriter(local_node_id=0, owner_of=lambda tp: 0, address_of=lambda n: "unused",
-                        write_locally=writes, channels=NodeChannels())
+    io = RealIO(0, address_of=lambda n: "unused", channels=NodeChannels())
+    io.serve_locally(lambda request, done: done(writes(request)))
+    return MarkerWriter(io=io, owner_of=lambda tp: 0)
 
 
 def test_a_callback_that_raises_does_not_stop_the_markers_queued_behind_it():

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from client.transport import NodeChannels
 from coordinator.producer_ids import ProducerIdAllocator
+from coordinator.runtime.real_io import RealIO
 from coordinator.txn import core
 from coordinator.txn.coordinator import TransactionCoordinator
 from partitions import LogManager
@@ -48,11 +50,12 @@ class RecordingMarkers:
 
 def make(tmp_path, markers, clock=None, logs=None, assigned_here=lambda shard: False):
     logs = logs or LogManager(tmp_path / "logs")
-    tc = TransactionCoordinator(txn_shards=SHARDS, offsets_shards=2, transaction_max_timeout_ms=900_000,
+    io = RealIO(0, address_of=lambda n: "unused", channels=NodeChannels(), now_ms=clock or ManualClock())
+    tc = TransactionCoordinator(io=io, txn_shards=SHARDS, offsets_shards=2, transaction_max_timeout_ms=900_000,
                                 transactional_id_expiration_ms=10_000,
                                 allocator=ProducerIdAllocator(tmp_path / "pids"), markers=markers,
                                 partitions_for=lambda topic: 3 if topic == "t" else None,
-                                now_ms=clock or ManualClock(), assigned_here=assigned_here)
+                                assigned_here=assigned_here)
     for shard in range(SHARDS):
         tc.load_shard(shard, logs.open_as_leader("__transaction_state", shard))
     return tc, logs

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from coordinator.rocketmq.half_shard import HalfShard
+from coordinator.txn.coordinator import TransactionCoordinator
 from coordinator.txn.core import TxnCoordinatorCore
+from coordinator.txn.markers import MarkerWriter
 from partitions import PartitionLog
 from txnsim.simulate.actors import Actors
 from txnsim.simulate.cluster import ClusterModel
@@ -44,7 +46,8 @@ def test_the_simulated_nodes_run_the_real_cores_not_copies():
     world, model = set_up_model(1)
     world.run(until_ms=2_000)
     node = model.sim_nodes["n0"]
-    assert type(node.core) is TxnCoordinatorCore
+    assert type(node.txn) is TransactionCoordinator and type(node.txn.core) is TxnCoordinatorCore
+    assert type(node.markers) is MarkerWriter
     logs = node.logs.open_logs()
     assert logs and all(type(log) is PartitionLog and log.storage is model.disk for log in logs)
     assert model.counters()["transactions committed"] > 20 and model.counters()["records polled"] > 0

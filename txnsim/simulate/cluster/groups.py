@@ -200,7 +200,7 @@ class SimGroupCoordinator:
         """Transactions V2's TxnOffsetCommit (coordinator/group/coordinator.py): the group's offsets partition is
         added to the transaction at its coordinator first; then the commit is handled as any other."""
         tp = TopicPartition(CONSUMER_OFFSETS_TOPIC, shard_of_group(req.group_id))
-        coordinator = self.node.owner(TRANSACTION_STATE_TOPIC, self.node.core.shard_of(req.transactional_id))
+        coordinator = self.node.owner(TRANSACTION_STATE_TOPIC, self.node.txn.shard_of(req.transactional_id))
 
         def refuse(code: int) -> None:
             error = verification_error(code, req.transactional_id, tp, req.producer_id, req.producer_epoch)

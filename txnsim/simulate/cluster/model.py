@@ -378,7 +378,7 @@ class ClusterModel(Model):
         self.note(node, f"bitflip: bit {bit} of byte {position} of {path.parent.name}/{path.name}")
 
     def slow_fsync(self, node: str, extra_ms: int) -> None:
-        self.sim_nodes[node].extra_fsync_ms = extra_ms
+        self.sim_nodes[node].io.extra_fsync_ms = extra_ms
 
     def quiesce(self) -> None:
         for producer in self.producers:
@@ -536,6 +536,10 @@ class ClusterModel(Model):
         for (held_group, _tp), holders in self._holders.items():
             if held_group == group:
                 holders.pop(member, None)
+
+    def acknowledged_before_fsync(self, ends: dict[PartitionLog, int]) -> bool:
+        """Whether a planted bug acknowledges these writes before their fsync (sim_io.py asks)."""
+        return False
 
     def appended(self, node: str, log: PartitionLog, first: int, last: int) -> None:
         self._dirty[(log.topic, log.partition)] = log

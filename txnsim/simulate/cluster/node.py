@@ -1,16 +1,15 @@
-"""A simulated node: the real protocol cores, driven by simulated messages, disk and time.
+"""A simulated node: the shipping node's drivers over simulated I/O (sim_io.py), and what is still its own.
 
-The transaction coordinator is the node's own core (coordinator/txn/core.py), effects and all; the
-partition logs are the node's PartitionLogs and LogManager on the cluster's simulated disk (the real
-node's data directory is shared too, and fenced by leader-epoch claims in it); the leader's answer to a
-failed verification and the marker acknowledgement rules are the node's functions. Only the carrying
-out differs: a log write is acknowledged after a simulated fsync, a marker send is a simulated call,
-a timer is a simulated timer, a request is a simulated envelope.
+The transaction coordinator is the node's own driver and core (coordinator/txn/coordinator.py, core.py) and
+its markers go through the node's MarkerWriter, both over SimIO; the partition logs are the node's
+PartitionLogs and LogManager on the cluster's simulated disk (the real node's data directory is shared too,
+and fenced by leader-epoch claims in it); the leader's answer to a failed verification and the marker
+acknowledgement rules are the node's functions. A request is a simulated envelope, its answer a reply.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
-from itertools import count
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,25 +17,14 @@ from coordinator.group import snapshots as group_snapshots
 from coordinator.placement import NO_OWNER
 from coordinator.reconcile import logs_to_release
 from coordinator.rocketmq.log_format import shard_of_transactional_id
-from coordinator.txn import state_log
-from coordinator.txn.core import (
-    Effect,
-    Reply,
-    ReserveProducerIds,
-    SendMarkers,
-    StartTimer,
-    TxnCoordinatorCore,
-    WriteEntry,
-)
-from coordinator.txn.marker_channels import MarkerBatch, MarkerChannels, MarkersDone
-from coordinator.txn.markers import acknowledged
+from coordinator.txn.coordinator import TransactionCoordinator
+from coordinator.txn.markers import MarkerWriter
 from coordinator.txn.metadata import Owed
 from coordinator.verification import ADD_CALL_TIMEOUT_S, verification_error
 from partitions import LogConfig, LogManager, PartitionLog
 from proto import txnsim_pb2 as pb
 from proto.errors import (
     KafkaError,
-    NotCoordinatorError,
     NotLeaderOrFollowerError,
     UnknownServerError,
     UnknownTopicOrPartitionError,
@@ -45,7 +33,8 @@ from proto.errors import (
 from proto.structs import CONSUMER_OFFSETS_TOPIC, HALF_TOPIC, TRANSACTION_STATE_TOPIC, IsolationLevel, TopicPartition
 from txnsim.simulate.cluster.groups import GROUP_REQUESTS, OFFSETS_SHARDS, SimGroupCoordinator, add_answer_code
 from txnsim.simulate.cluster.halfmessages import HALF_REQUESTS, SimHalfMessages
-from txnsim.simulate.network import TIMED_OUT, Envelope
+from txnsim.simulate.cluster.sim_io import SimIO, TraceObserver
+from txnsim.simulate.network import Envelope
 
 if TYPE_CHECKING:
     from txnsim.simulate.cluster.model import ClusterModel
@@ -83,7 +72,6 @@ class SimNode:
         self.node_id = node_id
         self.model = model
         self.net = model.network
-        self.extra_fsync_ms = 0
         self.start()
 
     # ------------------------------------------------------------ life
@@ -95,18 +83,20 @@ class SimNode:
                                node_id=self.node_id, storage=m.disk,
                                now_ms=self.now)
         self.logs.release_earlier_lives()
-        self.core = TxnCoordinatorCore(
-            txn_shards=m.txn_shards, offsets_shards=OFFSETS_SHARDS, transaction_max_timeout_ms=60_000,
-            transactional_id_expiration_ms=3_600_000, partitions_for=m.partitions_for,
+        extra_fsync_ms = getattr(getattr(self, "io", None), "extra_fsync_ms", 0)  # a slow disk stays slow
+        self.io = SimIO(self.name, self.node_id, m)
+        self.io.extra_fsync_ms = extra_fsync_ms
+        self.io.serve_locally(self._serve_locally)
+        self.markers = MarkerWriter(io=self.io, owner_of=lambda tp: self.owner(tp.topic, tp.partition),
+                                    request_timeout_ms=NODE_REQUEST_TIMEOUT_MS)
+        self.txn = TransactionCoordinator(
+            io=self.io, txn_shards=m.txn_shards, offsets_shards=OFFSETS_SHARDS, transaction_max_timeout_ms=60_000,
+            transactional_id_expiration_ms=3_600_000, allocator=_ProducerIdBlocks(m), markers=self.markers,
+            partitions_for=m.partitions_for, snapshot_interval_records=SNAPSHOT_INTERVAL_RECORDS,
             assigned_here=lambda shard: self.owner(TRANSACTION_STATE_TOPIC, shard) == self.node_id,
-            planted_bug=m.bug)
+            observer=TraceObserver(self.name, m), planted_bug=m.bug)
         self.view: frozenset[int] = frozenset()
         self.txn_logs: dict[int, PartitionLog] = {}
-        self.tickets: dict[int, Envelope] = {}
-        self.next_ticket = 0
-        self.marker_channels = MarkerChannels()
-        self._marker_done: dict[int, Callable[[frozenset[Owed]], None]] = {}
-        self._marker_send_ids = count(1)
         self.retrying = False
         #: (topic, shard) -> records written to the coordinator shard since its last snapshot was asked for
         self._since_snapshot: dict[tuple[str, int], int] = {}
@@ -128,7 +118,7 @@ class SimNode:
         self.view = self.model.live_view
         for log, action in logs_to_release(self.logs.open_logs(), self.owner, self.node_id):
             if log.topic == TRANSACTION_STATE_TOPIC:
-                self._run(self.core.unload(log.partition))
+                self.txn.unload_shard(log.partition)
                 self.txn_logs.pop(log.partition, None)
             self.logs.close(log.topic, log.partition)
             self.model.note(self.name, f"{action} {log.topic}-{log.partition} epoch {log.leader_epoch}")
@@ -152,11 +142,9 @@ class SimNode:
             self.model.note(self.name, f"shard {shard} not taken: {type(error).__name__}")
             return False
         self.txn_logs[shard] = log
-        self._run(self.core.begin_loading(shard, log.leader_epoch))
-        entries, replayed = state_log.load(log)
-        self._run(self.core.loaded(shard, log.leader_epoch, entries, self.now()))
+        ids, replayed = self.txn.load_shard(shard, log)
         self.model.ownership_changed(self.name, TRANSACTION_STATE_TOPIC, shard, log.leader_epoch)
-        self.model.note(self.name, f"shard {shard} loaded: {len(entries)} ids, {replayed} records replayed from "
+        self.model.note(self.name, f"shard {shard} loaded: {ids} ids, {replayed} records replayed from "
                                    f"offset {log.log_start_offset} or its snapshot")
         return True
 
@@ -165,13 +153,11 @@ class SimNode:
     def receive(self, env: Envelope) -> None:
         message = env.message
         if type(message) in _RESPONSES:
-            self.next_ticket += 1
-            self.tickets[self.next_ticket] = env
-            self._run(self.core.request(self.next_ticket, message, self.now()))
+            self.txn.request(message, lambda outcome: self._reply(env, outcome))
         elif isinstance(message, pb.ProduceRequest):
             self._produce(env, message)
         elif isinstance(message, pb.WriteTxnMarkersRequest):
-            self._write_markers(env, message)
+            self._write_markers(message, functools.partial(self.net.reply, env))
         elif isinstance(message, pb.FetchRequest):
             self.net.reply(env, self._fetch(message))
         elif isinstance(message, GROUP_REQUESTS):
@@ -246,7 +232,7 @@ class SimNode:
             check = pb.VerifyHalfWriteRequest(shard=half_shard, producer_id=producer_id, topic=tp.topic,
                                               partition=tp.partition)
         else:
-            coordinator = self.owner(TRANSACTION_STATE_TOPIC, self.core.shard_of(req.transactional_id))
+            coordinator = self.owner(TRANSACTION_STATE_TOPIC, self.txn.shard_of(req.transactional_id))
             check = pb.AddPartitionsToTxnRequest(
                 transactional_id=req.transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
                 verify_only=not req.add_partitions,  # transactions V2's implicit add asks to add it
@@ -266,7 +252,7 @@ class SimNode:
 
         self.net.call(self.name, f"n{coordinator}", check, int(ADD_CALL_TIMEOUT_S * 1000), verified)
 
-    def _write_markers(self, env: Envelope, req: pb.WriteTxnMarkersRequest) -> None:
+    def _write_markers(self, req: pb.WriteTxnMarkersRequest, answer: Callable[[object], None]) -> None:
         """Append every marker now; when the fsync's time has passed make them durable, apply the offsets
         markers to the groups (as the node does once a marker is on disk), and answer."""
         out: list[pb.TxnMarkerResult] = []
@@ -298,12 +284,12 @@ class SimNode:
                 self.model.appended(self.name, log, offset, offset)
                 if error.topic == CONSUMER_OFFSETS_TOPIC:
                     self.groups.complete_transaction(error.partition, marker.producer_id, marker.committed, offset)
-            self.net.reply(env, pb.WriteTxnMarkersResponse(markers=out))
+            answer(pb.WriteTxnMarkersResponse(markers=out))
 
         if written:
             self.net.set_timer(self.name, self.fsync_ms, durable, label="fsync")
         else:
-            self.net.reply(env, pb.WriteTxnMarkersResponse(markers=out))
+            answer(pb.WriteTxnMarkersResponse(markers=out))
 
     def _marker_log(self, topic: str, partition: int) -> PartitionLog:
         """A data partition's log, or an offsets shard's as the group coordinator holds it."""
@@ -352,69 +338,28 @@ class SimNode:
             out.append(result)
         return pb.DescribeProducersResponse(partitions=out)
 
-    # ------------------------------------------------------------ the core's effects
+    # ------------------------------------------------------------ answers, local calls, group snapshots
 
     @property
     def fsync_ms(self) -> int:
-        return self.model.fsync_ms + self.extra_fsync_ms
+        return self.io.fsync_ms
 
-    def _run(self, effects: list[Effect]) -> None:
-        for effect in effects:
-            if isinstance(effect, Reply):
-                self._answer(effect)
-            elif isinstance(effect, WriteEntry):
-                self._write_entry(effect)
-            elif isinstance(effect, SendMarkers):
-                self._send_markers(effect)
-            elif isinstance(effect, StartTimer):
-                self.net.set_timer(self.name, max(0, effect.at_ms - self.now()), self._fire, effect.key,
-                                   label=f"core-timer {effect.key[0]}")
-            elif isinstance(effect, ReserveProducerIds):
-                first, end = self.model.reserve_producer_ids()
-                self.net.set_timer(self.name, self.fsync_ms, self._ids_reserved, first, end, label="pid-block")
+    def _reply(self, env: Envelope, outcome: object) -> None:
+        """A driver's outcome as the gRPC servicer answers it: the response, or its error code and message."""
+        if isinstance(outcome, KafkaError):
+            outcome = _RESPONSES[type(env.message)](error_code=code_of(outcome), error_message=str(outcome))
+        self.net.reply(env, outcome)
 
-    def _answer(self, reply: Reply) -> None:
-        env = self.tickets.pop(reply.ticket, None)
-        if env is None:
-            return
-        if reply.error is not None:
-            response: Any = _RESPONSES[type(env.message)](error_code=code_of(reply.error),
-                                                            error_message=str(reply.error))
+    def _serve_locally(self, request: Any, done: Callable[[object], None]) -> None:
+        """A call this node makes of itself (markers to its own partitions), as the node process answers it."""
+        if isinstance(request, pb.WriteTxnMarkersRequest):
+            self._write_markers(request, done)
         else:
-            response = reply.response
-        self.net.reply(env, response)
-
-    def _write_entry(self, effect: WriteEntry) -> None:
-        log = self.txn_logs.get(effect.shard)
-        error: KafkaError | None = None
-        if log is None or log.leader_epoch != effect.coordinator_epoch:
-            error = NotCoordinatorError(f"[NOT_COORDINATOR] shard {effect.shard} is no longer {self.name}'s")
-        else:
-            try:
-                end = state_log.append_entry(log, effect.transactional_id, effect.value, effect.timestamp_ms,
-                                             wait_durable=False, passing=effect.passing)
-                self.model.appended(self.name, log, -1, -1)
-            except KafkaError as exc:
-                error = exc
-            except OSError as exc:  # the simulated disk lost power under this write
-                error = UnknownServerError(f"[UNKNOWN_SERVER_ERROR] {exc}")
-            else:  # the fsync happens when its time has passed (a power loss before it loses the entry)
-                self.net.set_timer(self.name, self.fsync_ms, self._entry_durable, effect.write_id, log, end,
-                                   label="fsync")
-                return
-        self.net.set_timer(self.name, self.fsync_ms, self._entry_written, effect.write_id, error, label="fsync")
-
-    def _entry_durable(self, write_id: int, log: PartitionLog, end: int) -> None:
-        try:
-            log.make_durable(end)
-        except KafkaError as exc:
-            return self._entry_written(write_id, exc)
-        self.model.appended(self.name, log, -1, -1)
-        self.count_shard_write(log)
-        self._entry_written(write_id, None)
+            done(UnknownServerError(f"[UNKNOWN_SERVER_ERROR] {self.name} cannot call itself with "
+                                    f"{type(request).__name__}"))
 
     def count_shard_write(self, log: PartitionLog) -> None:
-        """A record of a coordinator shard is durable; every snapshot interval the shard is snapshotted from its
+        """A record of an offsets shard is durable; every snapshot interval the shard is snapshotted from its
         durable log, a moment later (the node does it in the background), as the real coordinators do."""
         key = (log.topic, log.partition)
         written = self._since_snapshot.get(key, 0) + 1
@@ -425,10 +370,7 @@ class SimNode:
 
     def _snapshot(self, log: PartitionLog) -> None:
         try:
-            if log.topic == TRANSACTION_STATE_TOPIC:
-                next_offset = state_log.take_snapshot(log).next_offset
-            else:
-                next_offset = group_snapshots.take_snapshot(log, log.partition).next_offset
+            next_offset = group_snapshots.take_snapshot(log, log.partition).next_offset
         except KafkaError as error:  # the shard moved away or was fenced meanwhile: the next owner snapshots
             self.model.note(self.name, f"snapshot of {log.topic}-{log.partition} skipped: {type(error).__name__}")
             return
@@ -438,47 +380,21 @@ class SimNode:
         self.model.note(self.name, f"snapshot of {log.topic}-{log.partition} up to offset {next_offset}, log from "
                                    f"{log.log_start_offset}")
 
-    def _entry_written(self, write_id: int, error: KafkaError | None) -> None:
-        self._run(self.core.entry_written(write_id, error, self.now()))
-
-    def _ids_reserved(self, first: int, end: int) -> None:
-        self._run(self.core.producer_ids_reserved(first, end, self.now()))
-
-    def _fire(self, key: tuple[Any, ...]) -> None:
-        self._run(self.core.timer_fired(key, self.now()))
-
-    def _send_markers(self, effect: SendMarkers) -> None:
-        def done(acked: frozenset[Owed]) -> None:
-            self._run(self.core.markers_written(effect.send_id, acked, self.now()))
-        self.send_markers(effect.owed, effect.coordinator_epoch, done)
-
     def send_markers(self, owed: Iterable[Owed], coordinator_epoch: int,
                      done: Callable[[frozenset[Owed]], None]) -> None:
-        """What a real node's MarkerWriter.send_async does: owe each marker to its partition's owner (as this
-        node sees the cluster) through the node's marker channels; `done(acknowledged)` once all have answered."""
-        send_id = next(self._marker_send_ids)
-        self._marker_done[send_id] = done
-        self._carry_out_markers(*self.marker_channels.send(
-            send_id, owed, coordinator_epoch, lambda tp: self.owner(tp.topic, tp.partition)))
-
-    def _carry_out_markers(self, batches: list[MarkerBatch], finished: list[MarkersDone]) -> None:
-        for send in finished:
-            self._marker_done.pop(send.send_id)(send.acked)
-        for batch in batches:
-            if batch.node == NO_OWNER:
-                self._marker_batch_answered(batch, TIMED_OUT)
-            else:
-                self.net.call(self.name, f"n{batch.node}", batch.request(), NODE_REQUEST_TIMEOUT_MS,
-                              _bind(self._marker_batch_answered, batch))
-
-    def _marker_batch_answered(self, batch: MarkerBatch, response: object) -> None:
-        acked = acknowledged(batch.owed, response) if isinstance(response, pb.WriteTxnMarkersResponse) else set()
-        self._carry_out_markers(*self.marker_channels.answered(batch.batch_id, acked))
+        """The node's MarkerWriter.send_async (the simulated half shards send theirs through it)."""
+        self.markers.send_async(owed, coordinator_epoch=coordinator_epoch, done=done)
 
     def _abort_timed_out(self) -> None:
-        self._run(self.core.abort_timed_out(self.now()))
+        self.txn.abort_timed_out_transactions()
         self.net.set_timer(self.name, ABORT_CHECK_INTERVAL_MS, self._abort_timed_out, label="abort-check")
 
 
-def _bind(handler: Callable[..., None], *args: Any) -> Callable[[object], None]:
-    return lambda response: handler(*args, response)
+class _ProducerIdBlocks:
+    """The cluster's durable counter of producer-id blocks (the node's is a directory of block files)."""
+
+    def __init__(self, model: ClusterModel) -> None:
+        self._model = model
+
+    def reserve_block(self) -> tuple[int, int]:
+        return self._model.reserve_producer_ids()
