@@ -22,7 +22,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from proto.errors import KafkaConfigurationError
-from proto.structs import CONSUMER_OFFSETS_TOPIC, HALF_MESSAGE_TOPICS, TRANSACTION_STATE_TOPIC
+from proto.structs import CONSUMER_OFFSETS_TOPIC, HALF_MESSAGE_TOPICS, TRANSACTION_STATE_TOPIC, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +107,9 @@ class NodeMetrics:
         self._rebalances = Counter(
             "txnsim_group_rebalances", "Consumer group join phases completed (a new generation of a group "
             "on this node's offsets shards)", registry=r)
+        self._offsets_committed = Counter(
+            "txnsim_group_offsets_committed", "Partition offsets that became a group's committed offsets on this "
+            "node (a durable OffsetCommit, a transaction's COMMIT marker, a shard loaded)", registry=r)
         self._checks_sent = Counter(
             "txnsim_rocketmq_check_backs_sent", "RocketMQ check-backs of undecided half messages handed to a "
             "live producer of their group", registry=r)
@@ -155,6 +158,9 @@ class NodeMetrics:
     def group_rebalanced(self) -> None:
         self._rebalances.inc()
 
+    def offsets_committed(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
+        self._offsets_committed.inc(len(offsets))
+
     def check_back_sent(self) -> None:
         self._checks_sent.inc()
 
@@ -164,7 +170,7 @@ class NodeMetrics:
     def half_messages_discarded(self, count: int) -> None:
         self._discarded.inc(count)
 
-    def ownership_changed(self, action: str, topic: str) -> None:
+    def ownership_changed(self, action: str, topic: str, partition: int, leader_epoch: int) -> None:
         self._ownership_changes.labels(action=action, log=log_kind(topic)).inc()
 
     # ------------------------------------------------------------ serving

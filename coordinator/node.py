@@ -41,7 +41,6 @@ from coordinator.reconcile import logs_to_release
 from coordinator.rocketmq.coordinator import HalfMessageCoordinator
 from coordinator.rocketmq.effects import PartitionWriter
 from coordinator.rocketmq.front_door import MessagingFrontDoor
-from coordinator.rocketmq.log_format import shard_of_transactional_id
 from coordinator.rocketmq.pop_service import PopService
 from coordinator.rocketmq.producers import ProducerRegistry
 from coordinator.rocketmq.rmq_wire import rmq_service
@@ -53,20 +52,16 @@ from coordinator.topics import TopicStore
 from coordinator.txn.coordinator import TransactionCoordinator
 from coordinator.txn.markers import MarkerWriter
 from coordinator.txn.service import TransactionServicer
-from coordinator.verification import ADD_CALL_TIMEOUT_S
+from coordinator.verification import TransactionVerifier
 from partitions import LogConfig, LogManager, PartitionLog
 from proto import txnsim_pb2 as pb
 from proto.errors import (
-    BrokerResponseError,
-    CoordinatorNotAvailableError,
     KafkaConfigurationError,
     KafkaError,
     KafkaStorageError,
     NotLeaderOrFollowerError,
     UnknownServerError,
-    code_of,
 )
-from proto.hashing import partition_for
 from proto.structs import (
     CHECK_MAX_TOPIC,
     CONSUMER_OFFSETS_TOPIC,
@@ -74,7 +69,6 @@ from proto.structs import (
     HALF_TOPIC,
     OP_HALF_TOPIC,
     TRANSACTION_STATE_TOPIC,
-    TopicPartition,
 )
 
 log = logging.getLogger("txnsim.node")
@@ -128,11 +122,13 @@ class Node:
         self.io.serve_locally(self._serve_locally)
         self.stopped = threading.Event()
         self._ready = threading.Event()
+        #: KIP-890's first-write check, asked of the transaction's coordinator (or a half shard's owner)
+        self.verifier = TransactionVerifier(io=self.io, owner_of=self.membership.owner, txn_shards=self.config.txn_shards)
         self.partitions = PartitionServer(
-            node_id=node_id, logs=self.logs, membership=self.membership, topics=self.topics,
+            io=self.io, logs=self.logs, membership=self.membership, topics=self.topics,
             offsets_shards=self.config.offsets_shards, txn_shards=self.config.txn_shards,
             half_shards=self.config.half_shards,
-            verify=self._verify_partitions_in_txn, on_offsets_marker=self._on_offsets_marker, observer=self.metrics)
+            verify=self.verifier.verify, on_offsets_marker=self._on_offsets_marker, observer=self.metrics)
         self.markers = MarkerWriter(io=self.io, owner_of=lambda tp: self.membership.owner(tp.topic, tp.partition),
                                     observer=self.metrics)
         #: runs a call on the owner of a log, in process or over gRPC (the half shards and the RocketMQ front door)
@@ -159,13 +155,13 @@ class Node:
             assigned_here=lambda shard: self.membership.owner(TRANSACTION_STATE_TOPIC, shard) == node_id,
             observer=self.metrics)
         self.groups = GroupCoordinator(
-            self.config.offsets_shards, now_ms=now_ms,
+            self.config.offsets_shards, io=self.io,
             min_session_timeout_ms=self.config.group_min_session_timeout_ms,
             max_session_timeout_ms=self.config.group_max_session_timeout_ms,
             partitions_for=self.partitions.partition_count,
             snapshot_interval_records=self.config.offsets_snapshot_interval_records,
             initial_rebalance_delay_ms=self.config.group_initial_rebalance_delay_ms, observer=self.metrics,
-            add_to_transaction=self._verify_partitions_in_txn)
+            add_to_transaction=self.verifier.verify)
         self.metrics.watch(NodeState(open_transactions=self.txn.open_transactions, open_logs=self.logs.open_logs,
                                      undecided_half_messages=self.half.undecided_count))
         self._server: NodeGrpcServer | None = None
@@ -311,7 +307,7 @@ class Node:
                 self.half.unload_shard(partition)
             self.logs.close(topic, partition)
             self.ownership_log.record(self.node_id, action, topic, partition, shard_log.leader_epoch, reason)
-            self.metrics.ownership_changed(action, topic)
+            self.metrics.ownership_changed(action, topic, partition, shard_log.leader_epoch)
             log.log(logging.WARNING if action == "fenced" else logging.INFO, "%s %s-%d (%s)", action, topic, partition,
                     reason)
 
@@ -323,7 +319,7 @@ class Node:
         except KafkaStorageError:
             return None  # its files are damaged (logged once, at error level); it stays unloaded
         self.ownership_log.record(self.node_id, "acquired", topic, partition, shard_log.leader_epoch, reason)
-        self.metrics.ownership_changed("acquired", topic)
+        self.metrics.ownership_changed("acquired", topic, partition, shard_log.leader_epoch)
         return shard_log
 
     def _retention_loop(self) -> None:
@@ -381,42 +377,6 @@ class Node:
 
     # ------------------------------------------------------------ cross-component calls
 
-    def _verify_partitions_in_txn(self, tid: str, producer_id: int, producer_epoch: int,
-                                  tps: list[TopicPartition], add: bool) -> dict[TopicPartition, int]:
-        """One AddPartitionsToTxn for all of `tps`: verify-only, or adding them with `add` (the implicit add of
-        transactions V2); a half-message id asks its shard per partition."""
-        half_shard = shard_of_transactional_id(tid)
-        if half_shard is not None:
-            return {tp: self._verify_half_write(half_shard, producer_id, tp) for tp in tps}
-        request = pb.AddPartitionsToTxnRequest(
-            transactional_id=tid, producer_id=producer_id, producer_epoch=producer_epoch, verify_only=not add,
-            partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition) for tp in tps])
-        owner = self.membership.owner(TRANSACTION_STATE_TOPIC, partition_for(tid, self.config.txn_shards))
-        try:
-            if owner == self.node_id:
-                response = self.txn.add_partitions(request)
-            else:
-                stubs = self.channels.stubs(self.spec.nodes[owner])
-                response = call(stubs.transactions.AddPartitionsToTxn, request, ADD_CALL_TIMEOUT_S, check=False)
-        except KafkaError as exc:  # unreachable or timed out: the coordinator is moving, not saying no
-            code = code_of(exc) if isinstance(exc, BrokerResponseError) else CoordinatorNotAvailableError.errno
-            return dict.fromkeys(tps, code)
-        if response.error_code:
-            return dict.fromkeys(tps, response.error_code)
-        codes = {TopicPartition(r.topic, r.partition): r.error_code for r in response.results}
-        return {tp: codes.get(tp, UnknownServerError.errno) for tp in tps}
-
-    def _verify_half_write(self, shard: int, producer_id: int, tp: TopicPartition) -> int:
-        """Ask the owner of a half-message shard whether a message stored in place may open its transaction."""
-        request = pb.VerifyHalfWriteRequest(shard=shard, producer_id=producer_id, topic=tp.topic, partition=tp.partition)
-        try:
-            response = self.router.call(HALF_TOPIC, shard, lambda stubs, timeout_s: self.half.verify_write(request)
-                                        if stubs is None else call(stubs.half.VerifyHalfWrite, request, timeout_s,
-                                                                   check=False))
-        except KafkaError as exc:
-            return code_of(exc) if isinstance(exc, BrokerResponseError) else CoordinatorNotAvailableError.errno
-        return response.error_code
-
     def _find_producer(self, group: str) -> Callable[[pb.TransactionCheck], bool] | None:
         """How to hand a check to a live producer of `group`: connected here, or to a peer; None if none is."""
         if self.producers.pick(group) is not None:
@@ -439,22 +399,21 @@ class Node:
         return None
 
     def _serve_locally(self, request: Any, done: Callable[[Any], None]) -> None:
-        """A call this node makes of itself (markers to its own partitions), answered in the caller's thread."""
-        handler = self._local_handlers.get(type(request))
-        if handler is None:
+        """A call this node makes of itself (markers to its own partitions, a first write's verification with
+        its own coordinator), answered in the caller's thread or once decided."""
+        if isinstance(request, pb.WriteTxnMarkersRequest):
+            self.partitions.write_txn_markers_async(request, done)
+        elif isinstance(request, pb.AddPartitionsToTxnRequest):
+            self.txn.request(request, done)
+        elif isinstance(request, pb.VerifyHalfWriteRequest):
+            try:
+                outcome: Any = self.half.verify_write(request)
+            except KafkaError as exc:
+                outcome = exc
+            done(outcome)
+        else:
             done(UnknownServerError(f"[UNKNOWN_SERVER_ERROR] node {self.node_id} cannot call itself with "
                                     f"{type(request).__name__}"))
-            return
-        try:
-            outcome = handler(request)
-        except KafkaError as exc:
-            outcome = exc
-        done(outcome)
-
-    @property
-    def _local_handlers(self) -> dict[type, Callable[[Any], Any]]:
-        return {pb.WriteTxnMarkersRequest: self.partitions.write_txn_markers,
-                pb.AddPartitionsToTxnRequest: self.txn.add_partitions}
 
     def _on_offsets_marker(self, shard: int, producer_id: int, committed: bool, marker_offset: int) -> None:
         self.groups.complete_transaction(shard, producer_id, committed, marker_offset=marker_offset)

@@ -7,7 +7,10 @@ NO_OBSERVER ignores them, for drivers built without a node (unit tests).
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
+
+from proto.structs import TopicPartition
 
 
 class TransactionObserver(Protocol):
@@ -26,6 +29,8 @@ class MarkerObserver(Protocol):
 
 class GroupObserver(Protocol):
     def group_rebalanced(self) -> None: ...
+    def offsets_committed(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None: ...
+    def shard_snapshotted(self, topic: str, shard: int, next_offset: int, log_start_offset: int) -> None: ...
 
 
 class HalfMessageObserver(Protocol):
@@ -35,7 +40,7 @@ class HalfMessageObserver(Protocol):
 
 
 class OwnershipObserver(Protocol):
-    def ownership_changed(self, action: str, topic: str) -> None: ...
+    def ownership_changed(self, action: str, topic: str, partition: int, leader_epoch: int) -> None: ...
 
 
 class NoObserver:
@@ -68,6 +73,9 @@ class NoObserver:
     def group_rebalanced(self) -> None:
         pass
 
+    def offsets_committed(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
+        pass
+
     def check_back_sent(self) -> None:
         pass
 
@@ -77,7 +85,7 @@ class NoObserver:
     def half_messages_discarded(self, count: int) -> None:
         pass
 
-    def ownership_changed(self, action: str, topic: str) -> None:
+    def ownership_changed(self, action: str, topic: str, partition: int, leader_epoch: int) -> None:
         pass
 
 

@@ -1,28 +1,27 @@
-"""The Partitions service: produce, fetch, offsets, markers and producer state of the logs this node owns.
+"""The partition leader: produce, fetch, offsets, markers and producer state of the logs this node owns, over
+the node's I/O (coordinator/runtime/io.py), so the node process and the simulator run this same code.
 
 Invariants: a request for a partition this node does not own gets NOT_LEADER_OR_FOLLOWER;
 a transactional batch opening a transaction on a partition is accepted only after the
 transaction coordinator confirms the partition was added (KIP-890 part 1); nothing is
-acknowledged before it is durable (PartitionLog.append returns after fsync).
+acknowledged before it is durable (written, then made durable through the I/O, which fsyncs).
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import threading
-import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
-from coordinator.membership import Membership
 from coordinator.observers import NO_OBSERVER, OwnershipObserver
 from coordinator.rpc import answers_with
-from coordinator.timers import Timer, Timers
-from coordinator.topics import TopicStore
-from coordinator.verification import Verifier, verification_error
+from coordinator.runtime.io import Cancellable, Failures, NodeIO, Outcome
+from coordinator.verification import AsyncVerifier, Codes, verification_error
 from partitions import LogManager, PartitionLog, ProducerSnapshot
 from proto import txnsim_pb2 as pb
 from proto import txnsim_pb2_grpc as rpc
@@ -59,6 +58,36 @@ Verdict = frozenset[int] | KafkaError
 
 #: the most one fetch answers, whatever the request's max_bytes: Kafka's broker setting fetch.max.bytes (55 MiB)
 FETCH_MAX_BYTES = 55 * 1024 * 1024
+T = TypeVar("T")
+
+
+class Ownership(Protocol):
+    """Who owns each log as this node sees the cluster (coordinator/membership.py; the simulator's view)."""
+
+    def owner(self, topic: str, partition: int) -> int: ...
+    def may_cut_off(self, node_id: int) -> bool: ...
+
+
+class TopicTable(Protocol):
+    """The topics and their settings (coordinator/topics.py TopicStore; the simulator's fixed table)."""
+
+    def partitions(self, topic: str) -> int | None: ...
+    def configs(self, topic: str) -> dict[str, str]: ...
+    def configs_view(self, topic: str) -> Mapping[str, str]: ...
+
+
+def wait_for(start: Callable[[Callable[[Any], None]], None]) -> Any:
+    """Run a callback-style call and wait for its outcome on this thread: the response, or its error raised
+    (the front doors' blocking calls over the drivers)."""
+    answer: Future[Any] = Future()
+
+    def done(outcome: Any) -> None:
+        if isinstance(outcome, BaseException):
+            answer.set_exception(outcome)
+        else:
+            answer.set_result(outcome)
+    start(done)
+    return answer.result()
 
 
 def unique_partitions(parts: Iterable[pb.FetchPartition]) -> list[pb.FetchPartition]:
@@ -115,13 +144,14 @@ class _WaitingFetch:
         self.req = req
         self.isolation = isolation
         self.future: Future[pb.FetchResponse] = Future()
-        self.deadline = time.monotonic() + max(0, min(req.max_wait_ms, 30_000)) / 1000
+        self.max_wait_ms = max(0, min(req.max_wait_ms, 30_000))
+        self.expired = self.max_wait_ms == 0
         self.min_bytes = max(1, req.min_bytes)
         self.keys = {(part.topic, part.partition) for part in req.partitions}
         self._lock = threading.Lock()
         self._scheduled = False  # a read is queued or running
         self._changed = False    # a wake came while it was
-        self._timer: Timer | None = None
+        self._timer: Cancellable | None = None
 
     def start(self) -> None:
         """Register, then read once on the caller's thread (the common case answers here, with no hop)."""
@@ -138,10 +168,14 @@ class _WaitingFetch:
                 self._changed = True
                 return
             self._scheduled = True
-        try:
-            self.server._fetch_reads.submit(self._read)
-        except RuntimeError:  # the node is stopping: answer from here
+        if self.server._stopping:  # answer from here: the node's pool may already be going
             self._read()
+        else:
+            self.server._io.soon(self._read, "fetch read")
+
+    def _expire(self) -> None:
+        self.expired = True
+        self.wake()
 
     def _read(self) -> None:
         while True:
@@ -152,7 +186,7 @@ class _WaitingFetch:
             except Exception as exc:  # a node bug: answered as the blocking call would raise it
                 self._finish(exc)
                 return
-            if total >= self.min_bytes or time.monotonic() >= self.deadline or any(r.error_code for r in results) \
+            if total >= self.min_bytes or self.expired or any(r.error_code for r in results) \
                     or self.server._stopping:
                 self._finish(pb.FetchResponse(partitions=results))
                 return
@@ -160,7 +194,7 @@ class _WaitingFetch:
                 if not self._changed:
                     self._scheduled = False
                     if self._timer is None:
-                        self._timer = self.server._timers.call_later(self.deadline - time.monotonic(), self.wake)
+                        self._timer = self.server._io.after(self.max_wait_ms, self._expire, "fetch max wait")
                     return
 
     def _finish(self, outcome: pb.FetchResponse | Exception) -> None:
@@ -176,23 +210,21 @@ class _WaitingFetch:
 
 
 @dataclass(frozen=True)
-class _PendingMarker:
-    """A marker written to `log` at `offset`, not yet known durable."""
+class _Pending:
+    """Records written to `log` from `offset` up to `end`, not yet known durable."""
 
     log: PartitionLog
     offset: int
-
-    @property
-    def end(self) -> int:
-        return self.offset + 1
+    end: int
 
 
 class PartitionServer:
-    def __init__(self, *, node_id: int, logs: LogManager, membership: Membership, topics: TopicStore,
-                 offsets_shards: int, txn_shards: int, verify: Verifier, half_shards: int = 10,
+    def __init__(self, *, io: NodeIO, logs: LogManager, membership: Ownership, topics: TopicTable,
+                 offsets_shards: int, txn_shards: int, verify: AsyncVerifier, half_shards: int = 10,
                  on_offsets_marker: Callable[[int, int, bool, int], None],
                  observer: OwnershipObserver = NO_OBSERVER) -> None:
-        self.node_id = node_id
+        self._io = io
+        self.node_id = io.node_id
         self._logs = logs
         self._membership = membership
         self._topics = topics
@@ -204,11 +236,7 @@ class PartitionServer:
         #: told when a data partition is opened here, on its first request
         self._observer = observer
         self._open_lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="append")
         self._waiting_fetches = WaitingFetches()
-        #: the reads of fetches woken from a wait, and the timer of their max waits
-        self._fetch_reads = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fetch")
-        self._timers = Timers(f"fetch-waits-{node_id}")
         # a fetch waiting on a log that closes here (moved, fenced, deleted) answers with the error now,
         # not at its max_wait: Kafka completes delayed fetches when the broker stops leading a partition
         logs.on_close(lambda topic, partition: self._waiting_fetches.wake([(topic, partition)]))
@@ -252,7 +280,7 @@ class PartitionServer:
             self._logs.forget(topic, partition)
             raise UnknownTopicOrPartitionError(f"[UNKNOWN_TOPIC_OR_PARTITION] {topic}-{partition} was deleted")
         if newly and topic not in INTERNAL_TOPICS:  # the node reports the coordinator shards it takes
-            self._observer.ownership_changed("acquired", topic)
+            self._observer.ownership_changed("acquired", topic, partition, opened.leader_epoch)
         return self._with_topic_settings(opened)
 
     def _with_topic_settings(self, opened: PartitionLog) -> PartitionLog:
@@ -274,21 +302,35 @@ class PartitionServer:
     # ------------------------------------------------------------ produce
 
     def produce(self, req: pb.ProduceRequest) -> pb.ProduceResponse:
-        if req.acks not in (-1, 0, 1):
-            raise InvalidRequestError(f"[INVALID_REQUEST] acks must be -1, 0 or 1, not {req.acks}")
-        if not req.partitions:
-            raise InvalidRequestError("[INVALID_REQUEST] a produce request must carry at least one partition")
-        tid = req.transactional_id if req.HasField("transactional_id") else None
-        verdicts = self._verify_new_transactions(tid, req.partitions, req.add_partitions)
-        if len(req.partitions) == 1:
-            results = [self._produce_one(req.partitions[0], verdicts.get(0, frozenset()))]
-        else:  # appends to different logs fsync in parallel
-            results = list(self._pool.map(lambda i, p: self._produce_one(p, verdicts.get(i, frozenset())),
-                                          range(len(req.partitions)), req.partitions))
-        self._waiting_fetches.wake((p.topic, p.partition) for p in req.partitions)
-        return pb.ProduceResponse(partitions=results)
+        """A produce, answered on the caller's thread once durable (the front doors')."""
+        response: pb.ProduceResponse = wait_for(lambda done: self.produce_async(req, done))
+        return response
 
-    def _produce_one(self, part: pb.PartitionRecords, verdict: Verdict) -> pb.PartitionProduceResult:
+    def produce_async(self, req: pb.ProduceRequest, done: Callable[[Outcome], None]) -> None:
+        """Verify the batches that open a transaction, append every batch, make the logs durable (their fsyncs
+        at once), then `done(ProduceResponse)`; a malformed request is `done(InvalidRequestError)`."""
+        if req.acks not in (-1, 0, 1):
+            done(InvalidRequestError(f"[INVALID_REQUEST] acks must be -1, 0 or 1, not {req.acks}"))
+            return
+        if not req.partitions:
+            done(InvalidRequestError("[INVALID_REQUEST] a produce request must carry at least one partition"))
+            return
+        tid = req.transactional_id if req.HasField("transactional_id") else None
+
+        def verified(verdicts: dict[int, Verdict]) -> None:
+            written = [self._append_one(part, verdicts.get(i, frozenset())) for i, part in enumerate(req.partitions)]
+            self._when_durable(written, lambda: self._produced(req, written, done))
+        self._verify_new_transactions(tid, req.partitions, req.add_partitions, verified)
+
+    def _produced(self, req: pb.ProduceRequest, written: list[tuple[Any, _Pending | None]],
+                  done: Callable[[Outcome], None]) -> None:
+        self._waiting_fetches.wake((p.topic, p.partition) for p in req.partitions)
+        done(pb.ProduceResponse(partitions=[result for result, _pending in written]))
+
+    def _append_one(self, part: pb.PartitionRecords, verdict: Verdict) -> tuple[pb.PartitionProduceResult,
+                                                                                  _Pending | None]:
+        """Write one partition's batches without waiting for the fsync: its result (offsets filled in once
+        durable), and where they went unless they were refused."""
         result = pb.PartitionProduceResult(topic=part.topic, partition=part.partition, base_offset=-1)
         try:
             if part.topic in INTERNAL_TOPICS:
@@ -296,23 +338,43 @@ class PartitionServer:
             partition_log = self.owned_log(part.topic, part.partition)
             if isinstance(verdict, KafkaError):
                 raise verdict
-            appended = partition_log.append(part.records, verified_producer_ids=verdict)
-            result.base_offset = appended.base_offset
-            result.log_start_offset = appended.log_start_offset
+            appended = partition_log.append(part.records, verified_producer_ids=verdict, wait_durable=False)
         except KafkaError as exc:
-            result.error_code = code_of(exc)
-            result.error_message = str(exc)
-        return result
+            _answer_failed(result, exc)
+            return result, None
+        result.base_offset = appended.base_offset
+        result.log_start_offset = appended.log_start_offset
+        return result, _Pending(partition_log, appended.base_offset, appended.last_offset + 1)
 
-    def _verify_new_transactions(self, tid: str | None, parts: Sequence[pb.PartitionRecords],
-                                 add: bool) -> dict[int, Verdict]:
+    def _when_durable(self, written: Sequence[tuple[Any, _Pending | None]], then: Callable[[], None]) -> None:
+        """Make every log written durable up to its end, at once; a result whose log could not be is answered
+        with why (its offsets taken back: an error answer carries -1, as Kafka's does); then `then()`."""
+        ends: dict[PartitionLog, int] = {}
+        for _result, pending in written:
+            if pending is not None:
+                ends[pending.log] = max(ends.get(pending.log, 0), pending.end)
+        if not ends:
+            then()
+            return
+
+        def durable(failures: Failures) -> None:
+            for result, pending in written:
+                if pending is not None and pending.log in failures:
+                    _answer_failed(result, failures[pending.log])
+                    if isinstance(result, pb.PartitionProduceResult):
+                        result.base_offset = -1
+            then()
+        self._io.durable(ends, durable)
+
+    def _verify_new_transactions(self, tid: str | None, parts: Sequence[pb.PartitionRecords], add: bool,
+                                 done: Callable[[dict[int, Verdict]], None]) -> None:
         """KIP-890 part 1 for a whole request: each transactional batch that would open a transaction on its
         partition is checked with the transaction's coordinator first, one call per producer for all the
         request's partitions (as Kafka's AddPartitionsToTxnManager batches them), so a transaction's first
         write to two partitions of this node waits for one round trip, not two. With `add` (the request's
-        add_partitions: part 2's implicit add) the same call adds the partitions to the transaction. Keyed by
-        the partition's index in the request; a partition with nothing to verify (or that _produce_one
-        refuses anyway) has no entry."""
+        add_partitions: part 2's implicit add) the same call adds the partitions to the transaction. `done`
+        gets the verdicts keyed by the partition's index in the request; a partition with nothing to verify
+        (or that _append_one refuses anyway) has no entry."""
         asks: dict[tuple[int, int], list[tuple[int, TopicPartition]]] = defaultdict(list)
         verdicts: dict[int, Verdict] = {}
         for i, part in enumerate(parts):
@@ -329,20 +391,34 @@ class PartitionServer:
                 continue
             for producer in unverified:
                 asks[producer].append((i, TopicPartition(part.topic, part.partition)))
+        if not asks:
+            done(verdicts)
+            return
+        lock = threading.Lock()
         verified: dict[int, set[int]] = defaultdict(set)
+        unanswered = [len(asks)]
+
+        def answered(producer_id: int, producer_epoch: int, where: list[tuple[int, TopicPartition]],
+                     codes: Codes) -> None:
+            assert tid is not None
+            with lock:
+                for i, tp in where:
+                    error = verification_error(codes.get(tp, UnknownServerError.errno), tid, tp, producer_id,
+                                               producer_epoch)
+                    if error is not None:
+                        verdicts.setdefault(i, error)
+                    else:
+                        verified[i].add(producer_id)
+                unanswered[0] -= 1
+                if unanswered[0]:
+                    return
+                for i, pids in verified.items():
+                    verdicts.setdefault(i, frozenset(pids))
+            done(verdicts)
         for (producer_id, producer_epoch), where in asks.items():
             assert tid is not None
-            codes = self._verify(tid, producer_id, producer_epoch, [tp for _i, tp in where], add)
-            for i, tp in where:
-                error = verification_error(codes.get(tp, UnknownServerError.errno), tid, tp, producer_id,
-                                           producer_epoch)
-                if error is not None:
-                    verdicts.setdefault(i, error)
-                else:
-                    verified[i].add(producer_id)
-        for i, pids in verified.items():
-            verdicts.setdefault(i, frozenset(pids))
-        return verdicts
+            self._verify(tid, producer_id, producer_epoch, [tp for _i, tp in where], add,
+                         functools.partial(answered, producer_id, producer_epoch, where))
 
     # ------------------------------------------------------------ fetch
 
@@ -422,32 +498,33 @@ class PartitionServer:
         return pb.ListOffsetsResponse(partitions=out)
 
     def write_txn_markers(self, req: pb.WriteTxnMarkersRequest) -> pb.WriteTxnMarkersResponse:
-        """Write every marker of the request, then make each touched log durable once, the logs' fsyncs in
-        parallel: one request's markers share their logs' group commits instead of each waiting alone."""
+        """Markers, answered on the caller's thread once durable (the front doors')."""
+        response: pb.WriteTxnMarkersResponse = wait_for(lambda done: self.write_txn_markers_async(req, done))
+        return response
+
+    def write_txn_markers_async(self, req: pb.WriteTxnMarkersRequest, done: Callable[[Outcome], None]) -> None:
+        """Write every marker of the request, then make each touched log durable once, the logs' fsyncs at once:
+        one request's markers share their logs' group commits instead of each waiting alone."""
         written = [self._append_marker(marker, part) for marker in req.markers for part in marker.partitions]
-        ends: dict[PartitionLog, int] = {}
-        for _result, appended in written:
-            if appended is not None:
-                ends[appended.log] = max(ends.get(appended.log, 0), appended.end)
-        failed = self._make_durable(ends)
-        results = iter(written)
-        out = []
-        for marker in req.markers:
-            answer = pb.TxnMarkerResult(producer_id=marker.producer_id)
-            for part in marker.partitions:
-                result, appended = next(results)
-                if appended is not None:
-                    error = failed.get(appended.log)
-                    if error is not None:
-                        _answer_failed(result, error)
-                    elif part.topic == CONSUMER_OFFSETS_TOPIC:  # durable now: the group's offsets may show it
-                        self._offsets_marker_written(result, marker, part.partition, appended.offset)
-                answer.partitions.append(result)
-            out.append(answer)
-        # after the whole request, not per log: a fetch woken by the first of several markers would answer
-        # with that partition alone and its consumer come back for the rest
-        self._waiting_fetches.wake((part.topic, part.partition) for marker in req.markers for part in marker.partitions)
-        return pb.WriteTxnMarkersResponse(markers=out)
+
+        def durable() -> None:
+            results = iter(written)
+            out = []
+            for marker in req.markers:
+                answer = pb.TxnMarkerResult(producer_id=marker.producer_id)
+                for part in marker.partitions:
+                    result, pending = next(results)
+                    if pending is not None and not result.error_code and part.topic == CONSUMER_OFFSETS_TOPIC:
+                        # durable now: the group's offsets may show it
+                        self._offsets_marker_written(result, marker, part.partition, pending.offset)
+                    answer.partitions.append(result)
+                out.append(answer)
+            # after the whole request, not per log: a fetch woken by the first of several markers would answer
+            # with that partition alone and its consumer come back for the rest
+            self._waiting_fetches.wake((part.topic, part.partition) for marker in req.markers
+                                       for part in marker.partitions)
+            done(pb.WriteTxnMarkersResponse(markers=out))
+        self._when_durable(written, durable)
 
     def _offsets_marker_written(self, result: pb.PartitionError, marker: pb.TxnMarker, partition: int,
                                 offset: int) -> None:
@@ -461,7 +538,7 @@ class PartitionServer:
             _answer_failed(result, exc)
 
     def _append_marker(self, marker: pb.TxnMarker, part: pb.TopicPartitionRef) -> tuple[pb.PartitionError,
-                                                                                         _PendingMarker | None]:
+                                                                                         _Pending | None]:
         """Write one marker without waiting for its fsync: its result, and where it went unless it failed."""
         result = pb.PartitionError(topic=part.topic, partition=part.partition)
         if self.partition_count(part.topic) is None:
@@ -483,23 +560,7 @@ class PartitionServer:
                               part.partition)
             _answer_failed(result, exc)
             return result, None
-        return result, _PendingMarker(partition_log, appended.base_offset)
-
-    def _make_durable(self, ends: dict[PartitionLog, int]) -> dict[PartitionLog, KafkaError]:
-        """Make each log durable up to its end (one log in this thread, several in parallel: an fsync
-        releases the GIL); the logs that could not be, with why."""
-        def durable(item: tuple[PartitionLog, int]) -> KafkaError | None:
-            try:
-                item[0].make_durable(item[1])
-            except KafkaError as exc:
-                return exc
-            except Exception as exc:  # a node bug: only this log's markers fail
-                log.exception("making %s durable failed", item[0])
-                return UnknownServerError(f"{type(exc).__name__}: {exc}")
-            return None
-        items = list(ends.items())
-        errors = [durable(items[0])] if len(items) == 1 else list(self._pool.map(durable, items))
-        return {log: error for (log, _end), error in zip(items, errors) if error is not None}
+        return result, _Pending(partition_log, appended.base_offset, appended.base_offset + 1)
 
     def delete_records(self, topic: str, partition: int, offset: int) -> int:
         """Kafka's DeleteRecords on this partition's leader: its new log start offset (the low watermark)."""
@@ -577,7 +638,7 @@ class PartitionsServicer(rpc.PartitionsServicer):
         return self._server.describe_producers(request)
 
 
-def _answer_failed(result: pb.PartitionError, exc: Exception) -> None:
+def _answer_failed(result: Any, exc: Exception) -> None:
     """One partition's marker answered with its error: Kafka's code, or UNKNOWN_SERVER_ERROR with the exception's
     type for a node bug (as `rpc.answer` answers a whole request)."""
     result.error_code = code_of(exc)

@@ -1,16 +1,17 @@
 """Group membership over the shards a GroupCoordinator owns: the classic protocol's requests carried out.
 
-classic.py decides; this part of the coordinator carries the effects out. JoinGroup and SyncGroup block
-their caller's thread on a Future that the effects complete (the join barrier, the leader's assignment);
-a membership record is appended to the group's shard before the SyncGroups it answers; a timer thread
-runs the groups' deadlines (initial delay, rebalance timeout, session expiry). Both front doors (gRPC,
-the Kafka port) call these methods. GroupCoordinator (coordinator.py) mixes this in and provides the shards.
+classic.py decides; this part of the coordinator carries the effects out. JoinGroup and SyncGroup answer
+with a Future that the effects complete (the join barrier, the leader's assignment); a membership record
+is durable in the group's shard before the SyncGroups it answers; each group's deadlines (initial delay,
+rebalance timeout, session expiry) are one timer on the node's I/O, armed at the next. Both front doors
+(gRPC, the Kafka port) and the simulator call these methods. GroupCoordinator (coordinator.py) mixes this
+in and provides the shards, the I/O and the log writes.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import threading
-import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, TypeVar
@@ -29,7 +30,8 @@ from coordinator.group.metadata import GroupMetadata
 from coordinator.group.shard import Shard, ShardStatus
 from coordinator.observers import GroupObserver
 from coordinator.rpc import wire_message
-from coordinator.timers import Timers
+from coordinator.runtime.io import NodeIO
+from partitions.model import AppendResult
 from proto import consumer_protocol
 from proto import txnsim_pb2 as pb
 from proto.errors import (
@@ -49,19 +51,6 @@ O = TypeVar("O")  # what a blocked JoinGroup or SyncGroup answers
 _WAIT_MARGIN_S = 30.0
 
 
-def _run_timers(coordinator: weakref.ref[GroupMembership], wake: threading.Event) -> None:
-    """The group timers' thread: due timers first, then sleep until the next (at least every half second, for
-    clocks that jump). It holds its coordinator weakly, so a coordinator dropped without close() stops it."""
-    while True:
-        live = coordinator()
-        wait_s = live._timer_step() if live is not None else None
-        del live
-        if wait_s is None:
-            return
-        wake.wait(wait_s)
-        wake.clear()
-
-
 class GroupMembership:
     """The membership requests of GroupCoordinator (which provides the shards, the clock and the log)."""
 
@@ -69,9 +58,8 @@ class GroupMembership:
     _shards: dict[int, Shard]
     _closed: bool
     _group_config: GroupConfig
-    _timer_wake: threading.Event
-    #: answers a held JoinGroup or SyncGroup that nothing answered in time (a guard against a bug)
-    _wait_guards: Timers
+    _io: NodeIO
+    _run_timers: bool
     _now_ms: Callable[[], int]
     _observer: GroupObserver
 
@@ -80,11 +68,10 @@ class GroupMembership:
         def _check_serving(self, shard: Shard) -> None: ...
         def _check_still_leader(self, shard: Shard) -> None: ...
         def _taken_over(self, shard: Shard) -> bool: ...
-        def _append(self, shard: Shard, batch: bytes, records: int, *, offsets: bool = False) -> int | None: ...
-
-    def _start_timers(self) -> None:
-        threading.Thread(target=_run_timers, args=(weakref.ref(self), self._timer_wake), name="group-timers",
-                         daemon=True).start()
+        def _append(self, shard: Shard, batch: bytes, *, offsets: bool = False) -> AppendResult: ...
+        def _write(self, shard: Shard, batch: bytes, records: int, then: Callable[[KafkaError | None], None], *,
+                   offsets: bool = False) -> None: ...
+        def _write_blocking(self, shard: Shard, batch: bytes, records: int, *, offsets: bool = False) -> None: ...
 
     # ------------------------------------------------------------ membership (classic.py decides, this carries out)
 
@@ -101,7 +88,6 @@ class GroupMembership:
             self._check_serving(shard)
             self._decide(shard, group, lambda: group.classic.join(self._now_ms(), request, waiter))
             wait_s = self._longest_wait_s(group)
-        self._timer_wake.set()
         return self._bounded(waiter, wait_s, lambda error: JoinOutcome(code_of(error), str(error),
                                                                        member_id=request.member_id or ""))
 
@@ -126,7 +112,6 @@ class GroupMembership:
             self._decide(shard, group, lambda: group.classic.sync(self._now_ms(), member_id, instance_id, generation_id,
                                                                   protocol_type, protocol_name, assignments, waiter))
             wait_s = self._longest_wait_s(group)
-        self._timer_wake.set()
         return self._bounded(waiter, wait_s, lambda error: SyncOutcome(code_of(error), str(error)))
 
     def heartbeat_member(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int) -> None:
@@ -154,7 +139,6 @@ class GroupMembership:
                 errors.extend(answers)
                 return effects
             self._decide(shard, group, leave)
-        self._timer_wake.set()
         return errors
 
     def _longest_wait_s(self, group: GroupMetadata) -> float:
@@ -194,41 +178,97 @@ class GroupMembership:
 
         waiter.add_done_callback(copy)
 
-        guard = self._wait_guards.call_later(wait_s, expire)
+        guard = self._io.after(int(wait_s * 1000), expire, "group wait guard")
         waiter.add_done_callback(lambda _done: guard.cancel())
         return answer
 
     def _decide(self, shard: Shard, group: GroupMetadata, decide: Callable[[], list[Effect]]) -> None:
         """Ask the group's core for one decision and carry out its effects; a decision that starts a new
-        generation completed a rebalance (the observer counts it). Caller holds group.lock."""
+        generation completed a rebalance (the observer counts it). Then the group's timer is armed at its next
+        deadline. Caller holds group.lock."""
         generation = group.classic.generation
         self._carry_out(shard, group, decide())
         if group.classic.generation > generation:
             self._observer.group_rebalanced()
+        self._arm(shard, group)
 
     def _carry_out(self, shard: Shard, group: GroupMetadata, effects: list[Effect]) -> None:
-        """Carry out the group core's effects in order. Caller holds group.lock."""
-        queue = list(effects)
-        while queue:
-            effect = queue.pop(0)
+        """Carry out the group core's effects in order; a membership record is written, and what its being
+        durable (or not) decides is carried out when the I/O says so. Caller holds group.lock."""
+        for effect in effects:
             if isinstance(effect, StoreGroup):
-                error: KafkaError | None = None
-                now = self._now_ms()
-                try:
-                    value = log_format.encode_group(effect.record)
-                    self._append(shard, encode_batch([(now, log_format.group_key(group.group_id), value, ())]), 1)
-                    logger.info("group %r: generation %d (%s) stored; members %s", group.group_id,
-                                effect.record.generation, group.classic.state.value,
-                                [m.member_id for m in effect.record.members])
-                except KafkaError as exc:
-                    logger.warning("group %r: membership not stored: %s", group.group_id, exc)
-                    error = exc
-                queue[0:0] = group.classic.store_completed(now, effect.record.generation, error)
+                record = effect.record
+                batch = encode_batch([(self._now_ms(), log_format.group_key(group.group_id),
+                                       log_format.encode_group(record), ())])
+                self._write(shard, batch, 1, functools.partial(self._stored, shard, group, record.generation,
+                                                               [m.member_id for m in record.members]))
             elif not effect.waiter.done():
                 effect.waiter.set_result(effect.outcome)
 
+    def _stored(self, shard: Shard, group: GroupMetadata, generation: int, members: list[str],
+                error: KafkaError | None) -> None:
+        """A membership record of `generation` is durable (or failed): the core decides what follows (the
+        SyncGroups it answers)."""
+        with group.lock:
+            if error is None:
+                logger.info("group %r: generation %d (%s) stored; members %s", group.group_id, generation,
+                            group.classic.state.value, members)
+            else:
+                logger.warning("group %r: membership not stored: %s", group.group_id, error)
+            self._carry_out(shard, group, group.classic.store_completed(self._now_ms(), generation, error))
+            self._arm(shard, group)
+
+    # ------------------------------------------------------------ the groups' deadlines
+
+    def _arm(self, shard: Shard, group: GroupMetadata) -> None:
+        """One timer per group, at its next deadline (sessions, the join barrier, the initial delay). A timer
+        already armed earlier stays: it finds nothing due and arms the next (a heartbeat only moves a
+        deadline later). Caller holds group.lock."""
+        if not self._run_timers:
+            return
+        deadline = group.classic.next_deadline_ms()
+        armed = shard.timers.get(group.group_id)
+        if armed is not None:
+            if deadline is not None and armed[0] <= deadline:
+                return
+            armed[1].cancel()
+            del shard.timers[group.group_id]
+        if deadline is None:
+            return
+        handle = self._io.after(max(0, deadline - self._now_ms()),
+                                functools.partial(self._tick, shard, group, deadline), "group timer")
+        shard.timers[group.group_id] = (deadline, handle)
+
+    def _tick(self, shard: Shard, group: GroupMetadata, deadline: int) -> None:
+        """A group's timer: run what is due on the group's clock, then arm the next."""
+        with group.lock:
+            armed = shard.timers.get(group.group_id)
+            if armed is None or armed[0] != deadline:
+                return  # replaced by an earlier one, or cancelled
+            del shard.timers[group.group_id]
+            if self._closed or shard.groups.get(group.group_id) is not group:
+                return
+            with self._lock:
+                if self._shards.get(shard.number) is not shard:
+                    return
+            now = self._now_ms()
+            due = group.classic.next_deadline_ms()
+            if due is not None and due <= now:
+                try:
+                    self._check_serving(shard)
+                    self._decide(shard, group, lambda: group.classic.tick(now))
+                except KafkaError as exc:
+                    logger.warning("group %r: timers not run: %s", group.group_id, exc)
+                    return
+            self._arm(shard, group)
+
+    def _cancel_timers(self, shard: Shard) -> None:
+        for _deadline, handle in list(shard.timers.values()):
+            handle.cancel()
+        shard.timers.clear()
+
     def expire_members(self) -> None:
-        """The group timers: lapsed sessions and member ids, join barriers whose time is up, initial delays."""
+        """Run every group's due deadlines now (what the groups' timers do; for owners that run none)."""
         now = self._now_ms()
         with self._lock:
             candidates = [(shard, group) for shard in self._shards.values() if shard.status is ShardStatus.ACTIVE
@@ -243,30 +283,6 @@ class GroupMembership:
                     self._decide(shard, group, lambda: group.classic.tick(now))
                 except KafkaError as exc:
                     logger.warning("group %r: timers not run: %s", group.group_id, exc)
-
-    def _next_timer_ms(self) -> int | None:
-        with self._lock:
-            groups = [group for shard in self._shards.values() if shard.status is ShardStatus.ACTIVE
-                      for group in shard.groups.values()]
-        deadlines = []
-        for group in groups:
-            with group.lock:
-                deadline = group.classic.next_deadline_ms()
-            if deadline is not None:
-                deadlines.append(deadline)
-        return min(deadlines, default=None)
-
-    def _timer_step(self) -> float | None:
-        """Run the due group timers; how long until the next one (None: closed)."""
-        if self._closed:
-            return None
-        try:
-            self.expire_members()
-            next_ms = self._next_timer_ms()
-        except Exception:  # a bug: say so, keep the timers alive
-            logger.exception("group timers failed")
-            next_ms = None
-        return 0.5 if next_ms is None else min(0.5, max(0.002, (next_ms - self._now_ms()) / 1000))
 
     def _fail_waiters(self, shard: Shard, error: KafkaError) -> None:
         """The shard moved away: nobody waiting on its groups will be answered by this node."""
@@ -391,7 +407,7 @@ class GroupMembership:
             now = self._now_ms()
             records = [(now, log_format.offset_key(group_id, tp), None, ()) for tp in group.offsets]
             records.append((now, log_format.group_key(group_id), None, ()))
-            self._append(shard, encode_batch(records), len(records))
+            self._write_blocking(shard, encode_batch(records), len(records))
             self._carry_out(shard, group, group.classic.delete())
             group.offsets.clear()
             with self._lock:

@@ -41,7 +41,9 @@ class GroupMetadata:
     offsets: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
     #: producer id -> offsets written in its open transaction (invisible until its marker)
     pending: dict[int, dict[TopicPartition, CommittedOffset]] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    #: reentrant: the node's I/O may complete a write on the thread that made it, and the write's
+    #: continuation takes the lock the write was made under (coordinator.py)
+    lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     def __post_init__(self) -> None:
         self.classic = ClassicGroup(self.group_id, GroupConfig(), _unset_member_id)

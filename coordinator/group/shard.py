@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.group.metadata import GroupMetadata
+from coordinator.runtime.io import Cancellable
 
 
 class ShardStatus(enum.Enum):
@@ -35,3 +36,5 @@ class Shard:
     deferred: list[tuple[int, bool, int | None]] = field(default_factory=list)
     snapshotted: bool = False
     writes_since_snapshot: int = 0
+    #: group -> the deadline its timer is armed for, and the timer
+    timers: dict[str, tuple[int, Cancellable]] = field(default_factory=dict)

@@ -8,6 +8,7 @@ must not hold its caller up goes through `soon` (a pool); timers fire on one thr
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -54,10 +55,18 @@ class RealIO:
         self._fsyncs = ThreadPoolExecutor(max_workers=16, thread_name_prefix=f"node{node_id}-fsync")
         self._local: LocalHandler | None = None
         self._stopped = False
+        self._outstanding = 0  # work handed to `soon` and not yet finished
+        self._settled = threading.Condition()
 
     def serve_locally(self, handler: LocalHandler) -> None:
         """Where calls to this node itself go (the node runtime's dispatch)."""
         self._local = handler
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until all work handed to `soon` so far (and what it handed on) has run; False if some still
+        runs after `timeout_s`. For a node stopping gracefully, and tests."""
+        with self._settled:
+            return self._settled.wait_for(lambda: self._outstanding == 0, timeout_s)
 
     def close(self) -> None:
         self._stopped = True
@@ -76,10 +85,12 @@ class RealIO:
     def soon(self, work: Callable[[], None], label: str) -> None:
         if self._stopped:
             return
+        with self._settled:
+            self._outstanding += 1
         try:
             self._pool.submit(self._run, work, label)
         except RuntimeError:  # shut down meanwhile: the node is stopping
-            pass
+            self._finished()
 
     def durable(self, ends: Mapping[PartitionLog, int], done: Callable[[Failures], None]) -> None:
         items = list(ends.items())
@@ -104,12 +115,19 @@ class RealIO:
 
     # ------------------------------------------------------------ helpers
 
-    @staticmethod
-    def _run(work: Callable[[], None], label: str) -> None:
+    def _run(self, work: Callable[[], None], label: str) -> None:
         try:
             work()
         except Exception:  # a bug in one piece of work must not go unseen (an executor would swallow it)
             log.exception("%s failed", label)
+        finally:
+            self._finished()
+
+    def _finished(self) -> None:
+        with self._settled:
+            self._outstanding -= 1
+            if self._outstanding == 0:
+                self._settled.notify_all()
 
 
 def _make_durable(item: tuple[PartitionLog, int]) -> KafkaError | None:

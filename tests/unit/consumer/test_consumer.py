@@ -35,6 +35,7 @@ from proto.records import (
     set_base_offset,
 )
 from proto.structs import OffsetAndMetadata, TopicPartition
+from tests.fakes import node_io
 from tests.helpers import wait_until
 
 TOPIC = "orders"
@@ -77,7 +78,7 @@ class MemoryLog:
         self.raw: list[tuple[int, int, bytes]] = []
         self.next_offset = 0
 
-    def append(self, records: bytes, *, origin: object = None) -> AppendResult:
+    def append(self, records: bytes, *, origin: object = None, wait_durable: bool = True) -> AppendResult:
         base = self.next_offset
         for batch in iter_batches(records):
             count = batch.header.last_offset_delta + 1
@@ -85,6 +86,9 @@ class MemoryLog:
                              set_base_offset(batch.raw, self.next_offset, 0)))
             self.next_offset += count
         return AppendResult(base, self.next_offset - 1)
+
+    def make_durable(self, end_offset: int) -> None:  # memory: durable once appended
+        pass
 
     def batches(self):
         for _, _, raw in list(self.raw):
@@ -129,7 +133,7 @@ class FakeNode:
         self.offset_fetches = 0
         self.before: dict[str, Callable[[], None]] = {}
         self.group_log = MemoryLog()
-        self.groups = GroupCoordinator(1, now_ms=lambda: self.clock_ms, min_session_timeout_ms=100,
+        self.groups = GroupCoordinator(1, io=node_io(lambda: self.clock_ms), min_session_timeout_ms=100,
                                        partitions_for=self.topics.get, initial_rebalance_delay_ms=0)
         self.groups.load_shard(0, self.group_log)
         service = GroupService(self.groups)

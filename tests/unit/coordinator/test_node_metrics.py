@@ -32,7 +32,7 @@ def samples(metrics: NodeMetrics, url: str | None = None) -> dict[tuple[str, tup
 def test_two_nodes_in_one_process_count_apart():
     first, second = NodeMetrics(), NodeMetrics()
     first.transaction_completed(committed=True)
-    first.ownership_changed("acquired", "__transaction_state")
+    first.ownership_changed("acquired", "__transaction_state", 0, 1)
     assert samples(first)[("txnsim_transactions_committed_total", ())] == 1
     assert samples(second)[("txnsim_transactions_committed_total", ())] == 0
     assert samples(first)[("txnsim_ownership_changes_total", (("action", "acquired"),

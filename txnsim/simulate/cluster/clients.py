@@ -26,7 +26,7 @@ from proto import txnsim_pb2 as pb
 from proto.errors import ERRORS_BY_CODE, UnknownServerError
 from proto.structs import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicPartition
 from txnsim.chaos.history import TXN_HEADER, Outcome
-from txnsim.simulate.cluster.groups import shard_of_group
+from txnsim.simulate.cluster.shape import shard_of_group
 from txnsim.simulate.network import TIMED_OUT
 
 if TYPE_CHECKING:

@@ -32,7 +32,7 @@ from txnsim.simulate.cluster.clients import (
     GroupMember,
     _error_name,
 )
-from txnsim.simulate.cluster.groups import shard_of_group
+from txnsim.simulate.cluster.shape import shard_of_group
 from txnsim.simulate.network import TIMED_OUT
 
 if TYPE_CHECKING:

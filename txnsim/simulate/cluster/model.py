@@ -32,6 +32,7 @@ from proto import consumer_protocol
 from proto.hashing import partition_for
 from proto.structs import (
     CONSUMER_OFFSETS_TOPIC,
+    INTERNAL_TOPICS,
     TRANSACTION_STATE_TOPIC,
     ConsumerRecord,
     IsolationLevel,
@@ -44,11 +45,11 @@ from txnsim.simulate.cluster import final_read
 from txnsim.simulate.cluster.batch_client import BATCH_TOPIC, SparkQuery
 from txnsim.simulate.cluster.clients import TOPIC, GroupMember, TxnProducer
 from txnsim.simulate.cluster.copier import COPY_GROUP, OUT_TOPIC, Copier
-from txnsim.simulate.cluster.groups import OFFSETS_SHARDS
 from txnsim.simulate.cluster.halfmessages import CHECK_INTERVAL_MS, CHECK_MAX
 from txnsim.simulate.cluster.node import DATA_ROOT, SimNode
 from txnsim.simulate.cluster.readers import Reader
 from txnsim.simulate.cluster.rmq_client import RMQ_IN_PLACE_TOPIC, RMQ_PARTITIONS, RMQ_TOPICS, RmqProducer
+from txnsim.simulate.cluster.shape import OFFSETS_SHARDS
 from txnsim.simulate.model import Model, Report, Violation
 from txnsim.simulate.network import Envelope, Network
 from txnsim.simulate.world import World
@@ -79,10 +80,11 @@ class ClusterModel(Model):
         "lso-ignores-open-transactions": "the last stable offset is the high watermark: read_committed sees undecided records",
         "no-epoch-bump": "EndTxn (V2) keeps the producer epoch, so a late write of the last transaction is not fenced",
         "no-fencing": "a log opened by a new leader does not fence the old one: a paused owner keeps writing",
-        "ack-before-fsync": "a produce is acknowledged as soon as it is written, before its fsync: a power loss "
-                            "in between loses acknowledged records",
-        "ack-group-before-fsync": "a group's new assignment is handed out before its membership record is durable "
-                                  "(written only with the next one)",
+        "ack-before-fsync": "a write to a data partition (a produce, a marker) is acknowledged as soon as it is "
+                            "written, before its fsync: a power loss in between loses acknowledged records",
+        "ack-group-before-fsync": "the group coordinator answers before its writes are durable: a new assignment "
+                                  "is handed out, or offsets acknowledged, before the fsync; a crash in "
+                                  "between takes them back",
         "no-generation-fence": "TxnOffsetCommit skips the member and generation check (KIP-447): a copier whose "
                                "generation is over still commits what the partition's next owner copies again",
         "unstable-offset-fetch": "OffsetFetch ignores require_stable: a copier starts from an offset a pending "
@@ -538,7 +540,13 @@ class ClusterModel(Model):
                 holders.pop(member, None)
 
     def acknowledged_before_fsync(self, ends: dict[PartitionLog, int]) -> bool:
-        """Whether a planted bug acknowledges these writes before their fsync (sim_io.py asks)."""
+        """Whether a planted bug acknowledges these writes before their fsync (sim_io.py asks): with
+        ack-before-fsync, every write to a data partition; with ack-group-before-fsync, every write of a group
+        coordinator (its membership records and offsets)."""
+        if self.bug == "ack-before-fsync":
+            return any(plog.topic not in INTERNAL_TOPICS for plog in ends)
+        if self.bug == "ack-group-before-fsync":
+            return any(plog.topic == CONSUMER_OFFSETS_TOPIC for plog in ends)
         return False
 
     def appended(self, node: str, log: PartitionLog, first: int, last: int) -> None:

@@ -1,40 +1,46 @@
 """A simulated node: the shipping node's drivers over simulated I/O (sim_io.py), and what is still its own.
 
-The transaction coordinator is the node's own driver and core (coordinator/txn/coordinator.py, core.py) and
-its markers go through the node's MarkerWriter, both over SimIO; the partition logs are the node's
-PartitionLogs and LogManager on the cluster's simulated disk (the real node's data directory is shared too,
-and fenced by leader-epoch claims in it); the leader's answer to a failed verification and the marker
-acknowledgement rules are the node's functions. A request is a simulated envelope, its answer a reply.
+The transaction coordinator (coordinator/txn/), its MarkerWriter, the partition leader (PartitionServer:
+produce, verification, markers, fetch, describe) and the group coordinator (coordinator/group/) are the
+node's own, over SimIO; the partition logs are the node's PartitionLogs and LogManager on the cluster's
+simulated disk (the real node's data directory is shared too, and fenced by leader-epoch claims in it). A
+request is a simulated envelope, its answer a reply. Still the simulator's own: the half-message driver
+(halfmessages.py) and the reconcile loop's wiring.
 """
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from coordinator.group import snapshots as group_snapshots
-from coordinator.placement import NO_OWNER
+from coordinator.group import GroupCoordinator
+from coordinator.group.membership import join_request, join_response, sync_response
+from coordinator.partition_service import PartitionServer
 from coordinator.reconcile import logs_to_release
-from coordinator.rocketmq.log_format import shard_of_transactional_id
 from coordinator.txn.coordinator import TransactionCoordinator
 from coordinator.txn.markers import MarkerWriter
 from coordinator.txn.metadata import Owed
-from coordinator.verification import ADD_CALL_TIMEOUT_S, verification_error
+from coordinator.verification import TransactionVerifier
 from partitions import LogConfig, LogManager, PartitionLog
 from proto import txnsim_pb2 as pb
 from proto.errors import (
     KafkaError,
-    NotLeaderOrFollowerError,
+    KafkaTimeoutError,
     UnknownServerError,
-    UnknownTopicOrPartitionError,
     code_of,
 )
-from proto.structs import CONSUMER_OFFSETS_TOPIC, HALF_TOPIC, TRANSACTION_STATE_TOPIC, IsolationLevel, TopicPartition
-from txnsim.simulate.cluster.groups import GROUP_REQUESTS, OFFSETS_SHARDS, SimGroupCoordinator, add_answer_code
-from txnsim.simulate.cluster.halfmessages import HALF_REQUESTS, SimHalfMessages
+from proto.structs import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from txnsim.simulate.cluster.halfmessages import HALF_REQUESTS, HALF_SHARDS, SimHalfMessages
+from txnsim.simulate.cluster.shape import (
+    GROUP_INITIAL_REBALANCE_DELAY_MS,
+    GROUP_MAX_SESSION_TIMEOUT_MS,
+    GROUP_MIN_SESSION_TIMEOUT_MS,
+    OFFSETS_SHARDS,
+)
 from txnsim.simulate.cluster.sim_io import SimIO, TraceObserver
-from txnsim.simulate.network import Envelope
+from txnsim.simulate.network import TIMED_OUT, Envelope
 
 if TYPE_CHECKING:
     from txnsim.simulate.cluster.model import ClusterModel
@@ -54,7 +60,7 @@ RECONCILE_RETRY_MS = 50
 #: how often each node looks for transactions past their timeout (Kafka's default is 10 s; runs are short)
 ABORT_CHECK_INTERVAL_MS = 500
 
-_RESPONSES: dict[type, type] = {
+_TXN_REQUESTS: dict[type, type] = {
     pb.InitProducerIdRequest: pb.InitProducerIdResponse,
     pb.AddPartitionsToTxnRequest: pb.AddPartitionsToTxnResponse,
     pb.AddOffsetsToTxnRequest: pb.AddOffsetsToTxnResponse,
@@ -62,6 +68,8 @@ _RESPONSES: dict[type, type] = {
     pb.JoinBatchTxnRequest: pb.JoinBatchTxnResponse,
     pb.EndBatchTxnRequest: pb.EndBatchTxnResponse,
 }
+_GROUP_REQUESTS = (pb.JoinGroupRequest, pb.SyncGroupRequest, pb.HeartbeatRequest, pb.LeaveGroupRequest,
+                   pb.TxnOffsetCommitRequest, pb.OffsetFetchRequest)
 
 
 class SimNode:
@@ -87,6 +95,7 @@ class SimNode:
         self.io = SimIO(self.name, self.node_id, m)
         self.io.extra_fsync_ms = extra_fsync_ms
         self.io.serve_locally(self._serve_locally)
+        observer = TraceObserver(self.name, m)
         self.markers = MarkerWriter(io=self.io, owner_of=lambda tp: self.owner(tp.topic, tp.partition),
                                     request_timeout_ms=NODE_REQUEST_TIMEOUT_MS)
         self.txn = TransactionCoordinator(
@@ -94,13 +103,22 @@ class SimNode:
             transactional_id_expiration_ms=3_600_000, allocator=_ProducerIdBlocks(m), markers=self.markers,
             partitions_for=m.partitions_for, snapshot_interval_records=SNAPSHOT_INTERVAL_RECORDS,
             assigned_here=lambda shard: self.owner(TRANSACTION_STATE_TOPIC, shard) == self.node_id,
-            observer=TraceObserver(self.name, m), planted_bug=m.bug)
+            observer=observer, planted_bug=m.bug)
+        self.verifier = TransactionVerifier(io=self.io, owner_of=self.owner, txn_shards=m.txn_shards)
+        self.partitions = PartitionServer(
+            io=self.io, logs=self.logs, membership=self, topics=_Topics(m), offsets_shards=OFFSETS_SHARDS,
+            txn_shards=m.txn_shards, half_shards=HALF_SHARDS, verify=self.verifier.verify,
+            on_offsets_marker=self._offsets_marker, observer=observer)
+        self.groups = GroupCoordinator(
+            OFFSETS_SHARDS, io=self.io, min_session_timeout_ms=GROUP_MIN_SESSION_TIMEOUT_MS,
+            max_session_timeout_ms=GROUP_MAX_SESSION_TIMEOUT_MS, partitions_for=m.partitions_for,
+            snapshot_interval_records=SNAPSHOT_INTERVAL_RECORDS,
+            initial_rebalance_delay_ms=GROUP_INITIAL_REBALANCE_DELAY_MS, new_member_id=m.new_member_id,
+            observer=observer, add_to_transaction=self.verifier.verify, planted_bug=m.bug)
         self.view: frozenset[int] = frozenset()
         self.txn_logs: dict[int, PartitionLog] = {}
+        self.offsets_logs: dict[int, PartitionLog] = {}
         self.retrying = False
-        #: (topic, shard) -> records written to the coordinator shard since its last snapshot was asked for
-        self._since_snapshot: dict[tuple[str, int], int] = {}
-        self.groups = SimGroupCoordinator(self)
         self.half = SimHalfMessages(self)
         self.reconcile()
         self.net.set_timer(self.name, ABORT_CHECK_INTERVAL_MS, self._abort_timed_out, label="abort-check")
@@ -112,6 +130,9 @@ class SimNode:
         """The owner of a log as this node last saw the cluster (a paused node's view is stale)."""
         return self.model.placement.owner(topic, partition, self.view)
 
+    def may_cut_off(self, node_id: int) -> bool:
+        return self.model.may_cut_off(node_id)
+
     def reconcile(self) -> None:
         """Let go of what moved away or was fenced meanwhile, then take the shards the placement now gives
         this node (the node's own rule, coordinator/reconcile.py)."""
@@ -120,9 +141,12 @@ class SimNode:
             if log.topic == TRANSACTION_STATE_TOPIC:
                 self.txn.unload_shard(log.partition)
                 self.txn_logs.pop(log.partition, None)
+            elif log.topic == CONSUMER_OFFSETS_TOPIC:
+                self.groups.unload_shard(log.partition)
+                self.offsets_logs.pop(log.partition, None)
             self.logs.close(log.topic, log.partition)
             self.model.note(self.name, f"{action} {log.topic}-{log.partition} epoch {log.leader_epoch}")
-        groups_taken = self.groups.reconcile() & self.half.reconcile()
+        groups_taken = self._reconcile_groups() & self.half.reconcile()
         missing = [shard for shard in range(self.model.txn_shards)
                    if self.owner(TRANSACTION_STATE_TOPIC, shard) == self.node_id and shard not in self.txn_logs]
         taken = all([self._take_shard(shard) for shard in missing]) and groups_taken
@@ -134,6 +158,29 @@ class SimNode:
     def _retry_reconcile(self) -> None:
         self.retrying = False
         self.reconcile()
+
+    def _reconcile_groups(self) -> bool:
+        """Let go of the offsets shards whose log the node no longer holds, take (open, load) the ones the
+        placement gives it; False if one could not be taken yet (its previous owner still holds it)."""
+        for shard, log in sorted(self.offsets_logs.items()):
+            if self.logs.get(CONSUMER_OFFSETS_TOPIC, shard) is not log:
+                self.groups.unload_shard(shard)
+                del self.offsets_logs[shard]
+        taken = True
+        for shard in range(OFFSETS_SHARDS):
+            if self.owner(CONSUMER_OFFSETS_TOPIC, shard) != self.node_id or shard in self.offsets_logs:
+                continue
+            try:
+                log = self.logs.get(CONSUMER_OFFSETS_TOPIC, shard) or self.logs.open_as_leader(
+                    CONSUMER_OFFSETS_TOPIC, shard, self.model.may_cut_off)
+            except KafkaError as error:
+                self.model.note(self.name, f"offsets shard {shard} not taken: {type(error).__name__}")
+                taken = False
+                continue
+            self.offsets_logs[shard] = log
+            self.groups.load_shard(shard, log)
+            self.model.ownership_changed(self.name, CONSUMER_OFFSETS_TOPIC, shard, log.leader_epoch)
+        return taken
 
     def _take_shard(self, shard: int) -> bool:
         try:
@@ -152,193 +199,56 @@ class SimNode:
 
     def receive(self, env: Envelope) -> None:
         message = env.message
-        if type(message) in _RESPONSES:
-            self.txn.request(message, lambda outcome: self._reply(env, outcome))
+        reply = functools.partial(self._reply, env)
+        if type(message) in _TXN_REQUESTS:
+            self.txn.request(message, reply)
         elif isinstance(message, pb.ProduceRequest):
-            self._produce(env, message)
+            self.partitions.produce_async(message, reply)
         elif isinstance(message, pb.WriteTxnMarkersRequest):
-            self._write_markers(message, functools.partial(self.net.reply, env))
+            self.partitions.write_txn_markers_async(message, reply)
         elif isinstance(message, pb.FetchRequest):
-            self.net.reply(env, self._fetch(message))
-        elif isinstance(message, GROUP_REQUESTS):
-            self.groups.receive(env)
+            try:
+                self.partitions.fetch_future(message).add_done_callback(lambda f: reply(f.exception() or f.result()))
+            except KafkaError as exc:
+                reply(exc)
+        elif isinstance(message, _GROUP_REQUESTS):
+            self._group_request(env, message, reply)
         elif isinstance(message, HALF_REQUESTS):
             self.half.receive(env)
         elif isinstance(message, pb.DescribeProducersRequest):
-            self.net.reply(env, self._describe_producers(message))
+            reply(self.partitions.describe_producers(message))
 
-    def _owned_log(self, topic: str, partition: int) -> PartitionLog:
-        count = self.model.partitions_for(topic)
-        if count is None or not 0 <= partition < count:
-            raise UnknownTopicOrPartitionError(f"[UNKNOWN_TOPIC_OR_PARTITION] {topic}-{partition} does not exist")
-        owner = self.owner(topic, partition)
-        if owner != self.node_id:
-            raise NotLeaderOrFollowerError(
-                f"[NOT_LEADER_OR_FOLLOWER] node {self.node_id} does not own {topic}-{partition}; node {owner} does")
-        log = self.logs.get(topic, partition)
-        if log is None:
-            log = self.logs.open_as_leader(topic, partition, self.model.may_cut_off)
-            self.model.ownership_changed(self.name, topic, partition, log.leader_epoch)
-        return log
-
-    def _produce(self, env: Envelope, req: pb.ProduceRequest) -> None:
-        """One partition per request (the simulated producer sends so); a first transactional write is
-        verified with its coordinator before it is appended (KIP-890 part 1), or added to its transaction
-        there when the request asks for the implicit add (part 2)."""
-        part = req.partitions[0]
-        tp = TopicPartition(part.topic, part.partition)
-        result = pb.PartitionProduceResult(topic=part.topic, partition=part.partition, base_offset=-1)
-
-        def answer(error: KafkaError | None = None) -> None:
-            if error is not None:
-                result.error_code, result.error_message = code_of(error), str(error)
-            self.net.reply(env, pb.ProduceResponse(partitions=[result]))
-
-        def append(verified: frozenset[int]) -> None:
-            try:
-                log = self._owned_log(tp.topic, tp.partition)
-                appended = log.append(part.records, verified_producer_ids=verified, wait_durable=False)
-            except KafkaError as error:
-                return answer(error)
-            self.model.appended(self.name, log, appended.base_offset, appended.last_offset)
-
-            def durable() -> None:  # the fsync's time has passed: now it happens (a power loss before it loses
-                try:                # the write, unacknowledged), then the answer
-                    log.make_durable(appended.last_offset + 1)
-                except KafkaError as error:
-                    return None if acked_early else answer(error)
-                self.model.appended(self.name, log, appended.base_offset, appended.last_offset)
-                if not acked_early:
-                    result.base_offset = appended.base_offset  # an error answer carries -1, as Kafka's does
-                    answer()
-
-            acked_early = self.model.bug == "ack-before-fsync"
-            if acked_early:  # the planted bug: acknowledged before the fsync
-                result.base_offset = appended.base_offset
-                answer()
-            self.net.set_timer(self.name, self.fsync_ms, durable, label="fsync")
-
+    def _group_request(self, env: Envelope, message: Any, reply: Callable[[object], None]) -> None:
+        """A group request, as the node's servicers hand it to its group coordinator; what the model checks
+        (who was given which partitions, whose heartbeat was heard) is noted from the answers."""
+        groups = self.groups
         try:
-            unverified = self._owned_log(tp.topic, tp.partition).needs_txn_verification(part.records)
-        except KafkaError as error:
-            return answer(error)
-        if not unverified:
-            return append(frozenset())
-        (producer_id, producer_epoch), = unverified[:1]
-        half_shard = shard_of_transactional_id(req.transactional_id)
-        check: Any
-        if half_shard is not None:  # a RocketMQ message stored in place: its half shard knows it
-            coordinator = self.owner(HALF_TOPIC, half_shard)
-            check = pb.VerifyHalfWriteRequest(shard=half_shard, producer_id=producer_id, topic=tp.topic,
-                                              partition=tp.partition)
-        else:
-            coordinator = self.owner(TRANSACTION_STATE_TOPIC, self.txn.shard_of(req.transactional_id))
-            check = pb.AddPartitionsToTxnRequest(
-                transactional_id=req.transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
-                verify_only=not req.add_partitions,  # transactions V2's implicit add asks to add it
-                partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition)])
-        if coordinator == NO_OWNER:
-            return answer(verification_error(15, req.transactional_id, tp, producer_id, producer_epoch))
-
-        def verified(response: object) -> None:
-            if isinstance(response, pb.VerifyHalfWriteResponse):
-                code = response.error_code
+            if isinstance(message, pb.JoinGroupRequest):
+                _when_answered(groups.join_future(message.group_id, join_request(message)), reply, join_response)
+            elif isinstance(message, pb.SyncGroupRequest):
+                def synced(outcome: Any) -> object:
+                    if outcome.error_code == 0:
+                        self.model.assigned(message.group_id, message.generation_id, outcome.assignment, env,
+                                            self.name, self.now())
+                    return sync_response(message.group_id, outcome)
+                _when_answered(groups.sync_future(
+                    message.group_id, message.member_id, message.group_instance_id or None, message.generation_id,
+                    message.protocol_type or None, message.protocol_name or None,
+                    {a.member_id: a.assignment for a in message.assignments}), reply, synced)
+            elif isinstance(message, pb.HeartbeatRequest):
+                answer = groups.heartbeat(message)
+                self.model.member_heard(message.group_id, env.src, self.name, self.now())
+                reply(answer)
+            elif isinstance(message, pb.LeaveGroupRequest):
+                reply(groups.leave_group(message))
+            elif isinstance(message, pb.TxnOffsetCommitRequest):
+                groups.txn_offset_commit_async(message, reply)
             else:
-                code = add_answer_code(response)
-            error = verification_error(code, req.transactional_id, tp, producer_id, producer_epoch)
-            if error is not None:
-                return answer(error)
-            append(frozenset({producer_id}))
+                reply(groups.offset_fetch(message))
+        except KafkaError as exc:
+            reply(exc)
 
-        self.net.call(self.name, f"n{coordinator}", check, int(ADD_CALL_TIMEOUT_S * 1000), verified)
-
-    def _write_markers(self, req: pb.WriteTxnMarkersRequest, answer: Callable[[object], None]) -> None:
-        """Append every marker now; when the fsync's time has passed make them durable, apply the offsets
-        markers to the groups (as the node does once a marker is on disk), and answer."""
-        out: list[pb.TxnMarkerResult] = []
-        written: list[tuple[pb.PartitionError, PartitionLog, int, pb.TxnMarker]] = []
-        for marker in req.markers:
-            result = pb.TxnMarkerResult(producer_id=marker.producer_id)
-            for part in marker.partitions:
-                # add() returns the response's own element (append() would copy it): durable() may set its error
-                error = result.partitions.add(topic=part.topic, partition=part.partition)
-                try:
-                    log = self._marker_log(part.topic, part.partition)
-                    appended = log.append_marker(
-                        producer_id=marker.producer_id, producer_epoch=marker.producer_epoch,
-                        committed=marker.committed, coordinator_epoch=marker.coordinator_epoch,
-                        transaction_version=marker.transaction_version, wait_durable=False)
-                    self.model.appended(self.name, log, appended.base_offset, appended.last_offset)
-                    written.append((error, log, appended.base_offset, marker))
-                except KafkaError as exc:
-                    error.error_code, error.error_message = code_of(exc), str(exc)
-            out.append(result)
-
-        def durable() -> None:
-            for error, log, offset, marker in written:
-                try:
-                    log.make_durable(offset + 1)
-                except KafkaError as exc:
-                    error.error_code, error.error_message = code_of(exc), str(exc)
-                    continue
-                self.model.appended(self.name, log, offset, offset)
-                if error.topic == CONSUMER_OFFSETS_TOPIC:
-                    self.groups.complete_transaction(error.partition, marker.producer_id, marker.committed, offset)
-            answer(pb.WriteTxnMarkersResponse(markers=out))
-
-        if written:
-            self.net.set_timer(self.name, self.fsync_ms, durable, label="fsync")
-        else:
-            answer(pb.WriteTxnMarkersResponse(markers=out))
-
-    def _marker_log(self, topic: str, partition: int) -> PartitionLog:
-        """A data partition's log, or an offsets shard's as the group coordinator holds it."""
-        if topic != CONSUMER_OFFSETS_TOPIC:
-            return self._owned_log(topic, partition)
-        log = self.groups.log_of(partition)
-        if log is None:
-            raise NotLeaderOrFollowerError(f"[NOT_LEADER_OR_FOLLOWER] node {self.node_id} does not hold "
-                                           f"{topic}-{partition}")
-        return log
-
-    def _fetch(self, req: pb.FetchRequest) -> pb.FetchResponse:
-        isolation = IsolationLevel(req.isolation_level)
-        results = []
-        for part in req.partitions:
-            result = pb.FetchPartitionResult(topic=part.topic, partition=part.partition)
-            try:
-                log = self._owned_log(part.topic, part.partition)
-                data = log.read(part.fetch_offset, 64 * 1024, isolation)
-                log.check_still_leader()  # after the read, as the real node
-                result.records = data.records
-                result.high_watermark = data.high_watermark
-                result.last_stable_offset = data.last_stable_offset
-                result.aborted_transactions.extend(
-                    pb.AbortedTransaction(producer_id=pid, first_offset=first)
-                    for pid, first in data.aborted_transactions)
-            except KafkaError as exc:
-                result.error_code, result.error_message = code_of(exc), str(exc)
-            results.append(result)
-        return pb.FetchResponse(partitions=results)
-
-    def _describe_producers(self, req: pb.DescribeProducersRequest) -> pb.DescribeProducersResponse:
-        """What a partition knows of its producers (a half shard asks where its copies stopped)."""
-        out = []
-        for part in req.partitions:
-            result = pb.PartitionProducers(topic=part.topic, partition=part.partition)
-            try:
-                log = self._owned_log(part.topic, part.partition)
-                producers = log.producer_snapshots()
-                log.check_still_leader()  # after the read, as the real node
-                for p in producers:
-                    result.active_producers.append(pb.ProducerStateInfo(
-                        producer_id=p.producer_id, producer_epoch=p.producer_epoch, last_sequence=p.last_sequence))
-            except KafkaError as exc:
-                result.error_code, result.error_message = code_of(exc), str(exc)
-            out.append(result)
-        return pb.DescribeProducersResponse(partitions=out)
-
-    # ------------------------------------------------------------ answers, local calls, group snapshots
+    # ------------------------------------------------------------ answers, local calls
 
     @property
     def fsync_ms(self) -> int:
@@ -346,39 +256,27 @@ class SimNode:
 
     def _reply(self, env: Envelope, outcome: object) -> None:
         """A driver's outcome as the gRPC servicer answers it: the response, or its error code and message."""
-        if isinstance(outcome, KafkaError):
-            outcome = _RESPONSES[type(env.message)](error_code=code_of(outcome), error_message=str(outcome))
+        if isinstance(outcome, BaseException):
+            error = outcome if isinstance(outcome, KafkaError) else UnknownServerError(
+                f"[UNKNOWN_SERVER_ERROR] {type(outcome).__name__}: {outcome}")
+            outcome = _response_type(env.message)(error_code=code_of(error), error_message=str(error))
         self.net.reply(env, outcome)
 
     def _serve_locally(self, request: Any, done: Callable[[object], None]) -> None:
-        """A call this node makes of itself (markers to its own partitions), as the node process answers it."""
+        """A call this node makes of itself (markers to its own partitions, a first write's verification with
+        its own coordinator), as the node process answers it; a half shard's own checks still travel as
+        messages, to the simulated half-message coordinator."""
         if isinstance(request, pb.WriteTxnMarkersRequest):
-            self._write_markers(request, done)
+            self.partitions.write_txn_markers_async(request, done)
+        elif isinstance(request, pb.AddPartitionsToTxnRequest):
+            self.txn.request(request, done)
         else:
-            done(UnknownServerError(f"[UNKNOWN_SERVER_ERROR] {self.name} cannot call itself with "
-                                    f"{type(request).__name__}"))
+            self.net.call(self.name, self.name, request, NODE_REQUEST_TIMEOUT_MS,
+                          lambda response: done(KafkaTimeoutError(f"{self.name} did not answer itself")
+                                                if response is TIMED_OUT else response))
 
-    def count_shard_write(self, log: PartitionLog) -> None:
-        """A record of an offsets shard is durable; every snapshot interval the shard is snapshotted from its
-        durable log, a moment later (the node does it in the background), as the real coordinators do."""
-        key = (log.topic, log.partition)
-        written = self._since_snapshot.get(key, 0) + 1
-        if written >= SNAPSHOT_INTERVAL_RECORDS:
-            written = 0
-            self.net.set_timer(self.name, 0, self._snapshot, log, label="snapshot")
-        self._since_snapshot[key] = written
-
-    def _snapshot(self, log: PartitionLog) -> None:
-        try:
-            next_offset = group_snapshots.take_snapshot(log, log.partition).next_offset
-        except KafkaError as error:  # the shard moved away or was fenced meanwhile: the next owner snapshots
-            self.model.note(self.name, f"snapshot of {log.topic}-{log.partition} skipped: {type(error).__name__}")
-            return
-        except OSError as error:  # the simulated disk lost power under it; the log keeps everything
-            self.model.note(self.name, f"snapshot of {log.topic}-{log.partition} failed: {error.strerror}")
-            return
-        self.model.note(self.name, f"snapshot of {log.topic}-{log.partition} up to offset {next_offset}, log from "
-                                   f"{log.log_start_offset}")
+    def _offsets_marker(self, shard: int, producer_id: int, committed: bool, offset: int) -> None:
+        self.groups.complete_transaction(shard, producer_id, committed, offset)
 
     def send_markers(self, owed: Iterable[Owed], coordinator_epoch: int,
                      done: Callable[[frozenset[Owed]], None]) -> None:
@@ -398,3 +296,29 @@ class _ProducerIdBlocks:
 
     def reserve_block(self) -> tuple[int, int]:
         return self._model.reserve_producer_ids()
+
+
+class _Topics:
+    """The simulated cluster's topics: fixed, with no settings of their own."""
+
+    def __init__(self, model: ClusterModel) -> None:
+        self._model = model
+
+    def partitions(self, topic: str) -> int | None:
+        return self._model.partitions_for(topic)
+
+    def configs(self, topic: str) -> dict[str, str]:
+        return {}
+
+    def configs_view(self, topic: str) -> Mapping[str, str]:
+        return {}
+
+
+def _when_answered(future: Future[Any], reply: Callable[[object], None], convert: Callable[[Any], object]) -> None:
+    """Reply with the converted outcome of a held request (JoinGroup, SyncGroup) once the driver answers it."""
+    future.add_done_callback(lambda done: reply(done.exception() or convert(done.result())))
+
+
+def _response_type(request: object) -> type:
+    """The response message of a request message, by its name (FooRequest -> FooResponse)."""
+    return getattr(pb, type(request).__name__.removesuffix("Request") + "Response")  # type: ignore[no-any-return]

@@ -16,6 +16,7 @@ from coordinator.observers import NoObserver
 from coordinator.runtime.io import Cancellable, Failures, Outcome
 from partitions import PartitionLog
 from proto.errors import KafkaError, KafkaTimeoutError
+from proto.structs import TopicPartition
 from txnsim.simulate.network import TIMED_OUT
 
 if TYPE_CHECKING:
@@ -95,3 +96,10 @@ class TraceObserver(NoObserver):
     def shard_snapshotted(self, topic: str, shard: int, next_offset: int, log_start_offset: int) -> None:
         self._model.note(self._name, f"snapshot of {topic}-{shard} up to offset {next_offset}, log from "
                                      f"{log_start_offset}")
+
+    def ownership_changed(self, action: str, topic: str, partition: int, leader_epoch: int) -> None:
+        self._model.ownership_changed(self._name, topic, partition, leader_epoch)
+
+    def offsets_committed(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
+        for tp, offset in offsets.items():
+            self._model.offset_committed(group_id, tp, offset)

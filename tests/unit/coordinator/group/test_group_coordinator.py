@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,7 @@ from proto.records import (
     set_base_offset,
 )
 from proto.structs import TopicPartition
-from tests.fakes import ManualClock
+from tests.fakes import ManualClock, node_io
 
 SHARDS = 4
 GROUP = "orders-app"
@@ -68,7 +69,7 @@ class MemoryLog:
         self.next_offset = 0
         self.fail_with: Exception | None = None
 
-    def append(self, records: bytes, *, origin: object = None) -> AppendResult:
+    def append(self, records: bytes, *, origin: object = None, wait_durable: bool = True) -> AppendResult:
         if self.fail_with is not None:
             raise self.fail_with
         base = self.next_offset
@@ -84,6 +85,9 @@ class MemoryLog:
             control_type=ControlType.COMMIT if committed else ControlType.ABORT))
         self.next_offset += 1
         return offset
+
+    def make_durable(self, end_offset: int) -> None:  # memory: durable once appended
+        pass
 
     def batches(self):
         for raw in list(self.raw):
@@ -105,10 +109,14 @@ class DiskLog:
     def next_offset(self) -> int:
         return self.log.log_end_offset
 
-    def append(self, records: bytes, *, origin: AppendOrigin = AppendOrigin.COORDINATOR) -> AppendResult:
+    def append(self, records: bytes, *, origin: AppendOrigin = AppendOrigin.COORDINATOR,
+               wait_durable: bool = True) -> AppendResult:
         if self.fail_with is not None:
             raise self.fail_with
-        return self.log.append(records, origin=origin)
+        return self.log.append(records, origin=origin, wait_durable=wait_durable)
+
+    def make_durable(self, end_offset: int) -> None:
+        self.log.make_durable(end_offset)
 
     def append_marker(self, producer_id: int, committed: bool) -> int:
         return self.log.append_marker(producer_id=producer_id, producer_epoch=EPOCH, committed=committed,
@@ -144,7 +152,7 @@ def shard_log(request: pytest.FixtureRequest, tmp_path: Path):
 def make_coordinator(clock: ManualClock, shard_log: MemoryLog, topics: dict[str, int] = TOPICS,
                      add_to_transaction: Any = None) -> GroupCoordinator:
     ids = itertools.count()
-    coordinator = GroupCoordinator(SHARDS, now_ms=clock, min_session_timeout_ms=100, partitions_for=topics.get,
+    coordinator = GroupCoordinator(SHARDS, io=node_io(clock), min_session_timeout_ms=100, partitions_for=topics.get,
                                    initial_rebalance_delay_ms=0, run_timers=False, add_to_transaction=add_to_transaction,
                                    new_member_id=lambda client, instance: f"{instance or 'member'}-{next(ids)}")
     coordinator.load_shard(SHARD, shard_log)
@@ -479,9 +487,10 @@ def test_a_v2_txn_offset_commit_adds_the_offsets_partition_before_it_writes(cloc
     asked: list[tuple[str, int, int, list[TopicPartition], bool]] = []
     answers = [90, 0]  # PRODUCER_FENCED, then added
 
-    def add(tid: str, pid: int, epoch: int, tps: list[TopicPartition], add: bool) -> dict[TopicPartition, int]:
+    def add(tid: str, pid: int, epoch: int, tps: list[TopicPartition], add: bool,
+            done: Callable[[dict[TopicPartition, int]], None]) -> None:
         asked.append((tid, pid, epoch, tps, add))
-        return dict.fromkeys(tps, answers.pop(0))
+        done(dict.fromkeys(tps, answers.pop(0)))
 
     gc = make_coordinator(clock, shard_log, add_to_transaction=add)
     request = pb.TxnOffsetCommitRequest(transactional_id="tx-1", group_id=GROUP, producer_id=PID, producer_epoch=EPOCH,
@@ -567,7 +576,7 @@ def test_txn_commit_with_a_bare_group_id_is_accepted_like_kafka(gc: GroupCoordin
 # ---------------------------------------------------------------- shards
 
 def test_unowned_shard_is_not_coordinator(clock: ManualClock) -> None:
-    gc = GroupCoordinator(SHARDS, now_ms=clock)
+    gc = GroupCoordinator(SHARDS, io=node_io(clock))
     assert not gc.owns_group(GROUP)
     with pytest.raises(NotCoordinatorError):
         fetch(gc, [T0])
@@ -577,11 +586,14 @@ def test_requests_during_load_get_load_in_progress_and_markers_are_kept(clock: M
     gc = make_coordinator(clock, shard_log)
     txn_commit(gc, {T0: 9})
     seen: list[Exception] = []
-    fresh = GroupCoordinator(SHARDS, now_ms=clock, min_session_timeout_ms=100, partitions_for=TOPICS.get)
+    fresh = GroupCoordinator(SHARDS, io=node_io(clock), min_session_timeout_ms=100, partitions_for=TOPICS.get)
 
     class SlowLog:
-        def append(self, records: bytes, *, origin: object = None) -> AppendResult:
+        def append(self, records: bytes, *, origin: object = None, wait_durable: bool = True) -> AppendResult:
             return shard_log.append(records, origin=origin)
+
+        def make_durable(self, end_offset: int) -> None:  # memory: durable once appended
+            pass
 
         def batches(self):
             yield from shard_log.batches()

@@ -19,7 +19,7 @@ from coordinator.group.coordinator import ShardLoad
 from partitions import LogConfig, PartitionLog
 from proto import txnsim_pb2 as pb
 from proto.structs import TopicPartition
-from tests.fakes import ManualClock
+from tests.fakes import ManualClock, node_io
 from tests.unit.coordinator.group.test_group_coordinator import (
     TOPICS,
     commit,
@@ -77,7 +77,7 @@ def shard(tmp_path: Path):
 
 
 def load(clock: ManualClock, shard_log: PartitionLog, interval: int = INTERVAL) -> tuple[GroupCoordinator, ShardLoad]:
-    gc = GroupCoordinator(1, now_ms=clock, min_session_timeout_ms=100, partitions_for=TOPICS.get,
+    gc = GroupCoordinator(1, io=node_io(clock), min_session_timeout_ms=100, partitions_for=TOPICS.get,
                           snapshot_interval_records=interval, initial_rebalance_delay_ms=0, run_timers=False)
     return gc, gc.load_shard(SHARD, shard_log)
 
@@ -166,7 +166,8 @@ def test_a_reloaded_shard_serves_exactly_what_it_served_and_replays_only_the_tai
     workload = Workload(gc, shard, clock, seed=7)
     workload.run(3000)
     before_fetched = fetched(gc)  # a closed coordinator serves nothing
-    gc.close(wait=True)  # the snapshots already due are written
+    assert gc._io.wait_idle(10)  # the snapshots already due are written
+    gc.close()
     before = served(gc)
     assert shard.log.high_watermark > 30 * INTERVAL and workload.open_producers
 

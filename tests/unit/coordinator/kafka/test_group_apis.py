@@ -23,6 +23,7 @@ from proto.consumer_protocol import (
 )
 from proto.records import iter_batches, set_base_offset
 from proto.structs import TopicPartition
+from tests.fakes import node_io
 
 
 class MemoryLog:
@@ -30,12 +31,15 @@ class MemoryLog:
         self.raw: list[bytes] = []
         self.next_offset = 0
 
-    def append(self, records: bytes, *, origin: object = None) -> AppendResult:
+    def append(self, records: bytes, *, origin: object = None, wait_durable: bool = True) -> AppendResult:
         base = self.next_offset
         for batch in iter_batches(records):
             self.raw.append(set_base_offset(batch.raw, self.next_offset, 0))
             self.next_offset += batch.header.last_offset_delta + 1
         return AppendResult(base, self.next_offset - 1)
+
+    def make_durable(self, end_offset: int) -> None:  # memory: durable once appended
+        pass
 
     def batches(self):
         for raw in list(self.raw):
@@ -44,7 +48,7 @@ class MemoryLog:
 
 def coordinator() -> GroupCoordinator:
     ids = itertools.count()
-    gc = GroupCoordinator(1, initial_rebalance_delay_ms=0, partitions_for=lambda t: 4,
+    gc = GroupCoordinator(1, io=node_io(), initial_rebalance_delay_ms=0, partitions_for=lambda t: 4,
                           new_member_id=lambda client, instance: f"{instance or client}-{next(ids)}")
     gc.load_shard(0, MemoryLog())
     return gc

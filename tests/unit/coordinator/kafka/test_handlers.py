@@ -385,20 +385,24 @@ def group_requests() -> dict:
     from coordinator.kafka.group_apis import GroupApis
     from partitions.model import AppendResult
     from proto.records import iter_batches
+    from tests.fakes import node_io
 
     class Log:
         next_offset = 0
 
-        def append(self, records: bytes, *, origin: object = None) -> AppendResult:
+        def append(self, records: bytes, *, origin: object = None, wait_durable: bool = True) -> AppendResult:
             base = self.next_offset
             self.next_offset += sum(b.header.last_offset_delta + 1 for b in iter_batches(records))
             return AppendResult(base, self.next_offset - 1)
+
+        def make_durable(self, end_offset: int) -> None:  # memory: durable once appended
+            pass
 
         def batches(self):
             return iter(())
 
     ids = itertools.count()
-    groups = GroupCoordinator(1, initial_rebalance_delay_ms=0, run_timers=False,
+    groups = GroupCoordinator(1, io=node_io(), initial_rebalance_delay_ms=0, run_timers=False,
                               new_member_id=lambda client, instance: f"m-{next(ids)}")
     groups.load_shard(0, Log())
     apis = GroupApis(groups)
