@@ -58,6 +58,7 @@ from proto.errors import (
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
 )
+from proto.planted_bugs import PlantedBug
 from proto.records import ControlType, RecordBatch
 from proto.structs import IsolationLevel
 
@@ -169,7 +170,7 @@ class PartitionLog:
         storage.mkdir(directory)
         limits_before = epochs.limits() if epochs is not None else EpochLimits()
         scanned = scan_segments(directory, limits_before, storage,
-                                check_saved_indexes=config.planted_bug != "trust-saved-index")
+                                check_saved_indexes=config.planted_bug is not PlantedBug.TRUST_SAVED_INDEX)
         try:
             end = scanned.end_offset
             latest_start = limits_before.starts[-1][1] if limits_before.starts else 0
@@ -227,7 +228,7 @@ class PartitionLog:
             return self._last_stable_offset()
 
     def _last_stable_offset(self) -> int:
-        if self.config.planted_bug == "lso-ignores-open-transactions":
+        if self.config.planted_bug is PlantedBug.LSO_IGNORES_OPEN_TRANSACTIONS:
             return self._high_watermark
         unstable = self._state.first_unstable_offset()
         return self._high_watermark if unstable is None else min(unstable, self._high_watermark)
@@ -298,7 +299,7 @@ class PartitionLog:
         timestamp = self._now_ms() if timestamp_ms is None else timestamp_ms
         with self._lock:
             self._check_open()
-            late_check = 0 if self.config.planted_bug == "accept-late-markers" else transaction_version
+            late_check = 0 if self.config.planted_bug is PlantedBug.ACCEPT_LATE_MARKERS else transaction_version
             self._state.check_marker(producer_id, producer_epoch, coordinator_epoch, late_check)
             offset = self._log_end_offset
             marker = codec.encode_control_batch(
@@ -422,7 +423,7 @@ class PartitionLog:
             self._check_open()
             high_watermark, lso = self._high_watermark, self._last_stable_offset()
             committed = isolation == IsolationLevel.READ_COMMITTED
-            if self.config.planted_bug == "read-past-hw" and not committed:
+            if self.config.planted_bug is PlantedBug.READ_PAST_HW and not committed:
                 high_watermark = self._log_end_offset
             out_of_range = fetch_offset < self.log_start_offset or fetch_offset > high_watermark
             if not out_of_range:
@@ -639,7 +640,7 @@ class PartitionLog:
                 "superseded by a later leader; nothing more is written or acknowledged here")
 
     def _superseded(self) -> bool:
-        if self.config.planted_bug == "no-fencing":
+        if self.config.planted_bug is PlantedBug.NO_FENCING:
             return False
         return self._epochs is not None and self._epochs.superseded(self.leader_epoch)
 
@@ -652,7 +653,7 @@ class PartitionLog:
         the new leader already marked. A read confirmed after it was taken is one no later leader
         had changed yet (the claim comes before the new leader's first write). One stat() per call.
         """
-        if self.config.planted_bug == "stale-reads":
+        if self.config.planted_bug is PlantedBug.STALE_READS:
             return
         if self.fenced:
             self._check_not_fenced()

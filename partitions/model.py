@@ -9,6 +9,7 @@ import enum
 from dataclasses import dataclass, field
 
 from proto.errors import KafkaConfigurationError
+from proto.planted_bugs import PlantedBug
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,10 +21,9 @@ class LogConfig:
     message_max_bytes: int = 1048588
     #: fsync before acknowledging; tests keep it on, a benchmark may turn it off
     fsync: bool = True
-    #: the simulator's planted bugs (`txnsim simulate --bug`) switch off one protection of the log:
-    #: "lso-ignores-open-transactions", "no-fencing", "accept-late-markers", "stale-reads" or
-    #: "trust-saved-index" or "read-past-hw"; never set by a real node
-    planted_bug: str | None = None
+    #: the simulator's planted bugs (`txnsim simulate --bug`) of the log switch off one of its protections;
+    #: never set by a real node
+    planted_bug: PlantedBug | None = None
 
     def __post_init__(self) -> None:
         if self.segment_bytes < 1:

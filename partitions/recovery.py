@@ -59,7 +59,7 @@ def scan_segments(directory: PurePath, limits: EpochLimits = EpochLimits(),
                   storage: Storage = FILE_STORAGE, *, check_saved_indexes: bool = True) -> ScannedLog:
     """Index the good prefix of the segments of `directory` without changing any file.
 
-    `check_saved_indexes=False` is the simulator's planted bug "trust-saved-index" (a saved index used
+    `check_saved_indexes=False` is the simulator's planted bug TRUST_SAVED_INDEX (a saved index used
     without its CRC-32C check); a real node never sets it."""
     _delete_orphan_indexes(directory, storage)
     files = segment_files(directory, storage)

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import threading
 import time
 import uuid
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -36,14 +36,21 @@ from proto.hashing import partition_for_key
 
 log = logging.getLogger(__name__)
 
-#: fault injection for demos and tests: "1" drops the end that follows the local transaction (as if the
-#: one-way RPC were lost); answers to check-backs still go out, so check-back can decide the message
-LOSE_END_ENV = "TXNSIM_FAULT_LOSE_END_TRANSACTION"
 #: how long a one-way end may try (rediscovery included) before it is given up to the check-back
 _END_DEADLINE_S = 3.0
 _RESOLUTION = {LocalTransactionState.COMMIT_MESSAGE: pb.RESOLUTION_COMMIT,
                LocalTransactionState.ROLLBACK_MESSAGE: pb.RESOLUTION_ROLLBACK,
                LocalTransactionState.UNKNOW: pb.RESOLUTION_UNKNOWN}
+
+
+@dataclass
+class ClientFaults:
+    """Faults a producer injects into its own calls on purpose, to show what the protocol does about them (the
+    demos, tests); a new producer has none, and nothing but its owner's code sets one."""
+
+    #: drop the end that follows each local transaction, as if the one-way call were lost; answers to
+    #: check-backs still go out, so the check-back decides the message
+    lose_ends: bool = False
 
 
 class HalfTransactions:
@@ -54,6 +61,7 @@ class HalfTransactions:
         self._listener = listener
         self._client_id = client_id
         self._timeout_s = request_timeout_s
+        self.faults = ClientFaults()
         self._turn = itertools.count()
         self._closed = threading.Event()
         self._registered = threading.Event()
@@ -119,7 +127,7 @@ class HalfTransactions:
     def end(self, transaction_id: str, message_id: str, state: LocalTransactionState,
             source: pb.TransactionSource) -> None:
         """One-way: tried briefly, never raised; a lost end is what check-back is for."""
-        if source == pb.SOURCE_CLIENT and os.environ.get(LOSE_END_ENV) == "1":
+        if source == pb.SOURCE_CLIENT and self.faults.lose_ends:
             log.warning("fault injected: the end of %s (%s) is lost", transaction_id, state.value)
             return
         request = pb.EndHalfTransactionRequest(

@@ -19,7 +19,7 @@ from client.transport import Deadline
 from producer.accumulator import RECORD_OVERHEAD, RecordAccumulator, record_size
 from producer.config import ProducerConfig
 from producer.future import FutureRecordMetadata
-from producer.half_transactions import HalfTransactions
+from producer.half_transactions import ClientFaults, HalfTransactions
 from producer.local_transaction import TransactionSendResult
 from producer.partitioner import DefaultPartitioner
 from producer.sender import Sender
@@ -227,6 +227,15 @@ class Producer:
                 f"(it has {num_partitions})")
         return self._half.send(topic, value_bytes, key_bytes, arg, headers, partition, tag, keys, check_immunity_ms,
                                num_partitions)
+
+    @property
+    def faults(self) -> ClientFaults:
+        """Faults this producer injects into its own RocketMQ-style calls on purpose (`faults.lose_ends = True`
+        loses the end of each transaction, so the check-back decides it): for demos and tests."""
+        if self._half is None:
+            raise IllegalStateError("faults are of RocketMQ-style transactions: create the Producer with a "
+                                    "producer_group")
+        return self._half.faults
 
     def wait_for_check_backs(self, timeout: float = 10.0) -> bool:
         """Block until the cluster can reach this producer for check-backs (True), or `timeout` passed."""

@@ -22,6 +22,7 @@ from proto.errors import (
     UnknownMemberIdError,
     code_of,
 )
+from proto.planted_bugs import PlantedBug
 
 
 class GroupState(enum.Enum):
@@ -54,7 +55,7 @@ class GroupConfig:
     min_session_timeout_ms: int = 6000
     max_session_timeout_ms: int = 1_800_000
     #: `txnsim simulate --bug no-join-barrier` switches the join barrier off; a real node never sets it
-    planted_bug: str | None = None
+    planted_bug: PlantedBug | None = None
 
 
 @dataclass(slots=True)
@@ -427,7 +428,7 @@ class ClassicGroup:
         return min(times, default=None)
 
     def _all_joined(self) -> bool:
-        if self.config.planted_bug == "no-join-barrier":  # the first rejoin ends the wait for everyone else
+        if self.config.planted_bug is PlantedBug.NO_JOIN_BARRIER:  # the first rejoin ends the wait for everyone else
             return any(m.awaiting_join is not None for m in self.members.values())
         return not self.pending_members and all(m.awaiting_join is not None for m in self.members.values())
 

@@ -60,6 +60,7 @@ from proto.errors import (
     UnknownTopicOrPartitionError,
 )
 from proto.hashing import partition_for
+from proto.planted_bugs import PlantedBug
 from proto.records import encode_batch
 from proto.structs import CONSUMER_OFFSETS_TOPIC, TopicPartition
 
@@ -86,7 +87,7 @@ class GroupCoordinator(GroupMembership):
                  initial_rebalance_delay_ms: int = 3000,
                  new_member_id: Callable[[str, str | None], str] = _random_member_id,
                  run_timers: bool = True, observer: GroupObserver = NO_OBSERVER,
-                 add_to_transaction: AsyncVerifier | None = None, planted_bug: str | None = None) -> None:
+                 add_to_transaction: AsyncVerifier | None = None, planted_bug: PlantedBug | None = None) -> None:
         """`run_timers=False` arms no group deadlines: the owner calls expire_members() itself (tests on a
         manual clock). `planted_bug` switches off one protection, for the simulator's planted bugs only."""
         if offsets_shards < 1:
@@ -405,7 +406,7 @@ class GroupCoordinator(GroupMembership):
             with group.lock:
                 self._check_serving(shard)
                 write = prepare_txn_offset_commit(group, req, now, self._partition_exists,
-                                                  check_generation=self._planted_bug != "no-generation-fence")
+                                                  check_generation=self._planted_bug is not PlantedBug.NO_GENERATION_FENCE)
                 appended = None
                 if write.batch is not None:
                     with self._lock:  # registered before the write, so a marker racing it finds this group
@@ -426,7 +427,7 @@ class GroupCoordinator(GroupMembership):
 
     def offset_fetch(self, req: pb.OffsetFetchRequest) -> pb.OffsetFetchResponse:
         shard, group = self._group(req.group_id, create=False)
-        honour = self._planted_bug != "unstable-offset-fetch"
+        honour = self._planted_bug is not PlantedBug.UNSTABLE_OFFSET_FETCH
         if group is None:
             return fetch_offsets(None, req, honour_require_stable=honour)
         with group.lock:

@@ -40,6 +40,7 @@ from coordinator.txn.metadata import Owed
 from partitions import PartitionLog
 from proto import txnsim_pb2 as pb
 from proto.errors import KafkaError, NotCoordinatorError, UnknownServerError
+from proto.planted_bugs import PlantedBug
 from proto.structs import TransactionState
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ class TransactionCoordinator:
                  markers: MarkerSender, partitions_for: Callable[[str], int | None],
                  snapshot_interval_records: int = 1000,
                  assigned_here: Callable[[int], bool] = lambda shard: False,
-                 observer: TransactionObserver = NO_OBSERVER, planted_bug: str | None = None) -> None:
+                 observer: TransactionObserver = NO_OBSERVER, planted_bug: PlantedBug | None = None) -> None:
         self.core = TxnCoordinatorCore(
             txn_shards=txn_shards, offsets_shards=offsets_shards,
             transaction_max_timeout_ms=transaction_max_timeout_ms,

@@ -48,6 +48,7 @@ from proto.errors import (
     code_of,
 )
 from proto.hashing import partition_for
+from proto.planted_bugs import PlantedBug
 from proto.structs import CONSUMER_OFFSETS_TOPIC, MAX_TRANSACTIONAL_ID_LENGTH, TopicPartition, TransactionState
 
 S = TransactionState
@@ -201,9 +202,9 @@ class TxnCoordinatorCore:
 
     def __init__(self, *, txn_shards: int, offsets_shards: int, transaction_max_timeout_ms: int,
                  transactional_id_expiration_ms: int, partitions_for: Callable[[str], int | None],
-                 assigned_here: Callable[[int], bool] = lambda shard: False, planted_bug: str | None = None) -> None:
+                 assigned_here: Callable[[int], bool] = lambda shard: False, planted_bug: PlantedBug | None = None) -> None:
         self.txn_shards = txn_shards
-        #: the simulator's planted bug ("no-epoch-bump"), switching off one protection; never set by a node
+        #: the simulator's planted bug (NO_EPOCH_BUMP, COMMIT_EVERY_ATTEMPT), switching off one protection; never set by a node
         self._planted_bug = planted_bug
         self.offsets_shards = offsets_shards
         self.max_timeout_ms = transaction_max_timeout_ms
@@ -511,7 +512,7 @@ class TxnCoordinatorCore:
         self._validate_id(tid)
         shard = self._owned(tid)
         current = self._batch_when_settled(call, shard, tid)
-        if self._planted_bug == "commit-every-attempt" and req.committed and current is not None:
+        if self._planted_bug is PlantedBug.COMMIT_EVERY_ATTEMPT and req.committed and current is not None:
             req = pb.EndBatchTxnRequest(batch_txn_id=req.batch_txn_id, batch_id=req.batch_id, committed=True,
                                         winners=[p.producer_id for p in current.participants], wait_ms=req.wait_ms)
         plan = batches.plan_end(current, req, now)
@@ -939,7 +940,7 @@ class TxnCoordinatorCore:
 
     def _prepare_end(self, current: TxnMetadata, target: TransactionState, now: int) -> TxnMetadata:
         """Transactions V2: every end bumps the epoch; on overflow the next pid takes over at Complete*."""
-        if self._planted_bug == "no-epoch-bump":
+        if self._planted_bug is PlantedBug.NO_EPOCH_BUMP:
             return current.transit(target, now, ended_by_fence=False, transaction_version=1)
         if current.producer_epoch + 1 >= MAX_CLIENT_EPOCH:
             return current.transit(target, now, producer_epoch=current.producer_epoch + 1,

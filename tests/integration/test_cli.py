@@ -523,11 +523,10 @@ def test_dump_log_decodes_the_transaction_log_and_the_offsets_log(cli_cluster, l
     assert "key: group_metadata::group=dumped-group payload: {protocolType:consumer" in out, out
 
 
-def test_half_messages_are_listed_and_their_system_topics_decoded(cli_cluster, monkeypatch):
+def test_half_messages_are_listed_and_their_system_topics_decoded(cli_cluster):
     """An undecided RocketMQ-style message (its end lost) shows in `transactions list --half`, and
     `dump-log` decodes the half-message shard it sits in."""
     from coordinator.layout import ClusterLayout, read_cluster_spec
-    from producer.half_transactions import LOSE_END_ENV
     from proto.hashing import partition_for
     from txnsim import LocalTransactionState, Producer, TransactionListener
 
@@ -541,9 +540,9 @@ def test_half_messages_are_listed_and_their_system_topics_decoded(cli_cluster, m
     spec = read_cluster_spec(ClusterLayout(cli_cluster.data_dir))
     ok("topics", "create", "rmq-points", "--partitions", "1", "--config", "message.type=TRANSACTION",
        *cli_cluster.cluster_args())
-    monkeypatch.setenv(LOSE_END_ENV, "1")
     with Producer(bootstrap_servers=spec.bootstrap_servers, producer_group="cli-orders",
                   transaction_listener=Undecided()) as p:
+        p.faults.lose_ends = True
         sent = p.send_message_in_transaction("rmq-points", value=b"order-7", key=b"7", arg=None)
     listed = table_rows(ok("transactions", "list", "--half", *cli_cluster.cluster_args()))
     row = next(cells for cells in listed if cells and cells[0] == sent.transaction_id)

@@ -8,7 +8,6 @@ from collections import defaultdict
 
 import pytest
 
-from producer.half_transactions import LOSE_END_ENV
 from tests.helpers import read_all, wait_until
 from tests.integration.conftest import FAST_SETTINGS
 from txnsim import LocalCluster, LocalTransactionState, Producer, TransactionListener, errors
@@ -122,10 +121,10 @@ def test_a_message_is_visible_exactly_when_its_local_transaction_committed(clust
     assert pending(admin, group) == []
 
 
-def test_a_lost_end_is_resolved_by_check_back(cluster, admin, topic, group, monkeypatch):
+def test_a_lost_end_is_resolved_by_check_back(cluster, admin, topic, group):
     orders = Orders()
     with producer(cluster, group, orders) as p:
-        monkeypatch.setenv(LOSE_END_ENV, "1")  # left set: it loses the ends, not the answers to checks
+        p.faults.lose_ends = True  # left set: it loses the ends, not the answers to checks
         lost_commit = p.send_message_in_transaction(topic, value=b"kept", key=b"1", arg=COMMIT)
         lost_rollback = p.send_message_in_transaction(topic, value=b"dropped", key=b"2", arg=ROLLBACK)
         listed = {m.transaction_id for m in pending(admin, group)}
@@ -155,12 +154,12 @@ def test_a_message_never_resolved_is_discarded_after_check_max(cluster, admin, t
     assert values(cluster, topic) == [], "a discarded message is never delivered"
 
 
-def test_checks_wait_for_a_producer_of_the_group_without_counting(cluster, admin, topic, group, monkeypatch):
+def test_checks_wait_for_a_producer_of_the_group_without_counting(cluster, admin, topic, group):
     first = Orders()
     with producer(cluster, group, first) as p:
-        monkeypatch.setenv(LOSE_END_ENV, "1")
+        p.faults.lose_ends = True
         sent = p.send_message_in_transaction(topic, value=b"late", key=b"1", arg=COMMIT)
-        monkeypatch.delenv(LOSE_END_ENV)
+        p.faults.lose_ends = False
         p.close()  # the group has no live producer now
         wait_until(lambda: [m.unanswered_checks for m in pending(admin, group)] >= [2], 15,
                    "two passes without a producer")

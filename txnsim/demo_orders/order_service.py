@@ -16,7 +16,6 @@ import threading
 from typing import Any
 
 from producer import Producer
-from producer.half_transactions import LOSE_END_ENV
 from producer.local_transaction import LocalTransactionState as State
 from producer.local_transaction import TransactionListener, TransactionMessage
 from txnsim.demo_orders.channel import EventWriter, read_commands
@@ -105,14 +104,13 @@ class NativeClient:
             raise SystemExit(f"the producer of {self.group!r} could not register for check-backs within 30 s")
 
     def place(self, order: Order, fault: str | None) -> None:
-        if fault == "lose-end":  # the producer reads it at each end; orders run one at a time here
-            os.environ[LOSE_END_ENV] = "1"
+        self.producer.faults.lose_ends = fault == "lose-end"  # orders are placed one at a time here
         try:
             result = self.producer.send_message_in_transaction(
                 TOPIC, value=order.to_json().encode(), key=order.order_id.encode(), arg=(order, fault),
                 headers=[(ORDER_ID, order.order_id.encode())], keys=order.order_id)
         finally:
-            os.environ.pop(LOSE_END_ENV, None)
+            self.producer.faults.lose_ends = False
         if result.send_status != "SEND_OK":
             self.service.events.emit("send-failed", order_id=order.order_id, why=result.send_status)
             return

@@ -17,7 +17,6 @@ from txnsim.simulate.actors import Actors
 from txnsim.simulate.cluster import ClusterModel
 from txnsim.simulate.cluster.model import FLIPPABLE_SUFFIXES
 from txnsim.simulate.network import Network
-from txnsim.simulate.cluster.shape import shard_of_group
 from txnsim.simulate.simulation import SimConfig, simulate
 from txnsim.simulate.trace import Trace
 from txnsim.simulate.world import World

@@ -19,6 +19,7 @@ from coordinator.rocketmq.log_format import MESSAGE_ID, decode_half
 from coordinator.rocketmq.shard_load import load_half_shard
 from partitions import LogConfig, LogManager, PartitionLog
 from partitions.storage import Storage
+from proto.planted_bugs import PlantedBug
 from proto.structs import (
     CHECK_MAX_TOPIC,
     CONSUMER_OFFSETS_TOPIC,
@@ -38,7 +39,7 @@ from txnsim.simulate.cluster.shape import OFFSETS_SHARDS
 from txnsim.simulate.model import Violation
 
 
-def open_reader(disk: Storage, node_id: int, planted_bug: str | None, now_ms: Callable[[], int]) -> LogManager:
+def open_reader(disk: Storage, node_id: int, planted_bug: PlantedBug | None, now_ms: Callable[[], int]) -> LogManager:
     """The node that reads the disk after the run (`node_id` none of the cluster's), with the one planted bug
     of the log it should share."""
     config = LogConfig(segment_bytes=SEGMENT_BYTES, planted_bug=planted_bug)

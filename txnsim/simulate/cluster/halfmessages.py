@@ -51,6 +51,7 @@ from proto.errors import (
     code_of,
 )
 from proto.hashing import partition_for
+from proto.planted_bugs import PlantedBug
 from proto.structs import CHECK_MAX_TOPIC, HALF_TOPIC, OP_HALF_TOPIC, TopicPartition
 from txnsim.simulate.network import TIMED_OUT, Envelope, Network
 
@@ -270,7 +271,7 @@ class SimHalfMessages:
         stored = shard.core.find(req.producer_group, msg.message_id)
         if stored is not None:  # a retried send whose answer was lost: one half message, not two
             then = self._answer_sent
-            if stored.record.storage is Storage.KAFKA and self.model.bug != "in-place-retry-unwritten":
+            if stored.record.storage is Storage.KAFKA and self.model.planted is not PlantedBug.IN_PLACE_RETRY_UNWRITTEN:
                 then = self._write_again  # the previous owner may have died before it wrote it
             reply = functools.partial(self.net.reply, env)
             if shard.unsynced:  # the first send's write may not be durable yet: answer once it is (or never)
@@ -290,7 +291,7 @@ class SimHalfMessages:
         shard.sending[key] = [env]
         reply = functools.partial(self._reply_sending, shard, key)
         then = self._write_in_place if storage is Storage.KAFKA else self._answer_sent
-        if self.model.bug == "half-ack-before-fsync":  # the planted bug: answered before its fsync
+        if self.model.planted is PlantedBug.HALF_ACK_BEFORE_FSYNC:  # the planted bug: answered before its fsync
             then(shard_id, shard, pending, reply)
             self._after_fsync(shard, _nothing)
         else:
@@ -436,7 +437,7 @@ class SimHalfMessages:
             return
         tids = [d.pending.transaction_id for d, _ in checks]
         core.counting(tids)
-        if self.model.bug == "check-count-in-memory":
+        if self.model.planted is PlantedBug.CHECK_COUNT_IN_MEMORY:
             # the planted bug: the count moves on in memory only; a crash or a failover starts it again
             for d, route in checks:
                 pending = core.checked_durably(d.pending.transaction_id, d.pending.latest_offset, d.record)

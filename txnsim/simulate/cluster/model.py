@@ -30,6 +30,7 @@ from partitions.producer_snapshot import SUFFIX as SNAPSHOT_SUFFIX
 from partitions.segment import INDEX_SUFFIX
 from proto import consumer_protocol
 from proto.hashing import partition_for
+from proto.planted_bugs import DESCRIPTIONS, PlantedBug
 from proto.structs import (
     CONSUMER_OFFSETS_TOPIC,
     INTERNAL_TOPICS,
@@ -66,7 +67,7 @@ GROUP = "sim-group"
 #: indexes, producer-state snapshots, and the coordinators' shard snapshots: `<offset>.txn-snapshot`, ...)
 FLIPPABLE_SUFFIXES = (INDEX_SUFFIX, SNAPSHOT_SUFFIX, "-snapshot")
 #: planted bugs of how a log is opened, which the final read (one more node opening every log) has too
-_OPENING_BUGS = frozenset({"trust-saved-index"})
+_OPENING_BUGS = frozenset({PlantedBug.TRUST_SAVED_INDEX})
 #: how long the cluster takes to declare a crashed node dead (heartbeats stop)
 DETECTION_MS = 300
 MEMBERSHIP_TICK_MS = 50
@@ -76,40 +77,7 @@ class ClusterModel(Model):
     name = "cluster"
     description = ("3 nodes on the real transaction coordinator core and partition logs, 3 transactional producers, "
                    "a read_committed consumer, consumer groups, copiers, RocketMQ half messages with check-back")
-    BUGS: ClassVar[dict[str, str]] = {
-        "lso-ignores-open-transactions": "the last stable offset is the high watermark: read_committed sees undecided records",
-        "no-epoch-bump": "EndTxn (V2) keeps the producer epoch, so a late write of the last transaction is not fenced",
-        "no-fencing": "a log opened by a new leader does not fence the old one: a paused owner keeps writing",
-        "ack-before-fsync": "a write to a data partition (a produce, a marker) is acknowledged as soon as it is "
-                            "written, before its fsync: a power loss in between loses acknowledged records",
-        "ack-group-before-fsync": "the group coordinator answers before its writes are durable: a new assignment "
-                                  "is handed out, or offsets acknowledged, before the fsync; a crash in "
-                                  "between takes them back",
-        "no-generation-fence": "TxnOffsetCommit skips the member and generation check (KIP-447): a copier whose "
-                               "generation is over still commits what the partition's next owner copies again",
-        "unstable-offset-fetch": "OffsetFetch ignores require_stable: a copier starts from an offset a pending "
-                                 "transactional commit is about to move",
-        "commit-every-attempt": "EndBatchTxn commits every attempt that joined the batch, not only the winners "
-                                "the driver named",
-        "accept-late-markers": "a V2 marker at the epoch of an open transaction's data ends it, though it is a late "
-                               "copy from the previous transaction (KAFKA-19446)",
-        "stale-reads": "a node woken from a pause answers reads from the logs it held before the takeover "
-                       "(no claim check after a read): a consumer is told a partition ends before where it was "
-                       "told it ended",
-        "check-count-in-memory": "a half message's check count moves on in memory only (not appended again): after "
-                                 "a crash or a failover it starts again, so the message is checked too often",
-        "half-ack-before-fsync": "a half message is answered as soon as it is written, before its fsync: a power "
-                                 "loss in between loses a message whose local transaction then commits",
-        "no-join-barrier": "a rebalance completes as soon as one member rejoins, without waiting for the others: "
-                           "their partitions go to a new owner while they still consume them",
-        "trust-saved-index": "a sealed segment's saved index is used without checking its CRC-32C: after a bit "
-                             "flips in it, reads of that segment find batches where there are none",
-        "read-past-hw": "read_uncommitted fetches read to the log end, past the high watermark: a consumer is "
-                        "handed records before they are durable, which a power loss then takes",
-        "in-place-retry-unwritten": "a retried send of a message stored in place is answered from the registration "
-                                    "alone: if the shard's owner died before writing the message to its partition, "
-                                    "a commit then delivers nothing",
-    }
+    BUGS: ClassVar[dict[str, str]] = {bug.value: description for bug, description in DESCRIPTIONS.items()}
     WORKLOADS: ClassVar[dict[str, str]] = {
         "transactions": "transactional producers committing and aborting across 4 partitions; a read_committed "
                         "consumer; a consumer group of 3 members that leave and come back; 2 exactly-once "
@@ -156,6 +124,8 @@ class ClusterModel(Model):
 
     def __init__(self, *, bug: str | None = None, workload: str | None = None) -> None:
         super().__init__(bug=bug, workload=workload)
+        #: the planted bug the nodes' code is built with (None: the system as shipped)
+        self.planted = PlantedBug(bug) if bug is not None else None
         self.txn_shards = TXN_SHARDS
         self.placement = Placement(tuple(range(NODES)))
         self.data_partitions = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
@@ -286,7 +256,7 @@ class ClusterModel(Model):
     def finish(self, world: World) -> Report:
         # one more node opens every log and reads what the nodes left; of the log's planted bugs it has only
         # the one about opening
-        reader = final_read.open_reader(self.disk, NODES + 1, self.bug if self.bug in _OPENING_BUGS else None,
+        reader = final_read.open_reader(self.disk, NODES + 1, self.planted if self.planted in _OPENING_BUGS else None,
                                         now_ms=lambda: world.now_ms)
         final, extra = final_read.read_topics(reader, [*self.data_partitions, *self.out_partitions,
                                                        *self.batch_partitions], world.now_ms)
@@ -409,7 +379,7 @@ class ClusterModel(Model):
         return owner if owner != NO_OWNER else 0
 
     def may_cut_off(self, node_id: int) -> bool:
-        return node_id not in self.live_view or self.bug == "no-fencing"
+        return node_id not in self.live_view or self.planted is PlantedBug.NO_FENCING
 
     def next_value(self) -> int:
         self._values += 1
@@ -543,9 +513,9 @@ class ClusterModel(Model):
         """Whether a planted bug acknowledges these writes before their fsync (sim_io.py asks): with
         ack-before-fsync, every write to a data partition; with ack-group-before-fsync, every write of a group
         coordinator (its membership records and offsets)."""
-        if self.bug == "ack-before-fsync":
+        if self.planted is PlantedBug.ACK_BEFORE_FSYNC:
             return any(plog.topic not in INTERNAL_TOPICS for plog in ends)
-        if self.bug == "ack-group-before-fsync":
+        if self.planted is PlantedBug.ACK_GROUP_BEFORE_FSYNC:
             return any(plog.topic == CONSUMER_OFFSETS_TOPIC for plog in ends)
         return False
 

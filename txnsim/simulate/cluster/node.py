@@ -87,7 +87,7 @@ class SimNode:
     def start(self) -> None:
         """A fresh process: nothing in memory, everything from the disk (a restart after a crash too)."""
         m = self.model
-        self.logs = LogManager(DATA_ROOT, LogConfig(segment_bytes=SEGMENT_BYTES, planted_bug=m.bug),
+        self.logs = LogManager(DATA_ROOT, LogConfig(segment_bytes=SEGMENT_BYTES, planted_bug=m.planted),
                                node_id=self.node_id, storage=m.disk,
                                now_ms=self.now)
         self.logs.release_earlier_lives()
@@ -103,7 +103,7 @@ class SimNode:
             transactional_id_expiration_ms=3_600_000, allocator=_ProducerIdBlocks(m), markers=self.markers,
             partitions_for=m.partitions_for, snapshot_interval_records=SNAPSHOT_INTERVAL_RECORDS,
             assigned_here=lambda shard: self.owner(TRANSACTION_STATE_TOPIC, shard) == self.node_id,
-            observer=observer, planted_bug=m.bug)
+            observer=observer, planted_bug=m.planted)
         self.verifier = TransactionVerifier(io=self.io, owner_of=self.owner, txn_shards=m.txn_shards)
         self.partitions = PartitionServer(
             io=self.io, logs=self.logs, membership=self, topics=_Topics(m), offsets_shards=OFFSETS_SHARDS,
@@ -114,7 +114,7 @@ class SimNode:
             max_session_timeout_ms=GROUP_MAX_SESSION_TIMEOUT_MS, partitions_for=m.partitions_for,
             snapshot_interval_records=SNAPSHOT_INTERVAL_RECORDS,
             initial_rebalance_delay_ms=GROUP_INITIAL_REBALANCE_DELAY_MS, new_member_id=m.new_member_id,
-            observer=observer, add_to_transaction=self.verifier.verify, planted_bug=m.bug)
+            observer=observer, add_to_transaction=self.verifier.verify, planted_bug=m.planted)
         self.view: frozenset[int] = frozenset()
         self.txn_logs: dict[int, PartitionLog] = {}
         self.offsets_logs: dict[int, PartitionLog] = {}
