@@ -65,6 +65,10 @@ def start(spark: Any, args: argparse.Namespace) -> Any:
     writer = (frame.writeStream.format("txnsim").option("bootstrap.servers", args.bootstrap_servers)
               .option("topic", args.output).option("checkpointLocation", args.checkpoint)
               .outputMode("append").queryName(f"txnsim-{args.job}"))
+    if args.kill_driver_after_batch is not None:
+        from spark.write_options import KILL_DRIVER_AFTER_BATCH
+
+        writer = writer.option(KILL_DRIVER_AFTER_BATCH, str(args.kill_driver_after_batch))
     if args.available_now:
         writer = writer.trigger(availableNow=True)
     else:
@@ -83,6 +87,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--trigger-ms", type=int, default=500)
     parser.add_argument("--max-offsets-per-trigger", type=int, default=0)
     parser.add_argument("--available-now", action="store_true")
+    parser.add_argument("--kill-driver-after-batch", type=int, metavar="BATCH_ID",
+                        help="fault injection: SIGKILL this driver right after batch BATCH_ID commits, before Spark's "
+                             "commit log records it (the restart replays the batch and writes nothing twice)")
     return parser.parse_args(argv)
 
 

@@ -23,6 +23,8 @@ DELIVERY_GUARANTEES = ("exactly-once", "at-least-once")
 DEFAULT_TIMEOUT_MS = 60_000
 #: how long a task's participant may take for metadata, joining and flushing
 DEFAULT_MAX_BLOCK_MS = 60_000
+#: the write option that injects a driver crash right after one batch's commit (WriteOptions.kill_driver_after_batch)
+KILL_DRIVER_AFTER_BATCH = "txnsim.fault.killDriverAfterBatch"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +41,10 @@ class WriteOptions:
     has_topic_column: bool
     has_partition: bool
     has_headers: bool
+    #: fault injection on purpose (tests, demos): option `txnsim.fault.killDriverAfterBatch`, the batch id after
+    #: whose commit (durable and visible) the driver's process group is SIGKILLed, before Spark writes its
+    #: commit log; None: no fault
+    kill_driver_after_batch: int | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, Any], schema: StructType) -> WriteOptions:
@@ -62,7 +68,17 @@ class WriteOptions:
                    transaction_timeout_ms=opts.positive_int("transaction.timeout.ms", default=DEFAULT_TIMEOUT_MS),
                    max_block_ms=opts.positive_int("max.block.ms", default=DEFAULT_MAX_BLOCK_MS),
                    has_key="key" in fields, has_topic_column="topic" in fields,
-                   has_partition="partition" in fields, has_headers="headers" in fields)
+                   has_partition="partition" in fields, has_headers="headers" in fields,
+                   kill_driver_after_batch=_batch_id(opts, KILL_DRIVER_AFTER_BATCH))
+
+
+def _batch_id(opts: OptionMap, name: str) -> int | None:
+    text = opts.get(name)
+    if text is None:
+        return None
+    if not text.isdigit():
+        raise KafkaConfigurationError(f"option '{name}' must be a batch id (0 or more), not {text!r}")
+    return int(text)
 
 
 def _check_column(fields: dict[str, DataType], name: str, allowed: tuple[type[DataType], ...], *,

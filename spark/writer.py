@@ -201,20 +201,22 @@ def end_batch(options: WriteOptions, messages: Sequence[WriterCommitMessage | No
     else:
         log.info("batch %d of %s %s: %d records from %d tasks", batch_id, batch_txn_id,
                  "committed" if committed else "aborted", sum(m.records for m in reports), len(winners))
-    if committed:
-        _maybe_crash_driver_after_commit(batch_id)
+    if committed and options.kill_driver_after_batch == batch_id:
+        _crash_driver_after_commit(batch_id)
 
 
-#: fault injection on purpose (tests and demos): the driver's whole process group is SIGKILLed right
-#: after this batch id's commit is durable and visible, before Spark writes its commit log
-FAULT_KILL_DRIVER_AFTER_COMMIT = "TXNSIM_FAULT_KILL_DRIVER_AFTER_COMMIT"
-#: set by spark.jobs: the process group of the driver (its JVM and Python workers inherit it)
+#: set by spark.jobs: the process group of the driver (its JVM and Python workers inherit it; Spark's
+#: Python workers run in process groups of their own, so the commit cannot take its own)
 DRIVER_PROCESS_GROUP = "TXNSIM_DRIVER_PGID"
 
 
-def _maybe_crash_driver_after_commit(batch_id: int) -> None:
+def _crash_driver_after_commit(batch_id: int) -> None:
+    """The write option txnsim.fault.killDriverAfterBatch (fault injection on purpose): SIGKILL the driver's
+    whole process group now that this batch's commit is durable and visible, before Spark's commit log."""
     group = os.environ.get(DRIVER_PROCESS_GROUP)
-    if group and os.environ.get(FAULT_KILL_DRIVER_AFTER_COMMIT) == str(batch_id):
-        log.warning("fault injection: killing the driver (process group %s) after committing batch %d",
-                    group, batch_id)
-        os.killpg(int(group), signal.SIGKILL)
+    if not group:
+        log.warning("fault injection asked to kill the driver after batch %d, but it was not started by "
+                    "spark.jobs (no process group to kill)", batch_id)
+        return
+    log.warning("fault injection: killing the driver (process group %s) after committing batch %d", group, batch_id)
+    os.killpg(int(group), signal.SIGKILL)

@@ -5,7 +5,6 @@ import json
 
 import pytest
 
-from spark.writer import FAULT_KILL_DRIVER_AFTER_COMMIT
 from tests.helpers import wait_until
 from tests.integration.test_transactions import read_values
 from txnsim import Producer
@@ -96,7 +95,7 @@ def test_a_driver_killed_right_after_a_commit_replays_that_batch_without_writing
     inputs = [f"r{i}".encode() for i in range(3000)]
     produce(bs, source, inputs)
     args = (bs, source, topic, tmp_path / "ckpt", "--max-offsets-per-trigger", "500", "--available-now")
-    first = copy_driver(*args, env={FAULT_KILL_DRIVER_AFTER_COMMIT: "2"})
+    first = copy_driver(*args, "--kill-driver-after-batch", "2")
     assert first.wait(180) == -9  # SIGKILLed by the fault right after batch 2's commit
     assert len(read_values(bs, topic, "read_committed", partitions=2, left_open=True)) == 1500  # batches 0, 1 and 2
     second = copy_driver(*args)

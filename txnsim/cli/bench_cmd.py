@@ -23,10 +23,11 @@ from txnsim.bench.report import BenchResult, replace_section, section_body, to_r
 from txnsim.cli.common import console, exits_cleanly
 
 BENCHMARKS = ("producer", "consumer", "failover", "spark", "rocketmq", "peer", "code", "rpw", "scaling", "commit",
-              "nodecpu")
+              "nodecpu", "sim")
 #: what `txnsim bench` (or `all`) runs, quickest first: every benchmark but `code`, which compares this tree with
 #: a git revision the user names; about 15 minutes on 2 CPUs, Spark's JVM last
-IN_ALL = ("producer", "consumer", "failover", "peer", "commit", "nodecpu", "rpw", "scaling", "rocketmq", "spark")
+IN_ALL = ("producer", "consumer", "failover", "peer", "commit", "nodecpu", "rpw", "scaling", "sim", "rocketmq",
+          "spark")
 #: where the charts go unless --plot DIR or --no-plot says otherwise (criterion's habit: a report by default)
 DEFAULT_CHART_DIR = Path("txnsim-bench")
 HEADINGS = {"producer": "Producer throughput and commit cost", "consumer": "Consumer throughput",
@@ -34,14 +35,16 @@ HEADINGS = {"producer": "Producer throughput and commit cost", "consumer": "Cons
             "peer": "confluent-kafka against txnsim and against librdkafka's mock cluster",
             "code": "Producer before and after", "rpw": "Read-process-write: exactly-once against at-least-once",
             "scaling": "Coordinator scaling: 100 transactional ids on 1, 2 and 3 nodes",
-            "commit": "Commit latency vs partitions per transaction", "nodecpu": "Node CPU per record"}
+            "commit": "Commit latency vs partitions per transaction", "nodecpu": "Node CPU per record",
+            "sim": "Simulator speed"}
 DEFAULT_SECONDS = 2.0
 #: rocketmq's runs are shorter: it makes 9 of them per round, so 6 rounds stay within about 2 minutes
 DEFAULT_ROCKETMQ_SECONDS = 1.25
 #: rounds each benchmark runs unless --repeat says otherwise: enough for a median worth reading while each
 #: benchmark stays within a few minutes on 2 CPUs
 DEFAULT_REPEAT = {"producer": 6, "consumer": 7, "failover": 20, "spark": 7, "rocketmq": 6, "peer": 6, "code": 3,
-                  "rpw": 3, "scaling": 3, "commit": 100, "nodecpu": 3}  # commit: transactions per partition count
+                  "rpw": 3, "scaling": 3, "commit": 100, "nodecpu": 3,  # commit: transactions per partition count
+                  "sim": 5}  # sim: seeds
 DEFAULT_RECORDS = 300_000
 #: rows the spark benchmark copies per run, and its maxOffsetsPerTrigger: 10 micro-batches of about 0.35 s
 DEFAULT_SPARK_ROWS = 200_000
@@ -143,6 +146,10 @@ def _runner(name: str, args: argparse.Namespace) -> Callable[[RichProgress], Ben
         return lambda p: peer_bench.run(seconds=args.seconds or DEFAULT_SECONDS, repeat=repeat, progress=p)
     if name in ("rpw", "scaling", "commit", "nodecpu"):
         return _issue14_runner(name, args, repeat)
+    if name == "sim":
+        from txnsim.bench import sim_bench  # imports the simulator: only when asked for
+
+        return lambda p: sim_bench.run(repeat=repeat, progress=p)
     if name == "code":
         return lambda p: code_bench.run(before=args.before, seconds=args.seconds or DEFAULT_SECONDS, repeat=repeat,
                                         progress=p)

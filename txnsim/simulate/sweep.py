@@ -109,7 +109,13 @@ def sweep(template: SimConfig, seeds: Iterable[int], jobs: int | None = None,
             for seed in seed_list:
                 done(run_seed(template, seed))
         else:
-            pool = multiprocessing.Pool(min(jobs, len(seed_list)), initializer=_ignore_sigint)
+            # SIGINT is blocked while the pool forks its workers and starts the threads that fork replacements
+            # (they keep the mask), so no worker can see a Ctrl-C before its initializer ignores it
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                pool = multiprocessing.Pool(min(jobs, len(seed_list)), initializer=_ignore_sigint)
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
             try:
                 for outcome in pool.imap_unordered(functools.partial(run_seed, template), seed_list):
                     done(outcome)
@@ -124,5 +130,7 @@ def sweep(template: SimConfig, seeds: Iterable[int], jobs: int | None = None,
 
 
 def _ignore_sigint() -> None:
-    """A worker's start: Ctrl-C goes to the whole process group, and only the parent should act on it."""
+    """A worker's start: Ctrl-C goes to the whole process group, and only the parent should act on it. The
+    worker was forked with SIGINT blocked (sweep); ignored now, it may be unblocked."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

@@ -12,7 +12,9 @@ from coordinator.txn.core import TxnCoordinatorCore
 from coordinator.txn.markers import MarkerWriter
 from partitions import PartitionLog
 from proto import txnsim_pb2 as pb
-from proto.errors import NotCoordinatorError
+from proto.errors import InvalidTopicError, NotCoordinatorError
+from proto.records import encode_batch
+from proto.structs import TRANSACTION_STATE_TOPIC
 from txnsim.simulate.actors import Actors
 from txnsim.simulate.cluster import ClusterModel
 from txnsim.simulate.cluster.model import FLIPPABLE_SUFFIXES
@@ -249,3 +251,31 @@ def test_a_power_loss_takes_every_node_down_at_once_and_loses_nothing_acknowledg
 def test_a_power_loss_finds_an_acknowledgement_before_fsync():
     found = first_failure("ack-before-fsync", faults=("power-loss",), seeds=range(1, 11))
     assert found.failure is not None
+
+
+def test_a_client_write_to_an_internal_log_is_refused_as_the_node_refuses_it():
+    """A divergence the simulator's own copy of the produce path hid (ad54d3c and before): it answered a client's
+    write to a coordinator's `__transaction_state` shard with UNKNOWN_TOPIC_OR_PARTITION, which a Kafka client
+    retries for as long as it may, where the node answers INVALID_TOPIC_EXCEPTION, which it does not. Running
+    the shipping PartitionServer, the simulated node answers as the node does, the shard keeps nothing of the
+    write, and its coordinator goes on."""
+    world, model = set_up_model(4)
+    world.run(until_ms=1_000)
+    owner = model.owner_now(TRANSACTION_STATE_TOPIC, 0)
+    node = model.sim_nodes[f"n{owner}"]
+    shard_log = node.txn_logs[0]
+    end_before = shard_log.log_end_offset
+    answers: list[object] = []
+    model.network.register("intruder", lambda env: None)
+    request = pb.ProduceRequest(acks=-1, partitions=[pb.PartitionRecords(
+        topic=TRANSACTION_STATE_TOPIC, partition=0, records=encode_batch([(0, b"k", b"not an entry", ())]))])
+    model.network.call("intruder", node.name, request, 500, answers.append)
+    world.run(until_ms=1_100)
+    (answer,) = answers
+    assert isinstance(answer, pb.ProduceResponse)
+    assert answer.partitions[0].error_code == InvalidTopicError.errno, answer
+    assert shard_log.log_end_offset >= end_before
+    assert not any(b"not an entry" in (record.value or b"") for batch in shard_log.batches()
+                   for record in batch.records())
+    world.run(until_ms=3_000)
+    assert not model.check(world)

@@ -20,10 +20,11 @@ import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from producer.error_policy import Action, classify_coordinator_error, classify_produce_error
 from proto import consumer_protocol
 from proto import records as codec
 from proto import txnsim_pb2 as pb
-from proto.errors import ERRORS_BY_CODE, UnknownServerError
+from proto.errors import ERRORS_BY_CODE, UnknownServerError, for_code
 from proto.structs import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicPartition
 from txnsim.chaos.history import TXN_HEADER, Outcome
 from txnsim.simulate.cluster.shape import shard_of_group
@@ -37,13 +38,24 @@ TOPIC = "sim"
 REQUEST_TIMEOUT_MS = 1_000
 RETRY_BACKOFF_MS = 20
 TRANSACTION_TIMEOUT_MS = 3_000
-#: fatal for this producer instance: it starts again with InitProducerId (a new epoch)
-_FATAL = frozenset({"PRODUCER_FENCED", "INVALID_PRODUCER_ID_MAPPING", "INVALID_PRODUCER_EPOCH", "INVALID_TXN_STATE",
-                    "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "UNKNOWN_PRODUCER_ID", "OUT_OF_ORDER_SEQUENCE_NUMBER"})
 
 
 def _error_name(code: int) -> str:
     return ERRORS_BY_CODE.get(code, UnknownServerError).name
+
+
+def produce_action(code: int) -> Action:
+    """What txnsim's producer does with a partition's answer (producer/error_policy.py), by its wire code."""
+    return classify_produce_error(for_code(code))
+
+
+def coordinator_action(code: int) -> Action:
+    """What txnsim's producer does with a coordinator's answer (producer/error_policy.py), by its wire code."""
+    return classify_coordinator_error(for_code(code))
+
+
+#: the producer's actions that send the same request again
+RETRY = (Action.RETRY, Action.REFRESH_AND_RETRY)
 
 
 class TxnProducer:
@@ -118,10 +130,11 @@ class TxnProducer:
             code = response.error_code or next((r.error_code for r in response.results if r.error_code), 0)
             if code == 0:
                 return self.produce(chosen)
-            if _error_name(code) in _FATAL:
-                self.model.history.ended(self.txn, Outcome.ABORTED)  # nothing was written
-                return self._later(self.init)
-            self._later(self.add, chosen)
+            if coordinator_action(code) in RETRY:
+                return self._later(self.add, chosen)
+            # fatal, or abortable with nothing written: a new instance (InitProducerId) ends what is open
+            self.model.history.ended(self.txn, Outcome.ABORTED)
+            self._later(self.init)
 
         self._call(self._coordinator(), request, answered)
 
@@ -148,9 +161,10 @@ class TxnProducer:
                                                 result.base_offset + i)
                     del pending[tp]
                     return finish()
-                name = _error_name(result.error_code)
-                if name in _FATAL or name == "TRANSACTION_ABORTABLE" or pending[tp] >= 3:
-                    failed.append(name)
+                action = produce_action(result.error_code)
+                # SUCCESS (a duplicate of a batch already written) is given up too: its offsets are not known
+                if action not in RETRY or pending[tp] >= 3:
+                    failed.append("FATAL" if action is Action.FATAL else _error_name(result.error_code))
                     del pending[tp]
                     return finish()
             elif pending[tp] >= 2:  # the first send may still arrive, late: give up and abort
@@ -162,8 +176,7 @@ class TxnProducer:
         def finish() -> None:
             if pending:
                 return
-            fatal = any(name in _FATAL for name in failed)
-            self.end(commit=not failed and self.rng.random() < 0.8, fatal=fatal)
+            self.end(commit=not failed and self.rng.random() < 0.8, fatal="FATAL" in failed)
 
         for tp in chosen:
             send(tp)
@@ -197,12 +210,15 @@ class TxnProducer:
                 self.producer_id, self.epoch = response.producer_id, response.producer_epoch
                 self.sequences.clear()
                 return self.begin()
-            name = _error_name(response.error_code)
-            if name in _FATAL:
-                # after a retry, the first EndTxn may have decided it: a later answer cannot say which way
-                self.model.history.ended(self.txn, Outcome.UNKNOWN if (retried and commit) else Outcome.ABORTED)
-                return self._later(self.init)
-            self._later(lambda: self.end(commit=commit, retried=True))
+            action = coordinator_action(response.error_code)
+            if action in RETRY:
+                return self._later(lambda: self.end(commit=commit, retried=True))
+            if action is Action.ABORTABLE and commit:  # the commit was refused: the transaction is aborted
+                return self._later(lambda: self.end(commit=False, retried=True))
+            # fatal, or an abort refused: a new instance (InitProducerId) ends what is open; after a retried
+            # commit, the first EndTxn may have decided it, and a later answer cannot say which way
+            self.model.history.ended(self.txn, Outcome.UNKNOWN if (retried and commit) else Outcome.ABORTED)
+            self._later(self.init)
 
         self._call(self._coordinator(), request, answered)
 

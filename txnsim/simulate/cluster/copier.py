@@ -20,17 +20,19 @@ import random
 from typing import TYPE_CHECKING, Any
 
 from consumer.fetcher import PartitionRecords
+from producer.error_policy import Action
 from proto import records as codec
 from proto import txnsim_pb2 as pb
 from proto.errors import CorruptMessageError
 from proto.structs import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, IsolationLevel, TopicPartition
 from txnsim.chaos.history import TXN_HEADER, Outcome, parse_value
 from txnsim.simulate.cluster.clients import (
-    _FATAL,
     REQUEST_TIMEOUT_MS,
+    RETRY,
     TRANSACTION_TIMEOUT_MS,
     GroupMember,
-    _error_name,
+    coordinator_action,
+    produce_action,
 )
 from txnsim.simulate.cluster.shape import shard_of_group
 from txnsim.simulate.network import TIMED_OUT
@@ -190,7 +192,7 @@ class Copier(GroupMember):
                 code = _code(response)
                 if code == 0:
                     return add_offsets()
-                failed(code != -1 and _error_name(code) in _FATAL)
+                failed(code != -1 and coordinator_action(code) is Action.FATAL)
 
             self._send(self._txn_coordinator(), request, answered)
 
@@ -202,7 +204,7 @@ class Copier(GroupMember):
                 code = _code(response)
                 if code == 0:
                     return produce()
-                failed(code != -1 and _error_name(code) in _FATAL)
+                failed(code != -1 and coordinator_action(code) is Action.FATAL)
 
             self._send(self._txn_coordinator(), request, answered)
 
@@ -218,7 +220,7 @@ class Copier(GroupMember):
             def answered(response: Any) -> None:
                 if response is TIMED_OUT or response.partitions[0].error_code:
                     code = -1 if response is TIMED_OUT else response.partitions[0].error_code
-                    return failed(code != -1 and _error_name(code) in _FATAL)
+                    return failed(code != -1 and produce_action(code) is Action.FATAL)
                 base = response.partitions[0].base_offset
                 for i, value in enumerate(values):
                     parsed = parse_value(value)
@@ -239,7 +241,7 @@ class Copier(GroupMember):
                 code = _code(response)
                 if code == 0:
                     return end()
-                failed(code != -1 and _error_name(code) in _FATAL)
+                failed(code != -1 and coordinator_action(code) is Action.FATAL)
 
             self._send(self._group_coordinator(), request, answered)
 
@@ -259,14 +261,17 @@ class Copier(GroupMember):
                         self.positions[tp] = next_offset
                     self.busy = False
                     return
-                if _error_name(response.error_code) in _FATAL:
-                    # after a retry the first EndTxn may have decided it: the answer cannot say which way
-                    self.model.history.ended(txn, Outcome.UNKNOWN if retried else Outcome.ABORTED)
-                    self.busy = False
-                    self.positions = {}
-                    self.fetch_offsets(assignment)
-                    return self.init()
-                self._after(20, end, True)
+                action = coordinator_action(response.error_code)
+                if action in RETRY:
+                    return self._after(20, end, True)
+                if action is Action.ABORTABLE:  # the commit was refused: abort, start again from the offsets
+                    return self.abort(txn, False, assignment)
+                # fatal: after a retry the first EndTxn may have decided it, and the answer cannot say which way
+                self.model.history.ended(txn, Outcome.UNKNOWN if retried else Outcome.ABORTED)
+                self.busy = False
+                self.positions = {}
+                self.fetch_offsets(assignment)
+                return self.init()
 
             self._send(self._txn_coordinator(), request, answered)
 
@@ -295,10 +300,10 @@ class Copier(GroupMember):
             if response.error_code == 0:
                 self.producer_id, self.epoch = response.producer_id, response.producer_epoch
                 return done()
-            if _error_name(response.error_code) in _FATAL:
-                done()
-                return self.init()
-            self._after(20, self.abort, txn, fatal, assignment)
+            if coordinator_action(response.error_code) in RETRY:
+                return self._after(20, self.abort, txn, fatal, assignment)
+            done()  # fatal, or the abort refused: a new instance (InitProducerId) ends what is open
+            self.init()
 
         self._send(self._txn_coordinator(), request, answered)
 
