@@ -20,7 +20,7 @@ from typing import Any, Protocol, TypeVar
 
 from coordinator.observers import NO_OBSERVER, OwnershipObserver
 from coordinator.rpc import answers_with
-from coordinator.runtime.io import Cancellable, Failures, NodeIO, Outcome
+from coordinator.runtime.io import Cancellable, Failures, NodeIO, Outcome, wait_for
 from coordinator.verification import AsyncVerifier, Codes, verification_error
 from partitions import LogManager, PartitionLog, ProducerSnapshot
 from proto import txnsim_pb2 as pb
@@ -74,20 +74,6 @@ class TopicTable(Protocol):
     def partitions(self, topic: str) -> int | None: ...
     def configs(self, topic: str) -> dict[str, str]: ...
     def configs_view(self, topic: str) -> Mapping[str, str]: ...
-
-
-def wait_for(start: Callable[[Callable[[Any], None]], None]) -> Any:
-    """Run a callback-style call and wait for its outcome on this thread: the response, or its error raised
-    (the front doors' blocking calls over the drivers)."""
-    answer: Future[Any] = Future()
-
-    def done(outcome: Any) -> None:
-        if isinstance(outcome, BaseException):
-            answer.set_exception(outcome)
-        else:
-            answer.set_result(outcome)
-    start(done)
-    return answer.result()
 
 
 def unique_partitions(parts: Iterable[pb.FetchPartition]) -> list[pb.FetchPartition]:

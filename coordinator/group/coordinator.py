@@ -41,7 +41,7 @@ from coordinator.group.validation import (
     validate_offsets,
 )
 from coordinator.observers import NO_OBSERVER, GroupObserver
-from coordinator.runtime.io import Failures, NodeIO
+from coordinator.runtime.io import Failures, NodeIO, wait_for
 from coordinator.shard_snapshots import SnapshottedLog
 from coordinator.verification import AsyncVerifier, Codes, verification_error
 from partitions.model import AppendOrigin, AppendResult
@@ -274,16 +274,7 @@ class GroupCoordinator(GroupMembership):
     def _write_blocking(self, shard: Shard, batch: bytes, records: int, *, offsets: bool = False) -> None:
         """_write, waited for on the caller's thread (the admin paths: deletions); raises what it failed with.
         Only for a node process: the node's I/O completes the write on its own threads."""
-        outcome: list[KafkaError | None] = []
-        finished = threading.Event()
-
-        def then(error: KafkaError | None) -> None:
-            outcome.append(error)
-            finished.set()
-        self._write(shard, batch, records, then, offsets=offsets)
-        finished.wait()
-        if outcome[0] is not None:
-            raise outcome[0]
+        wait_for(lambda done: self._write(shard, batch, records, done, offsets=offsets))
 
     # ------------------------------------------------------------ snapshots
 
@@ -320,7 +311,7 @@ class GroupCoordinator(GroupMembership):
 
     def offset_commit(self, req: pb.OffsetCommitRequest) -> pb.OffsetCommitResponse:
         """OffsetCommit, waited for on the caller's thread (a node process's front doors)."""
-        return _wait_for(functools.partial(self.offset_commit_async, req))  # type: ignore[no-any-return]
+        return wait_for(functools.partial(self.offset_commit_async, req))  # type: ignore[no-any-return]
 
     def offset_commit_async(self, req: pb.OffsetCommitRequest, done: Done) -> None:
         """OffsetCommit: the offsets are written, then applied and answered once durable."""
@@ -366,7 +357,7 @@ class GroupCoordinator(GroupMembership):
 
     def txn_offset_commit(self, req: pb.TxnOffsetCommitRequest) -> pb.TxnOffsetCommitResponse:
         """TxnOffsetCommit, waited for on the caller's thread (a node process's front doors)."""
-        return _wait_for(functools.partial(self.txn_offset_commit_async, req))  # type: ignore[no-any-return]
+        return wait_for(functools.partial(self.txn_offset_commit_async, req))  # type: ignore[no-any-return]
 
     def txn_offset_commit_async(self, req: pb.TxnOffsetCommitRequest, done: Done) -> None:
         """TxnOffsetCommit: the offsets are written as the producer's transactional batch and stay pending
@@ -587,22 +578,6 @@ class GroupCoordinator(GroupMembership):
                             del shard.txn_groups[producer_id]
         logger.debug("__consumer_offsets-%d: %s of producer %d applied to %d groups", shard.number,
                   "COMMIT" if committed else "ABORT", producer_id, len(names))
-
-
-def _wait_for(start: Callable[[Done], None]) -> Any:
-    """Run a callback-style request and wait for its outcome on this thread: the response, or its error
-    raised. Only for a node process, whose I/O completes writes on its own threads."""
-    outcome: list[Any] = []
-    finished = threading.Event()
-
-    def done(answer: Any) -> None:
-        outcome.append(answer)
-        finished.set()
-    start(done)
-    finished.wait()
-    if isinstance(outcome[0], BaseException):
-        raise outcome[0]
-    return outcome[0]
 
 
 def _stopping(shard: Shard) -> NotCoordinatorError:

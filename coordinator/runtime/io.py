@@ -13,6 +13,7 @@ thread. So a driver holds no lock while it calls into the I/O, and never assumes
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from typing import Any, Protocol
 
 from partitions import PartitionLog
@@ -59,3 +60,18 @@ class NodeIO(Protocol):
         response, or a KafkaError: KafkaTimeoutError when no answer came within `timeout_ms`,
         KafkaConnectionError when the node could not be reached."""
         ...
+
+
+def wait_for(start: Callable[[Callable[[Outcome], None]], None]) -> Any:
+    """Run a callback-style driver call and wait for its outcome on this thread: the response, or the error it
+    came back with, raised. For a node process's blocking front doors only: the real I/O completes the work on
+    its own threads, the simulator's never would while this thread waits."""
+    answer: Future[Any] = Future()
+
+    def done(outcome: Outcome) -> None:
+        if isinstance(outcome, BaseException):
+            answer.set_exception(outcome)
+        else:
+            answer.set_result(outcome)
+    start(done)
+    return answer.result()

@@ -17,12 +17,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future
 from itertools import count
 from typing import Any, Protocol, cast
 
 from coordinator.observers import NO_OBSERVER, TransactionObserver
-from coordinator.runtime.io import Failures, NodeIO, Outcome
+from coordinator.runtime.io import Failures, NodeIO, Outcome, wait_for
 from coordinator.txn import state_log
 from coordinator.txn.core import (
     Effect,
@@ -251,15 +250,7 @@ class TransactionCoordinator:
         """A request answered on the caller's thread (the front doors'): blocks until the core replies."""
         if getattr(self._queue, "effects", None) is not None:  # its effects would queue behind this very wait
             raise RuntimeError("a blocking call from the coordinator's own effects would wait for ever")
-        answer: Future[Any] = Future()
-
-        def done(outcome: Outcome) -> None:
-            if isinstance(outcome, BaseException):
-                answer.set_exception(outcome)
-            else:
-                answer.set_result(outcome)
-        self.request(request, done, transaction_version)
-        return answer.result()
+        return wait_for(lambda done: self.request(request, done, transaction_version))
 
     def _run(self, effects: list[Effect]) -> None:
         """Carry out effects in order. One queue per thread: effects that follow from an entry made durable
