@@ -251,16 +251,8 @@ class GroupMembership:
             with self._lock:
                 if self._shards.get(shard.number) is not shard:
                     return
-            now = self._now_ms()
-            due = group.classic.next_deadline_ms()
-            if due is not None and due <= now:
-                try:
-                    self._check_serving(shard)
-                    self._decide(shard, group, lambda: group.classic.tick(now))
-                except KafkaError as exc:
-                    logger.warning("group %r: timers not run: %s", group.group_id, exc)
-                    return
-            self._arm(shard, group)
+            if self._run_due(shard, group, self._now_ms()):
+                self._arm(shard, group)
 
     def _cancel_timers(self, shard: Shard) -> None:
         for _deadline, handle in list(shard.timers.values()):
@@ -275,14 +267,21 @@ class GroupMembership:
                           for group in shard.groups.values()]
         for shard, group in candidates:
             with group.lock:
-                deadline = group.classic.next_deadline_ms()
-                if deadline is None or deadline > now:
-                    continue
-                try:
-                    self._check_serving(shard)
-                    self._decide(shard, group, lambda: group.classic.tick(now))
-                except KafkaError as exc:
-                    logger.warning("group %r: timers not run: %s", group.group_id, exc)
+                self._run_due(shard, group, now)
+
+    def _run_due(self, shard: Shard, group: GroupMetadata, now: int) -> bool:
+        """Let the group's core act on the deadlines due at `now` (none due: nothing); False when the shard is
+        no longer served here. Caller holds group.lock."""
+        deadline = group.classic.next_deadline_ms()
+        if deadline is None or deadline > now:
+            return True
+        try:
+            self._check_serving(shard)
+            self._decide(shard, group, lambda: group.classic.tick(now))
+        except KafkaError as exc:
+            logger.warning("group %r: timers not run: %s", group.group_id, exc)
+            return False
+        return True
 
     def _fail_waiters(self, shard: Shard, error: KafkaError) -> None:
         """The shard moved away: nobody waiting on its groups will be answered by this node."""
