@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import threading
 
-from client.transport import NodeChannels
-from coordinator.runtime.real_io import RealIO
 from coordinator.txn.markers import MarkerWriter
 from coordinator.txn.metadata import Marker
 from proto import txnsim_pb2 as pb
 from proto.structs import TopicPartition
+from tests.fakes import node_io
 
 TP = TopicPartition("t", 0)
 
@@ -35,7 +34,7 @@ class SlowLocalWrites:
 
 
 def writer(writes) -> MarkerWriter:
-    io = RealIO(0, address_of=lambda n: "unused", channels=NodeChannels())
+    io = node_io()
     io.serve_locally(lambda request, done: done(writes(request)))
     return MarkerWriter(io=io, owner_of=lambda tp: 0)
 

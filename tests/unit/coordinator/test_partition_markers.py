@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import logging
 
-from client.transport import NodeChannels
 from coordinator.membership import Membership
 from coordinator.partition_service import PartitionServer
-from coordinator.runtime.real_io import RealIO
 from coordinator.topics import TopicStore
 from partitions import LogManager, PartitionLog
 from proto import txnsim_pb2 as pb
 from proto.errors import UnknownServerError
 from proto.structs import CONSUMER_OFFSETS_TOPIC
+from tests.fakes import node_io
 from txnsim.cluster import ClusterLayout
 
 BROKEN_PRODUCER = 1
@@ -20,7 +19,7 @@ BROKEN_PRODUCER = 1
 
 def server(tmp_path, on_offsets_marker=lambda *args: None) -> PartitionServer:
     membership = Membership(ClusterLayout(tmp_path), [0], own_node_id=0)
-    io = RealIO(0, address_of=lambda n: "unused", channels=NodeChannels())
+    io = node_io()
     return PartitionServer(io=io, logs=LogManager(tmp_path / "logs"), membership=membership,
                            topics=TopicStore(tmp_path / "metadata", tmp_path / "logs"), offsets_shards=2,
                            txn_shards=1, verify=lambda *args: args[-1]({}), on_offsets_marker=on_offsets_marker)

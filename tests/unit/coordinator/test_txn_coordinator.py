@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from client.transport import NodeChannels
 from coordinator.producer_ids import ProducerIdAllocator
-from coordinator.runtime.real_io import RealIO
 from coordinator.txn import core
 from coordinator.txn.coordinator import TransactionCoordinator
 from partitions import LogManager
@@ -21,7 +19,7 @@ from proto.errors import (
     ProducerFencedError,
 )
 from proto.hashing import partition_for
-from tests.fakes import ManualClock
+from tests.fakes import ManualClock, node_io
 from tests.helpers import wait_until
 
 SHARDS = 4
@@ -50,7 +48,7 @@ class RecordingMarkers:
 
 def make(tmp_path, markers, clock=None, logs=None, assigned_here=lambda shard: False):
     logs = logs or LogManager(tmp_path / "logs")
-    io = RealIO(0, address_of=lambda n: "unused", channels=NodeChannels(), now_ms=clock or ManualClock())
+    io = node_io(clock or ManualClock())
     tc = TransactionCoordinator(io=io, txn_shards=SHARDS, offsets_shards=2, transaction_max_timeout_ms=900_000,
                                 transactional_id_expiration_ms=10_000,
                                 allocator=ProducerIdAllocator(tmp_path / "pids"), markers=markers,
