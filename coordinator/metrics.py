@@ -14,7 +14,7 @@ from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
@@ -23,6 +23,9 @@ from prometheus_client.registry import Collector
 
 from proto.errors import KafkaConfigurationError
 from proto.structs import CONSUMER_OFFSETS_TOPIC, HALF_MESSAGE_TOPICS, TRANSACTION_STATE_TOPIC, TopicPartition
+
+if TYPE_CHECKING:
+    from coordinator.rocketmq.log_format import HalfRecord
 
 log = logging.getLogger(__name__)
 
@@ -161,14 +164,14 @@ class NodeMetrics:
     def offsets_committed(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
         self._offsets_committed.inc(len(offsets))
 
-    def check_back_sent(self) -> None:
+    def check_back_sent(self, transaction_id: str, record: HalfRecord, via_peer: bool) -> None:
         self._checks_sent.inc()
 
     def check_back_resolved(self, committed: bool) -> None:
         self._checks_resolved.labels(resolution="commit" if committed else "rollback").inc()
 
-    def half_messages_discarded(self, count: int) -> None:
-        self._discarded.inc(count)
+    def half_message_discarded(self, transaction_id: str) -> None:
+        self._discarded.inc()
 
     def ownership_changed(self, action: str, topic: str, partition: int, leader_epoch: int) -> None:
         self._ownership_changes.labels(action=action, log=log_kind(topic)).inc()

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from client.transport import SERVER_OPTIONS, NodeChannels, Stubs, call
+from client.transport import SERVER_OPTIONS, NodeChannels
 from coordinator.broker_configs import BrokerConfigStore
 from coordinator.cluster_service import ClusterServer, ClusterServicer
 from coordinator.group import GroupCoordinator, GroupService
@@ -39,7 +39,6 @@ from coordinator.partition_service import PartitionServer, PartitionsServicer
 from coordinator.producer_ids import ProducerIdAllocator
 from coordinator.reconcile import logs_to_release
 from coordinator.rocketmq.coordinator import HalfMessageCoordinator
-from coordinator.rocketmq.effects import PartitionWriter
 from coordinator.rocketmq.front_door import MessagingFrontDoor
 from coordinator.rocketmq.pop_service import PopService
 from coordinator.rocketmq.producers import ProducerRegistry
@@ -137,14 +136,12 @@ class Node:
         self.allocator = ProducerIdAllocator(layout.producer_ids, self.config.producer_id_block_size)
         self.producers = ProducerRegistry()
         self.half = HalfMessageCoordinator(
-            half_shards=self.config.half_shards, check_interval_ms=self.config.transaction_check_interval_ms,
+            io=self.io, half_shards=self.config.half_shards, check_interval_ms=self.config.transaction_check_interval_ms,
             check_max=self.config.transaction_check_max, half_message_timeout_ms=self.config.half_message_timeout_ms,
-            default_storage=self.config.half_message_storage, now_ms=now_ms, allocate_producer_id=self.allocator.allocate,
-            partitions_for=self.topics.partitions, topic_configs=self.topics.configs,
-            writer=PartitionWriter(router=self.router, produce_locally=self.partitions.produce,
-                                   describe_locally=self.partitions.describe_producers),
-            find_producer=self._find_producer, write_markers=self.markers.write,
-            message_max_bytes=self.config.message_max_bytes, node_id=node_id, observer=self.metrics)
+            default_storage=self.config.half_message_storage, allocate_producer_id=self.allocator.allocate,
+            topics=self.topics, owner_of=self.membership.owner, markers=self.markers, producers=self.producers,
+            peers=lambda: sorted(self.membership.live), message_max_bytes=self.config.message_max_bytes,
+            observer=self.metrics)
         self.txn = TransactionCoordinator(
             io=self.io, txn_shards=self.config.txn_shards, offsets_shards=self.config.offsets_shards,
             transaction_max_timeout_ms=self.config.transaction_max_timeout_ms,
@@ -377,27 +374,6 @@ class Node:
 
     # ------------------------------------------------------------ cross-component calls
 
-    def _find_producer(self, group: str) -> Callable[[pb.TransactionCheck], bool] | None:
-        """How to hand a check to a live producer of `group`: connected here, or to a peer; None if none is."""
-        if self.producers.pick(group) is not None:
-            return self.producers.deliver
-        for peer in sorted(self.membership.live - {self.node_id}):
-            stubs = self.channels.stubs(self.spec.nodes[peer])
-            probe = pb.DeliverCheckRequest(check=pb.TransactionCheck(producer_group=group), probe_only=True)
-            try:
-                if call(stubs.half.DeliverCheck, probe, 2.0).delivered:
-                    def deliver(check: pb.TransactionCheck, stubs: Stubs = stubs) -> bool:
-                        try:
-                            answer: pb.DeliverCheckResponse = call(stubs.half.DeliverCheck,
-                                                                   pb.DeliverCheckRequest(check=check), 2.0)
-                        except KafkaError:
-                            return False
-                        return answer.delivered
-                    return deliver
-            except KafkaError:
-                continue
-        return None
-
     def _serve_locally(self, request: Any, done: Callable[[Any], None]) -> None:
         """A call this node makes of itself (markers to its own partitions, a first write's verification with
         its own coordinator), answered in the caller's thread or once decided."""
@@ -405,9 +381,12 @@ class Node:
             self.partitions.write_txn_markers_async(request, done)
         elif isinstance(request, pb.AddPartitionsToTxnRequest):
             self.txn.request(request, done)
-        elif isinstance(request, pb.VerifyHalfWriteRequest):
+        elif isinstance(request, pb.ProduceRequest):
+            self.partitions.produce_async(request, done)
+        elif isinstance(request, (pb.VerifyHalfWriteRequest, pb.DescribeProducersRequest)):
             try:
-                outcome: Any = self.half.verify_write(request)
+                outcome: Any = (self.half.verify_write(request) if isinstance(request, pb.VerifyHalfWriteRequest)
+                                else self.partitions.describe_producers(request))
             except KafkaError as exc:
                 outcome = exc
             done(outcome)

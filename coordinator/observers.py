@@ -8,9 +8,12 @@ NO_OBSERVER ignores them, for drivers built without a node (unit tests).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from proto.structs import TopicPartition
+
+if TYPE_CHECKING:
+    from coordinator.rocketmq.log_format import HalfRecord
 
 
 class TransactionObserver(Protocol):
@@ -34,9 +37,9 @@ class GroupObserver(Protocol):
 
 
 class HalfMessageObserver(Protocol):
-    def check_back_sent(self) -> None: ...
+    def check_back_sent(self, transaction_id: str, record: HalfRecord, via_peer: bool) -> None: ...
     def check_back_resolved(self, committed: bool) -> None: ...
-    def half_messages_discarded(self, count: int) -> None: ...
+    def half_message_discarded(self, transaction_id: str) -> None: ...
 
 
 class OwnershipObserver(Protocol):
@@ -76,13 +79,13 @@ class NoObserver:
     def offsets_committed(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
         pass
 
-    def check_back_sent(self) -> None:
+    def check_back_sent(self, transaction_id: str, record: HalfRecord, via_peer: bool) -> None:
         pass
 
     def check_back_resolved(self, committed: bool) -> None:
         pass
 
-    def half_messages_discarded(self, count: int) -> None:
+    def half_message_discarded(self, transaction_id: str) -> None:
         pass
 
     def ownership_changed(self, action: str, topic: str, partition: int, leader_epoch: int) -> None:

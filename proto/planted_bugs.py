@@ -2,9 +2,9 @@
 is for (`txnsim simulate --bug NAME`, docs/simulator.md's table of what finds each).
 
 One enumeration for all of them. A protocol core that must hold a switch takes one typed parameter
-(`LogConfig.planted_bug`, `TxnCoordinatorCore(planted_bug=)`, `GroupCoordinator(planted_bug=)`), never read
-from the environment or a file; the ones about acknowledging before an fsync live in the simulator's I/O
-(txnsim/simulate/cluster/sim_io.py), the rest in the simulator's own drivers. A node, the clients and every
+(`LogConfig.planted_bug`, `TxnCoordinatorCore(planted_bug=)`, `GroupCoordinator(planted_bug=)`,
+`HalfMessageCoordinator(planted_bug=)`), never read from the environment or a file; the ones about
+acknowledging before an fsync live in the simulator's I/O (txnsim/simulate/cluster/sim_io.py). A node, the clients and every
 command but `simulate` never pass one.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ class PlantedBug(enum.Enum):
     ACK_BEFORE_FSYNC = "ack-before-fsync"
     ACK_GROUP_BEFORE_FSYNC = "ack-group-before-fsync"
     HALF_ACK_BEFORE_FSYNC = "half-ack-before-fsync"
-    # the simulator's half-message driver
+    # the half-message coordinator (coordinator/rocketmq/)
     CHECK_COUNT_IN_MEMORY = "check-count-in-memory"
     IN_PLACE_RETRY_UNWRITTEN = "in-place-retry-unwritten"
 

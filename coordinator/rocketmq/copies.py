@@ -1,5 +1,4 @@
-"""How a committed half message is copied to its real partition: one rule for the threaded node
-(shard_writer.py) and the simulator (txnsim/simulate/cluster/halfmessages.py).
+"""How a committed half message is copied to its real partition (effects.py carries it out).
 
 The copies of one partition go in sequence order as idempotent batches of the shard's copy producer
 (epoch 0, the sequence fixed in the decision), so a copy redone after a crash or a failover is a

@@ -12,6 +12,11 @@ Invariants (ROCKETMQ-REFERENCE §4, and the bugs of RocketMQ's tracker it must n
   decision, so a redone copy is recognised as a duplicate by the partition;
 - after `check_max` checks the message is discarded, never delivered.
 A check that finds no live producer of the group is not counted (see docs/rocketmq-transactions.md).
+
+A half message's life is one state machine (HalfState, moved only through _TRANSITIONS): undecided, its
+check being counted, its decision being written, decided with an effect still owed, finished. The shard's
+methods return what the driver is to carry out (the OP record to write, the checks to count, the DONE
+records to append); the driver reports back what became durable or failed.
 """
 from __future__ import annotations
 
@@ -23,6 +28,54 @@ from dataclasses import dataclass, field
 from coordinator.rocketmq.log_format import HalfRecord, OpKind, OpRecord, Resolution, Storage, transaction_id
 from proto.errors import IllegalMessageIdError, InvalidTransactionIdError
 from proto.structs import TopicPartition
+
+
+class HalfState(enum.Enum):
+    UNDECIDED = "undecided"    # waiting for its end, or for its check to fall due
+    CHECKING = "checking"      # a check is due: its re-append (count + 1) is being routed and written
+    DECIDING = "deciding"      # its OP record is being written (a second, different decision is refused)
+    DECIDED = "decided"        # the decision is durable; its copy or marker is still owed
+    FINISHED = "finished"      # decided, and nothing is owed (rolled back, discarded, or its effect DONE)
+
+
+class HalfEvent(enum.Enum):
+    CHECK_DUE = "check-due"            # a check pass picked it
+    COUNTED = "counted"                # its re-append is durable
+    NOT_COUNTED = "not-counted"        # the re-append failed, or no producer could be asked
+    END = "end"                        # an end (or a discard) asks for a decision: its OP record is written
+    END_FAILED = "end-failed"          # that OP record could not be written
+    DECIDED_OWING = "decided-owing"    # the OP record is durable, a copy or marker is owed
+    DECIDED_DONE = "decided-done"      # the OP record is durable, nothing is owed
+    EFFECT_DONE = "effect-done"        # the owed copy or marker is carried out (a DONE record follows)
+
+
+#: every transition a half message may make; anything else is a bug in the driver
+_TRANSITIONS: dict[tuple[HalfState, HalfEvent], HalfState] = {
+    (HalfState.UNDECIDED, HalfEvent.CHECK_DUE): HalfState.CHECKING,
+    (HalfState.UNDECIDED, HalfEvent.END): HalfState.DECIDING,
+    (HalfState.CHECKING, HalfEvent.COUNTED): HalfState.UNDECIDED,
+    (HalfState.CHECKING, HalfEvent.NOT_COUNTED): HalfState.UNDECIDED,
+    (HalfState.CHECKING, HalfEvent.END): HalfState.DECIDING,       # decided while its count is written
+    (HalfState.DECIDING, HalfEvent.COUNTED): HalfState.DECIDING,   # that count landed: no check is sent
+    (HalfState.DECIDING, HalfEvent.NOT_COUNTED): HalfState.DECIDING,
+    (HalfState.DECIDING, HalfEvent.END_FAILED): HalfState.UNDECIDED,
+    (HalfState.DECIDING, HalfEvent.DECIDED_OWING): HalfState.DECIDED,
+    (HalfState.DECIDING, HalfEvent.DECIDED_DONE): HalfState.FINISHED,
+    (HalfState.UNDECIDED, HalfEvent.DECIDED_OWING): HalfState.DECIDED,   # replay: an OP record found
+    (HalfState.UNDECIDED, HalfEvent.DECIDED_DONE): HalfState.FINISHED,
+    (HalfState.DECIDED, HalfEvent.EFFECT_DONE): HalfState.FINISHED,
+}
+
+
+class IllegalHalfTransition(Exception):
+    """A driver asked a half message for a move its state does not allow."""
+
+
+def next_state(state: HalfState, event: HalfEvent) -> HalfState:
+    try:
+        return _TRANSITIONS[(state, event)]
+    except KeyError:
+        raise IllegalHalfTransition(f"a half message {state.value} cannot take {event.value}") from None
 
 
 @dataclass(slots=True)
@@ -37,10 +90,12 @@ class PendingHalf:
     unanswered: int = 0
     #: after an unanswered pass: when to look for a producer again
     retry_at_ms: int = 0
-    #: an OP record for it is being written (a second, different decision is refused meanwhile)
+    state: HalfState = HalfState.UNDECIDED
+    #: DECIDING: the decision its OP record carries
     deciding: Resolution | None = None
-    #: its re-append for a check is being written (no second check is planned meanwhile)
-    checking: bool = False
+
+    def move(self, event: HalfEvent) -> None:
+        self.state = next_state(self.state, event)
 
     def next_check_ms(self, check_interval_ms: int, now_ms: int | None = None) -> int:
         """When the next check is due. Given the clock's `now_ms`, a due time further ahead than the message's
@@ -114,6 +169,8 @@ class HalfShard:
     _next_copy_sequence: dict[TopicPartition, int] = field(default_factory=dict)
     #: (producer group, message id) -> transaction id of undecided messages: a retried send is recognised
     _by_message_id: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: DONE records replayed before any decision of theirs (see replay_op)
+    _done_undecided: set[str] = field(default_factory=set)
 
     def _add_pending(self, pending: PendingHalf) -> None:
         self.pending[pending.transaction_id] = pending
@@ -137,6 +194,15 @@ class HalfShard:
                 return pending.deciding is None and (r.topic, r.partition) == (tp.topic, tp.partition)
         return False
 
+    def state_of(self, tid: str) -> HalfState | None:
+        """Where `tid` is in its life (None: unknown to this shard)."""
+        pending = self.pending.get(tid)
+        if pending is not None:
+            return pending.state
+        if tid in self.unfinished:
+            return HalfState.DECIDED
+        return HalfState.FINISHED if tid in self.decided else None
+
     def find(self, producer_group: str, message_id: str) -> PendingHalf | None:
         """The undecided message a producer already stored under this id (its send is being retried)."""
         tid = self._by_message_id.get((producer_group, message_id))
@@ -158,14 +224,17 @@ class HalfShard:
 
     def replay_op(self, op: OpRecord) -> None:
         if op.kind is OpKind.DONE:
-            self.unfinished.pop(op.transaction_id, None)
+            if self.unfinished.pop(op.transaction_id, None) is None:
+                # done before its decision was replayed: a discard decided from the discard log (its OP record
+                # lost), which replay reads after this one
+                self._done_undecided.add(op.transaction_id)
             return
         pending = self._pop_pending(op.transaction_id)
         if pending is not None and op.copy_sequence >= 0:
             self.copy_producer_id = op.copy_producer_id
             tp = TopicPartition(pending.record.topic, pending.record.partition)
             self._next_copy_sequence[tp] = max(self._next_copy_sequence.get(tp, 0), op.copy_sequence + 1)
-        self._install(op, pending.record if pending is not None else None)
+        self._install(op, pending)
 
     def replay_discard(self, offset: int, record: HalfRecord) -> None:
         """A discarded message is decided, even if the crash came before its OP record."""
@@ -173,7 +242,9 @@ class HalfShard:
         tid = transaction_id(self.shard, first)
         pending = self._pop_pending(tid)
         if pending is not None:
-            self._install(_discard_op(pending), pending.record)
+            self._install(_discard_op(pending), pending)
+            if tid in self._done_undecided:
+                self.unfinished.pop(tid, None)
 
     # ------------------------------------------------------------ sending
 
@@ -222,6 +293,7 @@ class HalfShard:
             raise InvalidTransactionIdError(
                 f"transaction {tid} is being decided as {pending.deciding.value}; it cannot be {resolution.value}")
         op = self._op_for(pending, resolution, source)
+        pending.move(HalfEvent.END)
         pending.deciding = resolution
         return EndOutcome(op)
 
@@ -230,8 +302,9 @@ class HalfShard:
         ask), and their copy sequences are given back, so no gap is left."""
         for op in ops:
             pending = self.pending.get(op.transaction_id)
-            if pending is None:
+            if pending is None or pending.state is not HalfState.DECIDING:
                 continue
+            pending.move(HalfEvent.END_FAILED)
             pending.deciding = None
             if op.copy_sequence >= 0:
                 tp = TopicPartition(pending.record.topic, pending.record.partition)
@@ -251,17 +324,20 @@ class HalfShard:
     def decided_durably(self, op: OpRecord) -> Decision:
         """Install a decision once its OP record is durable; returns what it leaves to do."""
         pending = self._pop_pending(op.transaction_id)
-        decision = self._install(op, pending.record if pending is not None else None)
+        decision = self._install(op, pending)
         if decision is None:
             raise InvalidTransactionIdError(f"transaction {op.transaction_id} is unknown to shard {self.shard}")
         return decision
 
-    def _install(self, op: OpRecord, record: HalfRecord | None) -> Decision | None:
+    def _install(self, op: OpRecord, pending: PendingHalf | None) -> Decision | None:
         self.decided[op.transaction_id] = op.resolution
-        if record is None:
+        if pending is None:
             return None
-        decision = Decision(op.transaction_id, op.first_offset, op.resolution, record, op.copy_producer_id,
+        decision = Decision(op.transaction_id, op.first_offset, op.resolution, pending.record, op.copy_producer_id,
                             op.copy_sequence)
+        if pending.state is HalfState.CHECKING:  # replay, or decided while its count was written
+            pending.move(HalfEvent.END)
+        pending.move(HalfEvent.DECIDED_OWING if decision.needs_effect else HalfEvent.DECIDED_DONE)
         if decision.needs_effect:
             self.unfinished[op.transaction_id] = decision
         return decision
@@ -281,7 +357,7 @@ class HalfShard:
         """The messages whose check is due at `now_ms`, oldest first: each to check or to discard."""
         out = []
         for pending in sorted(self.pending.values(), key=lambda p: p.first_offset):
-            if pending.deciding is not None or pending.checking:
+            if pending.state is not HalfState.UNDECIDED:
                 continue  # its decision or its count is being written
             if pending.next_check_ms(self.check_interval_ms, now_ms) > now_ms:
                 continue
@@ -295,23 +371,23 @@ class HalfShard:
         return out
 
     def next_due_ms(self) -> int | None:
-        if not self.pending:
-            return None
-        return min(p.next_check_ms(self.check_interval_ms) for p in self.pending.values())
+        """When the next check falls due (of messages not being checked or decided now)."""
+        return min((p.next_check_ms(self.check_interval_ms) for p in self.pending.values()
+                    if p.state is HalfState.UNDECIDED), default=None)
 
     def counting(self, tids: Iterable[str]) -> None:
         """The re-appends that count these checks are being written: plan no second check meanwhile."""
         for tid in tids:
             pending = self.pending.get(tid)
-            if pending is not None:
-                pending.checking = True
+            if pending is not None and pending.state is HalfState.UNDECIDED:
+                pending.move(HalfEvent.CHECK_DUE)
 
     def count_failed(self, tids: Iterable[str]) -> None:
         """The re-appends were not written: the checks are due again (nothing was counted)."""
         for tid in tids:
             pending = self.pending.get(tid)
-            if pending is not None:
-                pending.checking = False
+            if pending is not None and pending.state in (HalfState.CHECKING, HalfState.DECIDING):
+                pending.move(HalfEvent.NOT_COUNTED)
 
     def checked_durably(self, tid: str, offset: int, record: HalfRecord) -> PendingHalf | None:
         """The re-appended record is durable: the count moved on. Returns the message to send the check
@@ -320,13 +396,17 @@ class HalfShard:
         if pending is None:
             return None
         pending.latest_offset, pending.record = offset, record
-        pending.unanswered, pending.retry_at_ms, pending.checking = 0, 0, False
-        return pending if pending.deciding is None else None
+        pending.unanswered, pending.retry_at_ms = 0, 0
+        if pending.state in (HalfState.CHECKING, HalfState.DECIDING):
+            pending.move(HalfEvent.COUNTED)
+        return pending if pending.state is HalfState.UNDECIDED else None
 
     def unanswered(self, tid: str, now_ms: int) -> None:
         """No live producer of the group: look again after an interval, without counting a check."""
         pending = self.pending.get(tid)
         if pending is not None:
+            if pending.state is HalfState.CHECKING:
+                pending.move(HalfEvent.NOT_COUNTED)
             pending.unanswered += 1
             pending.retry_at_ms = now_ms + self.check_interval_ms
 
@@ -334,8 +414,9 @@ class HalfShard:
         """The OP record that decides DISCARD once the message is in TRANS_CHECK_MAX_TIME_TOPIC (None if it
         was decided, or is being decided, meanwhile)."""
         pending = self.pending.get(tid)
-        if pending is None or pending.deciding is not None:
+        if pending is None or pending.state not in (HalfState.UNDECIDED, HalfState.CHECKING):
             return None
+        pending.move(HalfEvent.END)
         pending.deciding = Resolution.DISCARD
         return _discard_op(pending)
 

@@ -1,5 +1,5 @@
-"""How a half message stored in place (`Storage.KAFKA`) reaches its real partition and is ended: one rule for
-the threaded node (coordinator.py, shard_writer.py) and the simulator (txnsim/simulate/cluster/halfmessages.py).
+"""How a half message stored in place (`Storage.KAFKA`) reaches its real partition and is ended (coordinator.py
+writes it, effects.py writes its marker).
 
 The message is a one-message transaction of its own producer id, written at epoch 0 with sequence 0, under
 the reserved transactional id of its shard (the partition asks that shard to verify the first write). The

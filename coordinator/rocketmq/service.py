@@ -50,9 +50,7 @@ class HalfMessagesServicer(rpc.HalfMessagesServicer):
 
     @answers_with(pb.DeliverCheckResponse)
     def DeliverCheck(self, request: pb.DeliverCheckRequest, context: Any) -> pb.DeliverCheckResponse:
-        if request.probe_only:
-            return pb.DeliverCheckResponse(delivered=self._registry.pick(request.check.producer_group) is not None)
-        return pb.DeliverCheckResponse(delivered=self._registry.deliver(request.check))
+        return self._coordinator.deliver_check(request)
 
     @answers_with(pb.ListHalfMessagesResponse)
     def ListHalfMessages(self, request: pb.ListHalfMessagesRequest, context: Any) -> pb.ListHalfMessagesResponse:

@@ -1,5 +1,5 @@
-"""Rebuilding a half-message shard from its three logs: one rule for the threaded node
-(coordinator.py) and the simulator (txnsim/simulate/cluster/halfmessages.py).
+"""Rebuilding a half-message shard from its three logs, when a node (or a simulated one) takes it over,
+and when the simulator's final read checks what the nodes left.
 
 Order matters: the half log first (every message and its newest count), then the OP log (decisions
 and DONE records), then the discard log (a message discarded before its OP record is decided too).

@@ -13,14 +13,13 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future
 from itertools import count
 
 from coordinator.observers import NO_OBSERVER, MarkerObserver
 from coordinator.placement import NO_OWNER
 from coordinator.runtime.io import NodeIO, Outcome
 from coordinator.txn.marker_channels import MarkerBatch, MarkerChannels, MarkersDone
-from coordinator.txn.metadata import Marker, Owed
+from coordinator.txn.metadata import Owed
 from proto import txnsim_pb2 as pb
 from proto.errors import (
     ERRORS_BY_CODE,
@@ -54,26 +53,6 @@ class MarkerWriter:
         self._queues = MarkerChannels()
         self._done: dict[int, Callable[[frozenset[Owed]], object]] = {}
         self._send_ids = count(1)
-
-    def write(self, markers: list[Marker], *, coordinator_epoch: int, still_valid: Callable[[], bool]) -> bool:
-        """Block until every partition acknowledged its marker; False if ownership was lost first.
-        (The RocketMQ half shards use this; the transaction coordinator's core retries with timers.)"""
-        remaining: set[Owed] = {(marker, tp) for marker in markers for tp in marker.partitions}
-        backoff = 0.02
-        while remaining:
-            if self._stopped.is_set() or not still_valid():
-                return False
-            remaining -= self.send(remaining, coordinator_epoch=coordinator_epoch)
-            if remaining:
-                self._stopped.wait(backoff)
-                backoff = min(backoff * 2, 0.5)
-        return True
-
-    def send(self, owed: Iterable[Owed], *, coordinator_epoch: int) -> set[Owed]:
-        """Send each owed marker once and wait; returns those acknowledged (or superseded by a newer marker)."""
-        answer: Future[frozenset[Owed]] = Future()
-        self.send_async(owed, coordinator_epoch=coordinator_epoch, done=answer.set_result)
-        return set(answer.result())
 
     def send_async(self, owed: Iterable[Owed], *, coordinator_epoch: int,
                    done: Callable[[frozenset[Owed]], object]) -> None:

@@ -3,6 +3,7 @@ markers queued behind it still go."""
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
 
 from coordinator.txn.markers import MarkerWriter
 from coordinator.txn.metadata import Marker
@@ -70,10 +71,12 @@ def test_a_callback_that_raises_does_not_stop_the_markers_queued_behind_it():
     markers.close()
 
 
-def test_the_blocking_send_returns_what_the_node_acknowledged():
+def test_a_send_answers_with_what_the_node_acknowledged():
     writes = SlowLocalWrites()
     writes.release.set()
     markers = writer(writes)
-    assert markers.send(owed(7), coordinator_epoch=3) == set(owed(7))
+    answer: Future[frozenset] = Future()
+    markers.send_async(owed(7), coordinator_epoch=3, done=answer.set_result)
+    assert answer.result(timeout=5) == set(owed(7))
     assert writes.requests[0].markers[0].coordinator_epoch == 3
     markers.close()

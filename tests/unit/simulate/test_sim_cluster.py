@@ -145,17 +145,19 @@ def test_spark_style_batches_commit_whole_once_through_lost_tasks_and_driver_res
     assert len(joins) > len(ends) > 3, "no batch had a lost task attempt or a replay"
 
 
-def test_half_messages_are_checked_back_decided_and_copied_exactly_once_on_the_real_half_shard_core():
+def test_half_messages_are_checked_back_decided_and_copied_exactly_once_by_the_shipping_coordinator():
+    from coordinator.rocketmq.coordinator import HalfMessageCoordinator
     world, model = set_up_model(5)
     world.run(until_ms=5_000)
     model.quiesce()
     world.run(until_ms=11_000)
-    shards = [shard for node in model.sim_nodes.values() for shard in node.half.shards.values()]
+    assert all(type(node.half) is HalfMessageCoordinator for node in model.sim_nodes.values())
+    shards = [shard for node in model.sim_nodes.values() for shard in node.half.loaded()]
     assert shards and all(type(shard.core) is HalfShard for shard in shards)
     counters = model.counters()
     assert counters["half messages sent"] > 20 and counters["check-backs sent"] > 10
     assert counters["check-backs via another node"] > 0, "every check found its producer's stream on its own node"
-    assert {shard_id for node in model.sim_nodes.values() for shard_id, shard in node.half.shards.items()
+    assert {shard.shard for node in model.sim_nodes.values() for shard in node.half.loaded()
             if shard.half_log.high_watermark > 0} == {0, 1}, "a half shard carried no message"
     assert "committed" in model.rmq_local.values() and "rolled back" in model.rmq_local.values()
     assert not model.check(world)

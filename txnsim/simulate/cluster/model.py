@@ -11,7 +11,7 @@ Invariants after every step are cheap: per partition, LSO <= HW and neither movi
 one writer per log and leader epoch. The final checks read every partition read_committed from the disk
 and hand the history to `txnsim chaos`'s checker (lost-write, unseen, G1a aborted read, duplicate,
 precommitted read, ...), and every partition must be stable (no transaction left hanging). RocketMQ half
-messages (halfmessages.py, rmq_client.py) are checked for their check counts and intervals as they are sent,
+messages (rmq_client.py, and the nodes' own half-message coordinators) are checked for their check counts and intervals as they are sent,
 and at the end for delivery: committed exactly once (or discarded), rolled back never, nothing undecided.
 """
 from __future__ import annotations
@@ -33,6 +33,7 @@ from proto.hashing import partition_for
 from proto.planted_bugs import DESCRIPTIONS, PlantedBug
 from proto.structs import (
     CONSUMER_OFFSETS_TOPIC,
+    HALF_TOPIC,
     INTERNAL_TOPICS,
     TRANSACTION_STATE_TOPIC,
     ConsumerRecord,
@@ -46,11 +47,10 @@ from txnsim.simulate.cluster import final_read
 from txnsim.simulate.cluster.batch_client import BATCH_TOPIC, SparkQuery
 from txnsim.simulate.cluster.clients import TOPIC, GroupMember, TxnProducer
 from txnsim.simulate.cluster.copier import COPY_GROUP, OUT_TOPIC, Copier
-from txnsim.simulate.cluster.halfmessages import CHECK_INTERVAL_MS, CHECK_MAX
 from txnsim.simulate.cluster.node import DATA_ROOT, SimNode
 from txnsim.simulate.cluster.readers import Reader
 from txnsim.simulate.cluster.rmq_client import RMQ_IN_PLACE_TOPIC, RMQ_PARTITIONS, RMQ_TOPICS, RmqProducer
-from txnsim.simulate.cluster.shape import OFFSETS_SHARDS
+from txnsim.simulate.cluster.shape import CHECK_INTERVAL_MS, CHECK_MAX, OFFSETS_SHARDS
 from txnsim.simulate.model import Model, Report, Violation
 from txnsim.simulate.network import Envelope, Network
 from txnsim.simulate.world import World
@@ -512,11 +512,14 @@ class ClusterModel(Model):
     def acknowledged_before_fsync(self, ends: dict[PartitionLog, int]) -> bool:
         """Whether a planted bug acknowledges these writes before their fsync (sim_io.py asks): with
         ack-before-fsync, every write to a data partition; with ack-group-before-fsync, every write of a group
-        coordinator (its membership records and offsets)."""
+        coordinator (its membership records and offsets); with half-ack-before-fsync, every write of a half
+        message (stored, or counted for a check)."""
         if self.planted is PlantedBug.ACK_BEFORE_FSYNC:
             return any(plog.topic not in INTERNAL_TOPICS for plog in ends)
         if self.planted is PlantedBug.ACK_GROUP_BEFORE_FSYNC:
             return any(plog.topic == CONSUMER_OFFSETS_TOPIC for plog in ends)
+        if self.planted is PlantedBug.HALF_ACK_BEFORE_FSYNC:
+            return any(plog.topic == HALF_TOPIC for plog in ends)
         return False
 
     def appended(self, node: str, log: PartitionLog, first: int, last: int) -> None:

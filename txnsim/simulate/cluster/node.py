@@ -1,16 +1,17 @@
-"""A simulated node: the shipping node's drivers over simulated I/O (sim_io.py), and what is still its own.
+"""A simulated node: the shipping node's drivers over simulated I/O (sim_io.py).
 
 The transaction coordinator (coordinator/txn/), its MarkerWriter, the partition leader (PartitionServer:
-produce, verification, markers, fetch, describe) and the group coordinator (coordinator/group/) are the
-node's own, over SimIO; the partition logs are the node's PartitionLogs and LogManager on the cluster's
-simulated disk (the real node's data directory is shared too, and fenced by leader-epoch claims in it). A
-request is a simulated envelope, its answer a reply. Still the simulator's own: the half-message driver
-(halfmessages.py) and the reconcile loop's wiring.
+produce, verification, markers, fetch, describe), the group coordinator (coordinator/group/) and the
+half-message coordinator (coordinator/rocketmq/) are the node's own, over SimIO; the partition logs are the
+node's PartitionLogs and LogManager on the cluster's simulated disk (the real node's data directory is
+shared too, and fenced by leader-epoch claims in it). A request is a simulated envelope, its answer a
+reply. The simulator's own: the wiring of the reconcile loop, and the producers' check-back streams
+(check_streams.py), which stand for gRPC streams.
 """
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,28 +20,38 @@ from coordinator.group import GroupCoordinator
 from coordinator.group.membership import join_request, join_response, sync_response
 from coordinator.partition_service import PartitionServer
 from coordinator.reconcile import logs_to_release
+from coordinator.rocketmq.coordinator import HalfMessageCoordinator
 from coordinator.txn.coordinator import TransactionCoordinator
 from coordinator.txn.markers import MarkerWriter
-from coordinator.txn.metadata import Owed
 from coordinator.verification import TransactionVerifier
 from partitions import LogConfig, LogManager, PartitionLog
 from proto import txnsim_pb2 as pb
 from proto.errors import (
     KafkaError,
-    KafkaTimeoutError,
     UnknownServerError,
     code_of,
 )
-from proto.structs import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
-from txnsim.simulate.cluster.halfmessages import HALF_REQUESTS, HALF_SHARDS, SimHalfMessages
+from proto.structs import (
+    CHECK_MAX_TOPIC,
+    CONSUMER_OFFSETS_TOPIC,
+    HALF_MESSAGE_TOPICS,
+    HALF_TOPIC,
+    OP_HALF_TOPIC,
+    TRANSACTION_STATE_TOPIC,
+)
+from txnsim.simulate.cluster.check_streams import SimCheckStreams
 from txnsim.simulate.cluster.shape import (
+    CHECK_IMMUNITY_MS,
+    CHECK_INTERVAL_MS,
+    CHECK_MAX,
     GROUP_INITIAL_REBALANCE_DELAY_MS,
     GROUP_MAX_SESSION_TIMEOUT_MS,
     GROUP_MIN_SESSION_TIMEOUT_MS,
+    HALF_SHARDS,
     OFFSETS_SHARDS,
 )
 from txnsim.simulate.cluster.sim_io import SimIO, TraceObserver
-from txnsim.simulate.network import TIMED_OUT, Envelope
+from txnsim.simulate.network import Envelope
 
 if TYPE_CHECKING:
     from txnsim.simulate.cluster.model import ClusterModel
@@ -59,6 +70,9 @@ NODE_REQUEST_TIMEOUT_MS = 500
 RECONCILE_RETRY_MS = 50
 #: how often each node looks for transactions past their timeout (Kafka's default is 10 s; runs are short)
 ABORT_CHECK_INTERVAL_MS = 500
+#: how long an end waits for the copy its commit owes before it answers (a node waits 5 s; a simulated
+#: producer's request times out after 1 s)
+EFFECT_WAIT_MS = 300
 
 _TXN_REQUESTS: dict[type, type] = {
     pb.InitProducerIdRequest: pb.InitProducerIdResponse,
@@ -115,11 +129,18 @@ class SimNode:
             snapshot_interval_records=SNAPSHOT_INTERVAL_RECORDS,
             initial_rebalance_delay_ms=GROUP_INITIAL_REBALANCE_DELAY_MS, new_member_id=m.new_member_id,
             observer=observer, add_to_transaction=self.verifier.verify, planted_bug=m.planted)
+        self.streams = SimCheckStreams(self.name, m)
+        self.half = HalfMessageCoordinator(
+            io=self.io, half_shards=HALF_SHARDS, check_interval_ms=CHECK_INTERVAL_MS, check_max=CHECK_MAX,
+            half_message_timeout_ms=CHECK_IMMUNITY_MS, default_storage="rocketmq",
+            allocate_producer_id=m.half_producer_id, topics=_Topics(m), owner_of=self.owner, markers=self.markers,
+            producers=self.streams, peers=lambda: sorted(self.view), request_timeout_ms=NODE_REQUEST_TIMEOUT_MS,
+            effect_wait_ms=EFFECT_WAIT_MS, observer=observer, planted_bug=m.planted)
         self.view: frozenset[int] = frozenset()
         self.txn_logs: dict[int, PartitionLog] = {}
         self.offsets_logs: dict[int, PartitionLog] = {}
+        self.half_logs: dict[int, tuple[PartitionLog, ...]] = {}
         self.retrying = False
-        self.half = SimHalfMessages(self)
         self.reconcile()
         self.net.set_timer(self.name, ABORT_CHECK_INTERVAL_MS, self._abort_timed_out, label="abort-check")
 
@@ -144,9 +165,12 @@ class SimNode:
             elif log.topic == CONSUMER_OFFSETS_TOPIC:
                 self.groups.unload_shard(log.partition)
                 self.offsets_logs.pop(log.partition, None)
+            elif log.topic in HALF_MESSAGE_TOPICS:
+                self.half.unload_shard(log.partition)
+                self.half_logs.pop(log.partition, None)
             self.logs.close(log.topic, log.partition)
             self.model.note(self.name, f"{action} {log.topic}-{log.partition} epoch {log.leader_epoch}")
-        groups_taken = self._reconcile_groups() & self.half.reconcile()
+        groups_taken = self._reconcile_groups() & self._reconcile_half_shards()
         missing = [shard for shard in range(self.model.txn_shards)
                    if self.owner(TRANSACTION_STATE_TOPIC, shard) == self.node_id and shard not in self.txn_logs]
         taken = all([self._take_shard(shard) for shard in missing]) and groups_taken
@@ -182,6 +206,31 @@ class SimNode:
             self.model.ownership_changed(self.name, CONSUMER_OFFSETS_TOPIC, shard, log.leader_epoch)
         return taken
 
+    def _reconcile_half_shards(self) -> bool:
+        """Let go of the half shards one of whose logs the node no longer holds, take (open all three, load)
+        the ones the placement gives it; False if one could not be taken yet."""
+        for shard, logs in sorted(self.half_logs.items()):
+            if [self.logs.get(topic, shard) for topic in (HALF_TOPIC, OP_HALF_TOPIC, CHECK_MAX_TOPIC)] != list(logs):
+                self.half.unload_shard(shard)
+                del self.half_logs[shard]
+        taken = True
+        for shard in range(HALF_SHARDS):
+            if self.owner(HALF_TOPIC, shard) != self.node_id or shard in self.half_logs:
+                continue
+            try:
+                logs = tuple(self.logs.get(topic, shard) or self.logs.open_as_leader(topic, shard, self.model.may_cut_off)
+                             for topic in (HALF_TOPIC, OP_HALF_TOPIC, CHECK_MAX_TOPIC))
+            except KafkaError as error:
+                self.model.note(self.name, f"half shard {shard} not taken: {type(error).__name__}")
+                taken = False
+                continue
+            self.half_logs[shard] = logs
+            for log in logs:
+                self.model.ownership_changed(self.name, log.topic, shard, log.leader_epoch)
+            self.half.load_shard(shard, *logs)
+            self.model.note(self.name, f"half shard {shard} loaded")
+        return taken
+
     def _take_shard(self, shard: int) -> bool:
         try:
             log = self.logs.open_as_leader(TRANSACTION_STATE_TOPIC, shard, self.model.may_cut_off)
@@ -213,10 +262,15 @@ class SimNode:
                 reply(exc)
         elif isinstance(message, _GROUP_REQUESTS):
             self._group_request(env, message, reply)
-        elif isinstance(message, HALF_REQUESTS):
-            self.half.receive(env)
-        elif isinstance(message, pb.DescribeProducersRequest):
-            reply(self.partitions.describe_producers(message))
+        elif isinstance(message, pb.SendHalfMessageRequest):
+            self.half.send_async(message, reply)
+        elif isinstance(message, pb.EndHalfTransactionRequest):
+            self.half.end_async(message, reply)
+        elif isinstance(message, pb.CheckBackRequest):  # the producer's stream is (still) open here
+            self.streams.opened(message.producer_group, env.src)
+            self.net.reply(env, message)
+        elif isinstance(message, (pb.VerifyHalfWriteRequest, pb.DeliverCheckRequest, pb.DescribeProducersRequest)):
+            self._answer_now(message, reply)
 
     def _group_request(self, env: Envelope, message: Any, reply: Callable[[object], None]) -> None:
         """A group request, as the node's servicers hand it to its group coordinator; what the model checks
@@ -264,24 +318,33 @@ class SimNode:
 
     def _serve_locally(self, request: Any, done: Callable[[object], None]) -> None:
         """A call this node makes of itself (markers to its own partitions, a first write's verification with
-        its own coordinator), as the node process answers it; a half shard's own checks still travel as
-        messages, to the simulated half-message coordinator."""
+        its own coordinator, a half shard's copy), as the node process answers it."""
         if isinstance(request, pb.WriteTxnMarkersRequest):
             self.partitions.write_txn_markers_async(request, done)
         elif isinstance(request, pb.AddPartitionsToTxnRequest):
             self.txn.request(request, done)
+        elif isinstance(request, pb.ProduceRequest):
+            self.partitions.produce_async(request, done)
+        elif isinstance(request, (pb.VerifyHalfWriteRequest, pb.DeliverCheckRequest, pb.DescribeProducersRequest)):
+            self._answer_now(request, done)
         else:
-            self.net.call(self.name, self.name, request, NODE_REQUEST_TIMEOUT_MS,
-                          lambda response: done(KafkaTimeoutError(f"{self.name} did not answer itself")
-                                                if response is TIMED_OUT else response))
+            done(UnknownServerError(f"[UNKNOWN_SERVER_ERROR] {self.name} cannot call itself with "
+                                    f"{type(request).__name__}"))
+
+    def _answer_now(self, request: Any, done: Callable[[object], None]) -> None:
+        """The requests a node answers from memory, at once."""
+        try:
+            if isinstance(request, pb.VerifyHalfWriteRequest):
+                done(self.half.verify_write(request))
+            elif isinstance(request, pb.DeliverCheckRequest):
+                done(self.half.deliver_check(request))
+            else:
+                done(self.partitions.describe_producers(request))
+        except KafkaError as exc:
+            done(exc)
 
     def _offsets_marker(self, shard: int, producer_id: int, committed: bool, offset: int) -> None:
         self.groups.complete_transaction(shard, producer_id, committed, offset)
-
-    def send_markers(self, owed: Iterable[Owed], coordinator_epoch: int,
-                     done: Callable[[frozenset[Owed]], None]) -> None:
-        """The node's MarkerWriter.send_async (the simulated half shards send theirs through it)."""
-        self.markers.send_async(owed, coordinator_epoch=coordinator_epoch, done=done)
 
     def _abort_timed_out(self) -> None:
         self.txn.abort_timed_out_transactions()
@@ -308,7 +371,7 @@ class _Topics:
         return self._model.partitions_for(topic)
 
     def configs(self, topic: str) -> dict[str, str]:
-        return {}
+        return {"half.message.storage": self._model.half_storage(topic).value}
 
     def configs_view(self, topic: str) -> Mapping[str, str]:
         return {}

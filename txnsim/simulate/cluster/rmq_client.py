@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from proto import txnsim_pb2 as pb
 from proto.structs import HALF_TOPIC
-from txnsim.simulate.cluster.halfmessages import shard_of_producer_group
+from txnsim.simulate.cluster.shape import shard_of_producer_group
 from txnsim.simulate.network import TIMED_OUT, Envelope
 
 if TYPE_CHECKING:

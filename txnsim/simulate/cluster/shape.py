@@ -14,3 +14,14 @@ GROUP_MAX_SESSION_TIMEOUT_MS = 60_000
 
 def shard_of_group(group_id: str) -> int:
     return partition_for(group_id, OFFSETS_SHARDS)
+
+#: RocketMQ half-message shards, with short intervals, so that a run sees checks, failovers between them,
+#: and discards
+HALF_SHARDS = 2
+CHECK_INTERVAL_MS = 500
+CHECK_IMMUNITY_MS = 300
+CHECK_MAX = 5
+
+
+def shard_of_producer_group(group: str) -> int:
+    return partition_for(group, HALF_SHARDS)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from coordinator.observers import NoObserver
+from coordinator.rocketmq.log_format import HalfRecord
 from coordinator.runtime.io import Cancellable, Failures, Outcome
 from partitions import PartitionLog
 from proto.errors import KafkaError, KafkaTimeoutError
@@ -99,6 +100,12 @@ class TraceObserver(NoObserver):
 
     def ownership_changed(self, action: str, topic: str, partition: int, leader_epoch: int) -> None:
         self._model.ownership_changed(self._name, topic, partition, leader_epoch)
+
+    def check_back_sent(self, transaction_id: str, record: HalfRecord, via_peer: bool) -> None:
+        self._model.rmq_check_sent(self._name, transaction_id, record, via_peer=via_peer)
+
+    def half_message_discarded(self, transaction_id: str) -> None:
+        self._model.rmq_discarded(transaction_id)
 
     def offsets_committed(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
         for tp, offset in offsets.items():

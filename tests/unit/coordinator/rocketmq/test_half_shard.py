@@ -182,6 +182,17 @@ def test_a_discard_without_its_op_record_is_still_a_decision_after_replay():
     assert replayed.pending == {} and replayed.decided == {"TX-3-0": Resolution.DISCARD}
 
 
+def test_a_discard_whose_effect_was_recorded_done_owes_nothing_after_replay():
+    """A message stored in place discarded, and its DISCARD OP record lost in a crash: the next owner takes the
+    decision from the discard log, writes the ABORT marker and a DONE record. Replay reads the OP log (that DONE)
+    before the discard log: the discard it then finds must not owe the marker again, on every load for good."""
+    replayed = HalfShard(3, INTERVAL, CHECK_MAX)
+    replayed.replay_half(0, half(storage=Storage.KAFKA, producer_id=7))
+    replayed.replay_op(OpRecord("TX-3-0", 0, Resolution.DISCARD, kind=OpKind.DONE))
+    replayed.replay_discard(0, half(check_times=CHECK_MAX, first_offset=0, storage=Storage.KAFKA, producer_id=7))
+    assert replayed.decided == {"TX-3-0": Resolution.DISCARD} and replayed.unfinished == {}
+
+
 def test_a_retried_send_finds_the_message_already_stored():
     core = shard()
     pending = core.stored(0, half())
