@@ -24,7 +24,7 @@ from txnsim.simulate.cluster.clients import REQUEST_TIMEOUT_MS, _error_name
 from txnsim.simulate.network import TIMED_OUT
 
 if TYPE_CHECKING:
-    from txnsim.simulate.cluster.model import ClusterModel
+    from txnsim.simulate.cluster.roles import ClientCluster
 
 BATCH_TOPIC = "sim-batch"
 QUERY = "spark-query"
@@ -50,7 +50,7 @@ class _Run:
 class SparkQuery:
     """The driver and its tasks in one actor: batch after batch, each task a participant."""
 
-    def __init__(self, name: str, model: ClusterModel, rng: random.Random) -> None:
+    def __init__(self, name: str, model: ClientCluster, rng: random.Random) -> None:
         self.name = name
         self.model = model
         self.net = model.network

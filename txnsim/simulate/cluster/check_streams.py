@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING
 from proto import txnsim_pb2 as pb
 
 if TYPE_CHECKING:
-    from txnsim.simulate.cluster.model import ClusterModel
+    from txnsim.simulate.cluster.roles import NodeCluster
 
 #: a stream not heard of for this long (world time, which no node's clock jump moves) has closed
 STREAM_TIMEOUT_MS = 1000
 
 
 class SimCheckStreams:
-    def __init__(self, node: str, model: ClusterModel) -> None:
+    def __init__(self, node: str, model: NodeCluster) -> None:
         self._node = node
         self._model = model
         #: group -> producer -> when (world time) its stream was last heard of

@@ -31,7 +31,7 @@ from txnsim.simulate.cluster.shape import shard_of_group
 from txnsim.simulate.network import TIMED_OUT
 
 if TYPE_CHECKING:
-    from txnsim.simulate.cluster.model import ClusterModel
+    from txnsim.simulate.cluster.roles import ClientCluster
 
 #: the topic every simulated client writes and reads
 TOPIC = "sim"
@@ -61,7 +61,7 @@ RETRY = (Action.RETRY, Action.REFRESH_AND_RETRY)
 class TxnProducer:
     """One transactional id's producer: init, then transactions of a few partitions each, forever."""
 
-    def __init__(self, name: str, transactional_id: str, model: ClusterModel, rng: random.Random, *,
+    def __init__(self, name: str, transactional_id: str, model: ClientCluster, rng: random.Random, *,
                  implicit_add: bool = False) -> None:
         self.name = name
         self.implicit_add = implicit_add
@@ -232,7 +232,7 @@ class GroupMember:
     HEARTBEAT_MS = 100
     SESSION_TIMEOUT_MS = 1_000
 
-    def __init__(self, name: str, group_id: str, model: ClusterModel, rng: random.Random) -> None:
+    def __init__(self, name: str, group_id: str, model: ClientCluster, rng: random.Random) -> None:
         self.name = name
         self.group_id = group_id
         self.model = model

@@ -38,7 +38,7 @@ from txnsim.simulate.cluster.shape import shard_of_group
 from txnsim.simulate.network import TIMED_OUT
 
 if TYPE_CHECKING:
-    from txnsim.simulate.cluster.model import ClusterModel
+    from txnsim.simulate.cluster.roles import ClientCluster
 
 COPY_GROUP = "sim-copy"
 OUT_TOPIC = "sim-out"
@@ -50,7 +50,7 @@ MAX_COPY = 10
 class Copier(GroupMember):
     """One copier: a group member and a transactional producer (transactional id per instance, KIP-447)."""
 
-    def __init__(self, name: str, model: ClusterModel, rng: random.Random, *, implicit_add: bool = False) -> None:
+    def __init__(self, name: str, model: ClientCluster, rng: random.Random, *, implicit_add: bool = False) -> None:
         super().__init__(name, COPY_GROUP, model, rng)
         self.implicit_add = implicit_add
         self.tid = f"copy-{name}"

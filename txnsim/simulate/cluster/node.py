@@ -54,7 +54,7 @@ from txnsim.simulate.cluster.sim_io import SimIO, TraceObserver
 from txnsim.simulate.network import Envelope
 
 if TYPE_CHECKING:
-    from txnsim.simulate.cluster.model import ClusterModel
+    from txnsim.simulate.cluster.roles import NodeCluster
 
 #: where the simulated disk keeps the cluster's data directory (never touched on the real disk)
 DATA_ROOT = Path("/sim/data")
@@ -89,7 +89,7 @@ _GROUP_REQUESTS = (pb.JoinGroupRequest, pb.SyncGroupRequest, pb.HeartbeatRequest
 class SimNode:
     """One node: `receive` takes its envelopes; everything else runs from its own timers."""
 
-    def __init__(self, name: str, node_id: int, model: ClusterModel) -> None:
+    def __init__(self, name: str, node_id: int, model: NodeCluster) -> None:
         self.name = name
         self.node_id = node_id
         self.model = model
@@ -354,7 +354,7 @@ class SimNode:
 class _ProducerIdBlocks:
     """The cluster's durable counter of producer-id blocks (the node's is a directory of block files)."""
 
-    def __init__(self, model: ClusterModel) -> None:
+    def __init__(self, model: NodeCluster) -> None:
         self._model = model
 
     def reserve_block(self) -> tuple[int, int]:
@@ -364,7 +364,7 @@ class _ProducerIdBlocks:
 class _Topics:
     """The simulated cluster's topics: fixed, with no settings of their own."""
 
-    def __init__(self, model: ClusterModel) -> None:
+    def __init__(self, model: NodeCluster) -> None:
         self._model = model
 
     def partitions(self, topic: str) -> int | None:

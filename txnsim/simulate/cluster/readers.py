@@ -20,13 +20,13 @@ from txnsim.simulate.cluster.clients import REQUEST_TIMEOUT_MS
 from txnsim.simulate.network import TIMED_OUT
 
 if TYPE_CHECKING:
-    from txnsim.simulate.cluster.model import ClusterModel
+    from txnsim.simulate.cluster.roles import ClientCluster
 
 
 class Reader:
     """A consumer of every data partition at one isolation level, one fetch per partition at a time."""
 
-    def __init__(self, name: str, model: ClusterModel, isolation: IsolationLevel, poll_interval_ms: int) -> None:
+    def __init__(self, name: str, model: ClientCluster, isolation: IsolationLevel, poll_interval_ms: int) -> None:
         self.name = name
         self.model = model
         self.net = model.network

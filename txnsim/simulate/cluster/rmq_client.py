@@ -22,7 +22,7 @@ from txnsim.simulate.cluster.shape import shard_of_producer_group
 from txnsim.simulate.network import TIMED_OUT, Envelope
 
 if TYPE_CHECKING:
-    from txnsim.simulate.cluster.model import ClusterModel
+    from txnsim.simulate.cluster.roles import ClientCluster
 
 RMQ_TOPIC = "sim-rmq"
 #: a topic whose half messages are stored in place (Storage.KAFKA): one-message Kafka transactions
@@ -42,7 +42,7 @@ _ANSWERS: dict[str, pb.TransactionResolution] = {COMMITTED: pb.RESOLUTION_COMMIT
 
 
 class RmqProducer:
-    def __init__(self, name: str, model: ClusterModel, rng: random.Random) -> None:
+    def __init__(self, name: str, model: ClientCluster, rng: random.Random) -> None:
         self.name = name
         self.model = model
         self.net = model.network

@@ -21,7 +21,7 @@ from proto.structs import TopicPartition
 from txnsim.simulate.network import TIMED_OUT
 
 if TYPE_CHECKING:
-    from txnsim.simulate.cluster.model import ClusterModel
+    from txnsim.simulate.cluster.roles import NodeCluster
 
 #: a local call's handler: the request, and where its outcome goes
 LocalHandler = Callable[[Any, Callable[[Outcome], None]], None]
@@ -30,7 +30,7 @@ LocalHandler = Callable[[Any, Callable[[Outcome], None]], None]
 class SimIO:
     """NodeIO for one simulated node."""
 
-    def __init__(self, name: str, node_id: int, model: ClusterModel) -> None:
+    def __init__(self, name: str, node_id: int, model: NodeCluster) -> None:
         self.name = name
         self.node_id = node_id
         self._model = model
@@ -90,7 +90,7 @@ class SimIO:
 class TraceObserver(NoObserver):
     """What the drivers report (coordinator/observers.py), as notes in the run's trace."""
 
-    def __init__(self, name: str, model: ClusterModel) -> None:
+    def __init__(self, name: str, model: NodeCluster) -> None:
         self._name = name
         self._model = model
 
