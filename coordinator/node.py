@@ -37,7 +37,7 @@ from coordinator.metrics import NodeMetrics, NodeState, write_metrics_url
 from coordinator.ownership_log import OwnershipLog
 from coordinator.partition_service import PartitionServer, PartitionsServicer
 from coordinator.producer_ids import ProducerIdAllocator
-from coordinator.reconcile import logs_to_release
+from coordinator.reconcile import ShardCounts, ShardReconciler
 from coordinator.rocketmq.coordinator import HalfMessageCoordinator
 from coordinator.rocketmq.front_door import MessagingFrontDoor
 from coordinator.rocketmq.pop_service import PopService
@@ -62,11 +62,8 @@ from proto.errors import (
     UnknownServerError,
 )
 from proto.structs import (
-    CHECK_MAX_TOPIC,
     CONSUMER_OFFSETS_TOPIC,
-    HALF_MESSAGE_TOPICS,
     HALF_TOPIC,
-    OP_HALF_TOPIC,
     TRANSACTION_STATE_TOPIC,
 )
 
@@ -161,6 +158,11 @@ class Node:
             add_to_transaction=self.verifier.verify)
         self.metrics.watch(NodeState(open_transactions=self.txn.open_transactions, open_logs=self.logs.open_logs,
                                      undecided_half_messages=self.half.undecided_count))
+        #: which coordinator shards this node serves, kept in line with the placement
+        self.shards = ShardReconciler(
+            node_id=node_id, logs=self.logs, owner_of=self.membership.owner,
+            counts=ShardCounts(self.config.txn_shards, self.config.offsets_shards, self.config.half_shards),
+            txn=self.txn, groups=self.groups, half=self.half, acquire=self._acquire, released=self._released)
         self._server: NodeGrpcServer | None = None
         self._kafka: KafkaListener | None = None
 
@@ -260,53 +262,21 @@ class Node:
         with self._reconcile_lock:
             if self.stopped.is_set():
                 return
-            txn_wanted = set(self.membership.owned_by(self.node_id, TRANSACTION_STATE_TOPIC, self.config.txn_shards))
-            group_wanted = set(self.membership.owned_by(self.node_id, CONSUMER_OFFSETS_TOPIC,
-                                                        self.config.offsets_shards))
-            self._release_moved_logs(reason)
-            missing = 0
-            for shard in sorted(txn_wanted - {s.shard for s in self.txn.owned_shards()}):
-                shard_log = self._acquire(TRANSACTION_STATE_TOPIC, shard, reason)
-                if shard_log is None:
-                    missing += 1
-                    continue
-                self.txn.begin_loading(shard, shard_log)
-                self.txn.load_shard(shard, shard_log)
-            for shard in sorted(group_wanted - set(self.groups.loaded_shards())):
-                shard_log = self._acquire(CONSUMER_OFFSETS_TOPIC, shard, reason)
-                if shard_log is None:
-                    missing += 1
-                    continue
-                self.groups.load_shard(shard, shard_log)
-            half_wanted = set(self.membership.owned_by(self.node_id, HALF_TOPIC, self.config.half_shards))
-            for shard in sorted(half_wanted - set(self.half.owned_shards())):
-                acquired = [self._acquire(topic, shard, reason) for topic in (HALF_TOPIC, OP_HALF_TOPIC, CHECK_MAX_TOPIC)]
-                half_logs = [shard_log for shard_log in acquired if shard_log is not None]
-                if len(half_logs) < len(acquired):
-                    missing += 1
-                    continue
-                self.half.load_shard(shard, *half_logs)
+            missing = self.shards.run(reason)
             if missing == 0 and not self._ready.is_set():
                 self._ready.set()
-                log.info("node %d owns %d transaction shards and %d group shards", self.node_id,
-                         len(txn_wanted), len(group_wanted))
+                log.info("node %d owns %d transaction shards, %d group shards and %d half-message shards",
+                         self.node_id, len(self.shards.held(TRANSACTION_STATE_TOPIC)),
+                         len(self.shards.held(CONSUMER_OFFSETS_TOPIC)), len(self.shards.held(HALF_TOPIC)))
             elif missing:
                 self._ready.clear()
 
-    def _release_moved_logs(self, reason: str) -> None:
-        for shard_log, action in logs_to_release(self.logs.open_logs(), self.membership.owner, self.node_id):
-            topic, partition = shard_log.topic, shard_log.partition
-            if topic == TRANSACTION_STATE_TOPIC:
-                self.txn.unload_shard(partition)
-            elif topic == CONSUMER_OFFSETS_TOPIC:
-                self.groups.unload_shard(partition)
-            elif topic in HALF_MESSAGE_TOPICS:
-                self.half.unload_shard(partition)
-            self.logs.close(topic, partition)
-            self.ownership_log.record(self.node_id, action, topic, partition, shard_log.leader_epoch, reason)
-            self.metrics.ownership_changed(action, topic, partition, shard_log.leader_epoch)
-            log.log(logging.WARNING if action == "fenced" else logging.INFO, "%s %s-%d (%s)", action, topic, partition,
-                    reason)
+    def _released(self, shard_log: PartitionLog, action: str, reason: str) -> None:
+        topic, partition = shard_log.topic, shard_log.partition
+        self.ownership_log.record(self.node_id, action, topic, partition, shard_log.leader_epoch, reason)
+        self.metrics.ownership_changed(action, topic, partition, shard_log.leader_epoch)
+        log.log(logging.WARNING if action == "fenced" else logging.INFO, "%s %s-%d (%s)", action, topic, partition,
+                reason)
 
     def _acquire(self, topic: str, partition: int, reason: str) -> PartitionLog | None:
         try:

@@ -1,4 +1,4 @@
-"""What a node lets go of when ownership changes: one rule for the real node and the simulator.
+"""What a node lets go of and takes when ownership changes: one rule for the real node and the simulator.
 
 A log is released when the placement names another owner, and dropped as fenced when a later
 leader epoch was claimed for it meanwhile (this node was paused or cut off while another took the
@@ -8,7 +8,11 @@ names this node again, so it is reopened (and reloaded) at a new epoch.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from partitions import PartitionLog
+from proto.structs import CHECK_MAX_TOPIC, CONSUMER_OFFSETS_TOPIC, HALF_TOPIC, OP_HALF_TOPIC, TRANSACTION_STATE_TOPIC
 
 
 class OwnedLog(Protocol):
@@ -31,3 +35,120 @@ def logs_to_release(open_logs: Iterable[L], owner: Callable[[str, int], int], no
             continue
         out.append((log, "fenced" if fenced else "released"))
     return out
+
+
+class ShardLogs(Protocol):
+    """The node's open logs (partitions.LogManager)."""
+
+    def open_logs(self) -> list[PartitionLog]: ...
+
+    def get(self, topic: str, partition: int) -> PartitionLog | None: ...
+
+    def close(self, topic: str, partition: int) -> None: ...
+
+
+class ShardHolder(Protocol):
+    def unload_shard(self, shard: int) -> None: ...
+
+
+class TxnShards(ShardHolder, Protocol):
+    def load_shard(self, shard: int, shard_log: PartitionLog) -> tuple[int, int]: ...
+
+
+class GroupShards(ShardHolder, Protocol):
+    def load_shard(self, shard: int, log: Any) -> object: ...
+
+
+class HalfShards(ShardHolder, Protocol):
+    def load_shard(self, shard: int, half_log: PartitionLog, op_log: PartitionLog,
+                   discard_log: PartitionLog) -> None: ...
+
+
+@dataclass(frozen=True)
+class ShardCounts:
+    txn: int
+    offsets: int
+    half: int
+
+
+#: the logs of each coordinator's shard, by the topic ownership is placed by (a half shard has three)
+SHARD_LOGS: dict[str, tuple[str, ...]] = {
+    TRANSACTION_STATE_TOPIC: (TRANSACTION_STATE_TOPIC,),
+    CONSUMER_OFFSETS_TOPIC: (CONSUMER_OFFSETS_TOPIC,),
+    HALF_TOPIC: (HALF_TOPIC, OP_HALF_TOPIC, CHECK_MAX_TOPIC),
+}
+_KIND_OF = {topic: kind for kind, topics in SHARD_LOGS.items() for topic in topics}
+
+
+class ShardReconciler:
+    """Which coordinator shards a node serves, kept in line with the placement: one driver for the node
+    process (coordinator/node.py) and the simulated node.
+
+    A pass lets go of every log that moved away or was fenced (logs_to_release) and of every shard one of
+    whose logs is no longer the one it was loaded from (closed meanwhile), unloading its coordinator first;
+    then it takes the shards the placement gives this node: opens their logs (`acquire`, None when the
+    previous owner still holds one, or its files are damaged) and loads them into their coordinator."""
+
+    def __init__(self, *, node_id: int, logs: ShardLogs, owner_of: Callable[[str, int], int], counts: ShardCounts,
+                 txn: TxnShards, groups: GroupShards, half: HalfShards,
+                 acquire: Callable[[str, int, str], PartitionLog | None],
+                 released: Callable[[PartitionLog, str, str], None],
+                 loaded: Callable[[str, int, str], None] | None = None) -> None:
+        """`acquire(topic, partition, reason)` opens a log as its leader; `released(log, "fenced" or "released",
+        reason)` hears of each log let go; `loaded(topic, shard, what)` of each shard loaded."""
+        self._node_id = node_id
+        self._logs = logs
+        self._owner_of = owner_of
+        self._counts = {TRANSACTION_STATE_TOPIC: counts.txn, CONSUMER_OFFSETS_TOPIC: counts.offsets,
+                        HALF_TOPIC: counts.half}
+        self._txn, self._groups, self._half = txn, groups, half
+        self._acquire = acquire
+        self._released = released
+        self._loaded = loaded
+        #: (kind, shard) -> the logs it was loaded from
+        self._held: dict[tuple[str, int], tuple[PartitionLog, ...]] = {}
+
+    def run(self, reason: str) -> int:
+        """One pass; returns how many shards this node should serve but could not take yet."""
+        for plog, action in logs_to_release(self._logs.open_logs(), self._owner_of, self._node_id):
+            kind = _KIND_OF.get(plog.topic)
+            if kind is not None and self._held.pop((kind, plog.partition), None) is not None:
+                self._holder(kind).unload_shard(plog.partition)
+            self._logs.close(plog.topic, plog.partition)
+            self._released(plog, action, reason)
+        for (kind, shard), held in sorted(self._held.items()):
+            if tuple(self._logs.get(topic, shard) for topic in SHARD_LOGS[kind]) != held:
+                del self._held[(kind, shard)]
+                self._holder(kind).unload_shard(shard)
+        missing = 0
+        for kind, count in self._counts.items():
+            for shard in range(count):
+                if self._owner_of(kind, shard) != self._node_id or (kind, shard) in self._held:
+                    continue
+                taken = [self._logs.get(topic, shard) or self._acquire(topic, shard, reason)
+                         for topic in SHARD_LOGS[kind]]
+                logs = [plog for plog in taken if plog is not None]
+                if len(logs) < len(taken):
+                    missing += 1
+                    continue
+                self._held[(kind, shard)] = tuple(logs)
+                if kind == TRANSACTION_STATE_TOPIC:
+                    ids, replayed = self._txn.load_shard(shard, logs[0])
+                    what = (f"{ids} ids, {replayed} records replayed from offset {logs[0].log_start_offset} or its "
+                            "snapshot")
+                elif kind == CONSUMER_OFFSETS_TOPIC:
+                    what = f"{self._groups.load_shard(shard, logs[0])}"
+                else:
+                    self._half.load_shard(shard, *logs)
+                    what = "its half, OP and discard logs replayed"
+                if self._loaded is not None:
+                    self._loaded(kind, shard, what)
+        return missing
+
+    def held(self, kind: str) -> list[int]:
+        """The shards of `kind` (its placement topic) loaded now."""
+        return sorted(shard for k, shard in self._held if k == kind)
+
+    def _holder(self, kind: str) -> ShardHolder:
+        return self._txn if kind == TRANSACTION_STATE_TOPIC else self._groups if kind == CONSUMER_OFFSETS_TOPIC \
+            else self._half

@@ -34,7 +34,7 @@ from coordinator.group.offsets import (
     fetch_offsets,
     prepare_txn_offset_commit,
 )
-from coordinator.group.shard import Shard, ShardLoad, ShardStatus
+from coordinator.group.shard import Shard, ShardLoad
 from coordinator.group.validation import (
     map_append_error,
     validate_group_id,
@@ -42,13 +42,13 @@ from coordinator.group.validation import (
 )
 from coordinator.observers import NO_OBSERVER, GroupObserver
 from coordinator.runtime.io import Failures, NodeIO, wait_for
+from coordinator.runtime.shard_status import ShardStatus, still_loading
 from coordinator.shard_snapshots import SnapshottedLog
 from coordinator.verification import AsyncVerifier, Codes, verification_error
 from partitions.model import AppendOrigin, AppendResult
 from proto import consumer_protocol
 from proto import txnsim_pb2 as pb
 from proto.errors import (
-    CoordinatorLoadInProgressError,
     GroupIdNotFoundError,
     GroupSubscribedToTopicError,
     IllegalGenerationError,
@@ -143,7 +143,7 @@ class GroupCoordinator(GroupMembership):
                     return None
                 deferred, state.deferred = state.deferred, []
                 if not deferred:
-                    state.status = ShardStatus.ACTIVE
+                    state.status = ShardStatus.SERVING
                     break
             for producer_id, committed, marker_offset in deferred:
                 self._complete(state, producer_id, committed, marker_offset)
@@ -200,8 +200,7 @@ class GroupCoordinator(GroupMembership):
                 raise NotCoordinatorError(f"[NOT_COORDINATOR] this node does not own __consumer_offsets-{number}, "
                                           f"the shard of group {group_id!r}; find the coordinator again")
             if shard.status is ShardStatus.LOADING:
-                raise CoordinatorLoadInProgressError(
-                    f"[COORDINATOR_LOAD_IN_PROGRESS] __consumer_offsets-{number} is still loading; retry")
+                raise still_loading(f"__consumer_offsets-{number}")
             group = shard.groups.get(group_id)
             if create and (group is None or group.classic.state is GroupState.DEAD):
                 group = shard.groups[group_id] = self._configure(GroupMetadata(group_id))
@@ -432,7 +431,7 @@ class GroupCoordinator(GroupMembership):
         topic was deleted: Kafka's GroupCoordinator.onPartitionsDeleted), so a topic created again under the
         name starts with no committed offsets. Returns how many were removed."""
         with self._lock:
-            shards = [shard for shard in self._shards.values() if shard.status is ShardStatus.ACTIVE]
+            shards = [shard for shard in self._shards.values() if shard.status is ShardStatus.SERVING]
         removed: list[int] = []
         for shard in shards:
             for group in list(shard.groups.values()):

@@ -27,10 +27,11 @@ from coordinator.group.classic import (
     SyncOutcome,
 )
 from coordinator.group.metadata import GroupMetadata
-from coordinator.group.shard import Shard, ShardStatus
+from coordinator.group.shard import Shard
 from coordinator.observers import GroupObserver
 from coordinator.rpc import wire_message
 from coordinator.runtime.io import NodeIO
+from coordinator.runtime.shard_status import ShardStatus
 from partitions.model import AppendResult
 from proto import consumer_protocol
 from proto import txnsim_pb2 as pb
@@ -263,7 +264,7 @@ class GroupMembership:
         """Run every group's due deadlines now (what the groups' timers do; for owners that run none)."""
         now = self._now_ms()
         with self._lock:
-            candidates = [(shard, group) for shard in self._shards.values() if shard.status is ShardStatus.ACTIVE
+            candidates = [(shard, group) for shard in self._shards.values() if shard.status is ShardStatus.SERVING
                           for group in shard.groups.values()]
         for shard, group in candidates:
             with group.lock:
@@ -361,7 +362,7 @@ class GroupMembership:
         states = {s.lower() for s in req.states_filter}
         types = {t.lower() for t in req.types_filter}
         with self._lock:
-            found = [(shard, group) for shard in self._shards.values() if shard.status is ShardStatus.ACTIVE
+            found = [(shard, group) for shard in self._shards.values() if shard.status is ShardStatus.SERVING
                      for group in shard.groups.values()]
         listed: list[tuple[Shard, pb.ListedGroup]] = []
         for shard, group in found:

@@ -1,17 +1,12 @@
 """One __consumer_offsets shard as the group coordinator holds it: its log, load status and groups."""
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.group.metadata import GroupMetadata
 from coordinator.runtime.io import Cancellable
-
-
-class ShardStatus(enum.Enum):
-    LOADING = "loading"
-    ACTIVE = "active"
+from coordinator.runtime.shard_status import ShardStatus
 
 
 @dataclass(frozen=True, slots=True)

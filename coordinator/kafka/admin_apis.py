@@ -34,6 +34,7 @@ from coordinator.cluster_service import ClusterServer
 from coordinator.kafka.apis import ApiKey, WireError
 from coordinator.kafka.dispatch import Handler
 from coordinator.partition_service import PartitionServer
+from coordinator.runtime.shard_status import ShardStatus
 from coordinator.topics import TopicStore
 from coordinator.txn.coordinator import TransactionCoordinator
 from proto import txnsim_pb2 as pb
@@ -259,7 +260,7 @@ class AdminApis:
                 pattern = re.compile(request.transactional_id_pattern)
             except re.error:
                 return answer(WireError.INVALID_REGULAR_EXPRESSION)
-        if any(shard.loading for shard in self._txn.owned_shards()):  # a partial list would hide transactions
+        if any(shard.status is ShardStatus.LOADING for shard in self._txn.owned_shards()):  # a partial list would hide transactions
             return answer(CoordinatorLoadInProgressError.errno)
         try:
             listed = self._txn.list_transactions(pb.ListTransactionsRequest(

@@ -20,12 +20,13 @@ from coordinator.rocketmq import log_format
 from coordinator.rocketmq.check_back import CheckBack, LocalProducers
 from coordinator.rocketmq.copies import copied
 from coordinator.rocketmq.effects import EffectWriter, MarkerSender, record_done
-from coordinator.rocketmq.half_shard import PendingHalf
+from coordinator.rocketmq.half_shard import HalfShard, PendingHalf
 from coordinator.rocketmq.in_place import in_place_batch
 from coordinator.rocketmq.loaded_shard import LoadedShard, write
 from coordinator.rocketmq.log_format import HalfRecord, OpRecord, Resolution, Storage
 from coordinator.rocketmq.shard_load import load_half_shard
 from coordinator.runtime.io import NodeIO, Outcome, wait_for
+from coordinator.runtime.shard_status import ShardStatus, still_loading
 from partitions import PartitionLog
 from proto import txnsim_pb2 as pb
 from proto.errors import (
@@ -99,10 +100,13 @@ class HalfMessageCoordinator:
     def load_shard(self, shard: int, half_log: PartitionLog, op_log: PartitionLog, discard_log: PartitionLog) -> None:
         """Rebuild the shard from its three logs (half, then OP, then discarded), then serve it: redo what its
         previous owner left unfinished, and check back what is due."""
-        core = load_half_shard(shard, self.check_interval_ms, self.check_max, half_log, op_log, discard_log)
-        loaded = LoadedShard(shard, core, half_log, op_log, discard_log)
-        with self._lock:
+        loaded = LoadedShard(shard, HalfShard(shard, self.check_interval_ms, self.check_max), half_log, op_log,
+                             discard_log)
+        with self._lock:  # requests meanwhile hear COORDINATOR_LOAD_IN_PROGRESS
             self._shards[shard] = loaded
+        core = load_half_shard(shard, self.check_interval_ms, self.check_max, half_log, op_log, discard_log)
+        with loaded.lock:
+            loaded.core, loaded.status = core, ShardStatus.SERVING
         log.info("half-message shard %d loaded: %d undecided, %d decisions, %d owing their copy", shard,
                  len(core.pending), len(core.decided), len(core.unfinished))
         self._effects.carry_out(loaded, self._finished)
@@ -130,15 +134,17 @@ class HalfMessageCoordinator:
             self.unload_shard(shard)
 
     def loaded(self) -> list[LoadedShard]:
-        """The shards served here now."""
+        """The shards served here now (loaded)."""
         with self._lock:
-            return list(self._shards.values())
+            return [shard for shard in self._shards.values() if shard.status is ShardStatus.SERVING]
 
     def _owned(self, shard: int) -> LoadedShard:
         with self._lock:
             loaded = self._shards.get(shard)
         if loaded is None:
             raise NotCoordinatorError(f"[NOT_COORDINATOR] node {self.node_id} does not own half-message shard {shard}")
+        if loaded.status is ShardStatus.LOADING:
+            raise still_loading(f"half-message shard {shard}")
         return loaded
 
     # ------------------------------------------------------------ send

@@ -15,6 +15,7 @@ from typing import Any
 from coordinator.rocketmq import log_format
 from coordinator.rocketmq.half_shard import HalfShard
 from coordinator.runtime.io import NodeIO, Outcome
+from coordinator.runtime.shard_status import ShardStatus
 from partitions import AppendOrigin, PartitionLog
 from proto.errors import KafkaError
 from proto.structs import TopicPartition
@@ -30,6 +31,7 @@ class LoadedShard:
     half_log: PartitionLog
     op_log: PartitionLog
     discard_log: PartitionLog
+    status: ShardStatus = ShardStatus.LOADING
     lock: threading.RLock = field(default_factory=threading.RLock)
     #: (producer group, message id) -> the answers waiting for the send being made durable now: a retry of it
     #: arriving meanwhile hears that send's outcome instead of storing a second message

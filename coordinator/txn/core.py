@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from itertools import count
 from typing import Any, TypeVar
 
+from coordinator.runtime.shard_status import ShardStatus, still_loading
 from coordinator.txn import batches
 from coordinator.txn.batch_metadata import BatchTxn
 from coordinator.txn.metadata import MAX_CLIENT_EPOCH, NO_EPOCH, NO_PRODUCER_ID, Marker, Owed, TxnMetadata
@@ -160,7 +161,7 @@ class ShardState:
 
     shard: int
     coordinator_epoch: int
-    loading: bool = True
+    status: ShardStatus = ShardStatus.LOADING
     #: transactional ids and batch transaction ids (txnsim's extension) share the shard's keys
     entries: dict[str, Value] = field(default_factory=dict)
     #: the target state of the write in flight per id
@@ -239,7 +240,7 @@ class TxnCoordinatorCore:
         if state is None or state.coordinator_epoch != coordinator_epoch:
             return []
         state.entries = dict(entries)
-        state.loading = False
+        state.status = ShardStatus.SERVING
         effects: list[Effect] = []
         for meta in sorted(entries.values(), key=lambda m: m.transactional_id):
             if meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
@@ -657,7 +658,7 @@ class TxnCoordinatorCore:
         """Fence and abort every Ongoing transaction past its timeout."""
         effects: list[Effect] = []
         for shard in list(self._shards.values()):
-            if shard.loading:
+            if shard.status is ShardStatus.LOADING:
                 continue
             if shard.future_starts:  # forget ids whose transaction ended meanwhile
                 for tid in [t for t in shard.future_starts
@@ -678,7 +679,7 @@ class TxnCoordinatorCore:
         """Tombstone ids idle longer than transactional_id_expiration_ms (only when not in a transaction)."""
         effects: list[Effect] = []
         for shard in list(self._shards.values()):
-            if shard.loading:
+            if shard.status is ShardStatus.LOADING:
                 continue
             # batch transaction ids never expire: their last committed batch id must outlive any replay
             idle = [m for m in shard.entries.values()
@@ -972,8 +973,8 @@ class TxnCoordinatorCore:
                 raise CoordinatorLoadInProgressError(
                     f"[COORDINATOR_LOAD_IN_PROGRESS] this node is taking shard {shard_id} of {tid!r} over; retry")
             raise NotCoordinatorError(f"[NOT_COORDINATOR] this node does not own shard {shard_id} of {tid!r}")
-        if shard.loading:
-            raise CoordinatorLoadInProgressError(f"[COORDINATOR_LOAD_IN_PROGRESS] shard {shard_id} is still loading; retry")
+        if shard.status is ShardStatus.LOADING:
+            raise still_loading(f"shard {shard_id}")
         return shard
 
     @staticmethod

@@ -265,7 +265,8 @@ def test_a_client_write_to_an_internal_log_is_refused_as_the_node_refuses_it():
     world.run(until_ms=1_000)
     owner = model.owner_now(TRANSACTION_STATE_TOPIC, 0)
     node = model.sim_nodes[f"n{owner}"]
-    shard_log = node.txn_logs[0]
+    shard_log = node.logs.get(TRANSACTION_STATE_TOPIC, 0)
+    assert shard_log is not None
     end_before = shard_log.log_end_offset
     answers: list[object] = []
     model.network.register("intruder", lambda env: None)

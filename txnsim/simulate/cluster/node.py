@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from coordinator.group import GroupCoordinator
 from coordinator.group.membership import join_request, join_response, sync_response
 from coordinator.partition_service import PartitionServer
-from coordinator.reconcile import logs_to_release
+from coordinator.reconcile import ShardCounts, ShardReconciler
 from coordinator.rocketmq.coordinator import HalfMessageCoordinator
 from coordinator.txn.coordinator import TransactionCoordinator
 from coordinator.txn.markers import MarkerWriter
@@ -32,11 +32,6 @@ from proto.errors import (
     code_of,
 )
 from proto.structs import (
-    CHECK_MAX_TOPIC,
-    CONSUMER_OFFSETS_TOPIC,
-    HALF_MESSAGE_TOPICS,
-    HALF_TOPIC,
-    OP_HALF_TOPIC,
     TRANSACTION_STATE_TOPIC,
 )
 from txnsim.simulate.cluster.check_streams import SimCheckStreams
@@ -137,9 +132,11 @@ class SimNode:
             producers=self.streams, peers=lambda: sorted(self.view), request_timeout_ms=NODE_REQUEST_TIMEOUT_MS,
             effect_wait_ms=EFFECT_WAIT_MS, observer=observer, planted_bug=m.planted)
         self.view: frozenset[int] = frozenset()
-        self.txn_logs: dict[int, PartitionLog] = {}
-        self.offsets_logs: dict[int, PartitionLog] = {}
-        self.half_logs: dict[int, tuple[PartitionLog, ...]] = {}
+        self.shards = ShardReconciler(
+            node_id=self.node_id, logs=self.logs, owner_of=self.owner,
+            counts=ShardCounts(m.txn_shards, OFFSETS_SHARDS, HALF_SHARDS), txn=self.txn, groups=self.groups,
+            half=self.half, acquire=self._acquire, released=self._released,
+            loaded=lambda topic, shard, what: m.note(self.name, f"{topic}-{shard} loaded: {what}"))
         self.retrying = False
         self.reconcile()
         self.net.set_timer(self.name, ABORT_CHECK_INTERVAL_MS, self._abort_timed_out, label="abort-check")
@@ -156,25 +153,9 @@ class SimNode:
 
     def reconcile(self) -> None:
         """Let go of what moved away or was fenced meanwhile, then take the shards the placement now gives
-        this node (the node's own rule, coordinator/reconcile.py)."""
+        this node (the node's own driver, coordinator/reconcile.py)."""
         self.view = self.model.live_view
-        for log, action in logs_to_release(self.logs.open_logs(), self.owner, self.node_id):
-            if log.topic == TRANSACTION_STATE_TOPIC:
-                self.txn.unload_shard(log.partition)
-                self.txn_logs.pop(log.partition, None)
-            elif log.topic == CONSUMER_OFFSETS_TOPIC:
-                self.groups.unload_shard(log.partition)
-                self.offsets_logs.pop(log.partition, None)
-            elif log.topic in HALF_MESSAGE_TOPICS:
-                self.half.unload_shard(log.partition)
-                self.half_logs.pop(log.partition, None)
-            self.logs.close(log.topic, log.partition)
-            self.model.note(self.name, f"{action} {log.topic}-{log.partition} epoch {log.leader_epoch}")
-        groups_taken = self._reconcile_groups() & self._reconcile_half_shards()
-        missing = [shard for shard in range(self.model.txn_shards)
-                   if self.owner(TRANSACTION_STATE_TOPIC, shard) == self.node_id and shard not in self.txn_logs]
-        taken = all([self._take_shard(shard) for shard in missing]) and groups_taken
-        if not taken and not self.retrying:
+        if self.shards.run("reconcile") and not self.retrying:
             # held by a node still letting go of it: try again shortly, as the node's next tick does
             self.retrying = True
             self.net.set_timer(self.name, RECONCILE_RETRY_MS, self._retry_reconcile, label="reconcile")
@@ -183,66 +164,17 @@ class SimNode:
         self.retrying = False
         self.reconcile()
 
-    def _reconcile_groups(self) -> bool:
-        """Let go of the offsets shards whose log the node no longer holds, take (open, load) the ones the
-        placement gives it; False if one could not be taken yet (its previous owner still holds it)."""
-        for shard, log in sorted(self.offsets_logs.items()):
-            if self.logs.get(CONSUMER_OFFSETS_TOPIC, shard) is not log:
-                self.groups.unload_shard(shard)
-                del self.offsets_logs[shard]
-        taken = True
-        for shard in range(OFFSETS_SHARDS):
-            if self.owner(CONSUMER_OFFSETS_TOPIC, shard) != self.node_id or shard in self.offsets_logs:
-                continue
-            try:
-                log = self.logs.get(CONSUMER_OFFSETS_TOPIC, shard) or self.logs.open_as_leader(
-                    CONSUMER_OFFSETS_TOPIC, shard, self.model.may_cut_off)
-            except KafkaError as error:
-                self.model.note(self.name, f"offsets shard {shard} not taken: {type(error).__name__}")
-                taken = False
-                continue
-            self.offsets_logs[shard] = log
-            self.groups.load_shard(shard, log)
-            self.model.ownership_changed(self.name, CONSUMER_OFFSETS_TOPIC, shard, log.leader_epoch)
-        return taken
-
-    def _reconcile_half_shards(self) -> bool:
-        """Let go of the half shards one of whose logs the node no longer holds, take (open all three, load)
-        the ones the placement gives it; False if one could not be taken yet."""
-        for shard, logs in sorted(self.half_logs.items()):
-            if [self.logs.get(topic, shard) for topic in (HALF_TOPIC, OP_HALF_TOPIC, CHECK_MAX_TOPIC)] != list(logs):
-                self.half.unload_shard(shard)
-                del self.half_logs[shard]
-        taken = True
-        for shard in range(HALF_SHARDS):
-            if self.owner(HALF_TOPIC, shard) != self.node_id or shard in self.half_logs:
-                continue
-            try:
-                logs = tuple(self.logs.get(topic, shard) or self.logs.open_as_leader(topic, shard, self.model.may_cut_off)
-                             for topic in (HALF_TOPIC, OP_HALF_TOPIC, CHECK_MAX_TOPIC))
-            except KafkaError as error:
-                self.model.note(self.name, f"half shard {shard} not taken: {type(error).__name__}")
-                taken = False
-                continue
-            self.half_logs[shard] = logs
-            for log in logs:
-                self.model.ownership_changed(self.name, log.topic, shard, log.leader_epoch)
-            self.half.load_shard(shard, *logs)
-            self.model.note(self.name, f"half shard {shard} loaded")
-        return taken
-
-    def _take_shard(self, shard: int) -> bool:
+    def _acquire(self, topic: str, partition: int, reason: str) -> PartitionLog | None:
         try:
-            log = self.logs.open_as_leader(TRANSACTION_STATE_TOPIC, shard, self.model.may_cut_off)
+            log = self.logs.open_as_leader(topic, partition, self.model.may_cut_off)
         except KafkaError as error:
-            self.model.note(self.name, f"shard {shard} not taken: {type(error).__name__}")
-            return False
-        self.txn_logs[shard] = log
-        ids, replayed = self.txn.load_shard(shard, log)
-        self.model.ownership_changed(self.name, TRANSACTION_STATE_TOPIC, shard, log.leader_epoch)
-        self.model.note(self.name, f"shard {shard} loaded: {ids} ids, {replayed} records replayed from "
-                                   f"offset {log.log_start_offset} or its snapshot")
-        return True
+            self.model.note(self.name, f"{topic}-{partition} not taken: {type(error).__name__}")
+            return None
+        self.model.ownership_changed(self.name, topic, partition, log.leader_epoch)
+        return log
+
+    def _released(self, log: PartitionLog, action: str, reason: str) -> None:
+        self.model.note(self.name, f"{action} {log.topic}-{log.partition} epoch {log.leader_epoch}")
 
     # ------------------------------------------------------------ requests
 

@@ -24,6 +24,7 @@ from coordinator.config import NodeConfig
 from coordinator.kafka.admin_apis import AdminApis
 from coordinator.kafka.apis import ApiKey
 from coordinator.kafka.config_apis import ConfigApis
+from coordinator.runtime.shard_status import ShardStatus
 from coordinator.topics import TopicStore
 from proto import txnsim_pb2 as pb
 from proto.errors import NotLeaderOrFollowerError, code_of
@@ -70,7 +71,7 @@ class FakePartitions:
 
 class FakeShard:
     def __init__(self, loading: bool) -> None:
-        self.loading = loading
+        self.status = ShardStatus.LOADING if loading else ShardStatus.SERVING
 
 
 class FakeTxn:
