@@ -32,6 +32,7 @@ from coordinator.kafka.front_door import KafkaBackends, open_kafka_listener
 from coordinator.kafka.server import KafkaListener, ListenerLimits
 from coordinator.later import then
 from coordinator.layout import ClusterLayout, check_shard_counts, read_cluster_spec
+from coordinator.local_calls import serve_locally
 from coordinator.membership import Heartbeat, Membership
 from coordinator.metrics import NodeMetrics, NodeState, write_metrics_url
 from coordinator.ownership_log import OwnershipLog
@@ -59,7 +60,6 @@ from proto.errors import (
     KafkaError,
     KafkaStorageError,
     NotLeaderOrFollowerError,
-    UnknownServerError,
 )
 from proto.structs import (
     CONSUMER_OFFSETS_TOPIC,
@@ -345,24 +345,7 @@ class Node:
     # ------------------------------------------------------------ cross-component calls
 
     def _serve_locally(self, request: Any, done: Callable[[Any], None]) -> None:
-        """A call this node makes of itself (markers to its own partitions, a first write's verification with
-        its own coordinator), answered in the caller's thread or once decided."""
-        if isinstance(request, pb.WriteTxnMarkersRequest):
-            self.partitions.write_txn_markers_async(request, done)
-        elif isinstance(request, pb.AddPartitionsToTxnRequest):
-            self.txn.request(request, done)
-        elif isinstance(request, pb.ProduceRequest):
-            self.partitions.produce_async(request, done)
-        elif isinstance(request, (pb.VerifyHalfWriteRequest, pb.DescribeProducersRequest)):
-            try:
-                outcome: Any = (self.half.verify_write(request) if isinstance(request, pb.VerifyHalfWriteRequest)
-                                else self.partitions.describe_producers(request))
-            except KafkaError as exc:
-                outcome = exc
-            done(outcome)
-        else:
-            done(UnknownServerError(f"[UNKNOWN_SERVER_ERROR] node {self.node_id} cannot call itself with "
-                                    f"{type(request).__name__}"))
+        serve_locally(request, done, node_id=self.node_id, partitions=self.partitions, txn=self.txn, half=self.half)
 
     def _on_offsets_marker(self, shard: int, producer_id: int, committed: bool, marker_offset: int) -> None:
         self.groups.complete_transaction(shard, producer_id, committed, marker_offset=marker_offset)

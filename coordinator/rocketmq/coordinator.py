@@ -87,7 +87,7 @@ class HalfMessageCoordinator:
         self._lock = threading.Lock()
         self._shards: dict[int, LoadedShard] = {}
         self._effects = EffectWriter(io=io, owner_of=owner_of, markers=markers, request_timeout_ms=request_timeout_ms,
-                                     retry_ms=retry_ms)
+                                     retry_ms=retry_ms, finished=self._finished)
         self._checks = CheckBack(io=io, check_interval_ms=check_interval_ms, check_max=check_max,
                                  producers=producers, peers=peers, shards=self.loaded, decide=self._decide,
                                  observer=observer, request_timeout_ms=request_timeout_ms, planted_bug=planted_bug)
@@ -109,7 +109,7 @@ class HalfMessageCoordinator:
             loaded.core, loaded.status = core, ShardStatus.SERVING
         log.info("half-message shard %d loaded: %d undecided, %d decisions, %d owing their copy", shard,
                  len(core.pending), len(core.decided), len(core.unfinished))
-        self._effects.carry_out(loaded, self._finished)
+        self._effects.carry_out(loaded)
         self._checks.wake()
 
     def unload_shard(self, shard: int) -> None:
@@ -372,7 +372,7 @@ class HalfMessageCoordinator:
             if answer is not None:  # first: an end waiting for the effect registers before it can happen
                 answer(None)
             if decision.needs_effect:
-                self._effects.carry_out(shard, self._finished)
+                self._effects.carry_out(shard)
         write(self._io, shard.op_log, [log_format.encode_op(op, self._io.now_ms())], written)
 
     def _finished(self, shard: LoadedShard, tids: list[str]) -> None:

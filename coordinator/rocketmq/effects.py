@@ -62,8 +62,10 @@ def _result(outcome: Outcome) -> tuple[int, str]:
 
 class EffectWriter:
     def __init__(self, *, io: NodeIO, owner_of: Callable[[str, int], int], markers: MarkerSender,
-                 request_timeout_ms: int, retry_ms: int) -> None:
+                 request_timeout_ms: int, retry_ms: int, finished: Callable[[LoadedShard, list[str]], None]) -> None:
+        """`finished(shard, transaction ids)` hears of effects carried out (it records them DONE)."""
         self._io = io
+        self._finished = finished
         self._owner_of = owner_of
         self._markers = markers
         self._timeout_ms = request_timeout_ms
@@ -82,7 +84,7 @@ class EffectWriter:
 
         def answered(outcome: Outcome) -> None:
             code, message = _result(outcome)
-            retriable = code == _NO_ANSWER or (code != 0 and _retriable(code))
+            retriable = code == _NO_ANSWER or (code != 0 and ERRORS_BY_CODE.get(code, UnknownServerError).retriable)
             if retriable and tries > 1:
                 self._io.after(self._retry_ms, lambda: self.produce(tp, records, done, transactional_id=transactional_id,
                                                                     tries=tries - 1), "half-produce-retry")
@@ -92,9 +94,8 @@ class EffectWriter:
 
     # ------------------------------------------------------------ carrying out
 
-    def carry_out(self, shard: LoadedShard, finished: Callable[[LoadedShard, list[str]], None]) -> None:
-        """Start every copy and marker the shard owes that is not under way; `finished` is told which
-        transactions' effects are done (it records them DONE)."""
+    def carry_out(self, shard: LoadedShard) -> None:
+        """Start every copy and marker the shard owes that is not under way."""
         with shard.lock:
             if shard.released:
                 return
@@ -104,28 +105,26 @@ class EffectWriter:
             marking = [d for d in in_place_decisions(owed) if d.transaction_id not in shard.marking]
             shard.marking.update(d.transaction_id for d in marking)
         for tp, decisions in copies.items():
-            self._copy(shard, tp, decisions, finished)
+            self._copy(shard, tp, decisions)
         if marking:
-            self._mark(shard, marking, finished)
+            self._mark(shard, marking)
 
-    def _again(self, shard: LoadedShard, finished: Callable[[LoadedShard, list[str]], None]) -> None:
-        self._io.after(self._retry_ms, lambda: self.carry_out(shard, finished), "half-effect-retry")
+    def _again(self, shard: LoadedShard) -> None:
+        self._io.after(self._retry_ms, lambda: self.carry_out(shard), "half-effect-retry")
 
-    def _copy(self, shard: LoadedShard, tp: TopicPartition, decisions: list[Decision],
-              finished: Callable[[LoadedShard, list[str]], None]) -> None:
+    def _copy(self, shard: LoadedShard, tp: TopicPartition, decisions: list[Decision]) -> None:
         """Copy `decisions` (consecutive sequences of one partition) to `tp`."""
         def produced(code: int, message: str) -> None:
             if copied(code):
-                self._copy_over(shard, tp, [d.transaction_id for d in decisions], finished)
+                self._copy_over(shard, tp, [d.transaction_id for d in decisions])
             elif code == OutOfOrderSequenceError.errno:
-                self._find_landed(shard, tp, decisions, finished)
+                self._find_landed(shard, tp, decisions)
             else:
                 log.info("copy of %d committed message(s) to %s failed, will retry: %s", len(decisions), tp, message)
-                self._copy_over(shard, tp, [], finished, retry=True)
+                self._copy_over(shard, tp, [], retry=True)
         self.produce(tp, copy_batches(decisions, self._io.now_ms()), produced, tries=1)
 
-    def _find_landed(self, shard: LoadedShard, tp: TopicPartition, decisions: list[Decision],
-                     finished: Callable[[LoadedShard, list[str]], None]) -> None:
+    def _find_landed(self, shard: LoadedShard, tp: TopicPartition, decisions: list[Decision]) -> None:
         """Some copies landed before (a previous owner wrote them and died before its DONE record): which."""
         request = pb.DescribeProducersRequest(partitions=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition)])
         producer_id = decisions[0].copy_producer_id
@@ -133,40 +132,38 @@ class EffectWriter:
         def answered(outcome: Outcome) -> None:
             if isinstance(outcome, BaseException) or outcome.error_code or not outcome.partitions \
                     or outcome.partitions[0].error_code:
-                return self._copy_over(shard, tp, [], finished, retry=True)
+                return self._copy_over(shard, tp, [], retry=True)
             last = next((p.last_sequence for p in outcome.partitions[0].active_producers
                          if p.producer_id == producer_id), NO_SEQUENCE)
             landed, rest = split_landed(decisions, last)
             log.info("copies to %s up to sequence %d had landed already; %d left", tp, last, len(rest))
             # the rest again shortly, with every copy owed by then (one decided meanwhile may fill the gap)
-            self._copy_over(shard, tp, [d.transaction_id for d in landed], finished, retry=bool(rest))
+            self._copy_over(shard, tp, [d.transaction_id for d in landed], retry=bool(rest))
         self._io.call(self._owner_of(tp.topic, tp.partition), request, self._timeout_ms, answered)
 
-    def _copy_over(self, shard: LoadedShard, tp: TopicPartition, done: list[str],
-                   finished: Callable[[LoadedShard, list[str]], None], *, retry: bool = False) -> None:
+    def _copy_over(self, shard: LoadedShard, tp: TopicPartition, done: list[str], *, retry: bool = False) -> None:
         if done:
-            finished(shard, done)
+            self._finished(shard, done)
         with shard.lock:
             shard.copying.discard(tp)
             more = bool(shard.core.unfinished)
         if retry:
-            self._again(shard, finished)
+            self._again(shard)
         elif more:
-            self.carry_out(shard, finished)
+            self.carry_out(shard)
 
-    def _mark(self, shard: LoadedShard, decisions: list[Decision],
-              finished: Callable[[LoadedShard, list[str]], None]) -> None:
+    def _mark(self, shard: LoadedShard, decisions: list[Decision]) -> None:
         """Owe each marker to its partition's owner; DONE once acknowledged, sent again shortly if not."""
         markers = in_place_markers(decisions)
 
         def answered(acked: frozenset[Owed]) -> None:
             done = [d.transaction_id for d, marker in zip(decisions, markers, strict=True) if marker in acked]
             if done:
-                finished(shard, done)
+                self._finished(shard, done)
             with shard.lock:
                 shard.marking.difference_update(d.transaction_id for d in decisions)
             if len(done) < len(decisions):
-                self._again(shard, finished)
+                self._again(shard)
         self._markers.send_async(markers, coordinator_epoch=shard.half_log.leader_epoch, done=answered)
 
 
@@ -188,7 +185,3 @@ def _done_written(shard: int, outcome: int | KafkaError) -> None:
     if isinstance(outcome, KafkaError):
         log.info("half-message shard %d: DONE records not written (its next owner redoes them): %s", shard, outcome)
 
-
-def _retriable(code: int) -> bool:
-    cls = ERRORS_BY_CODE.get(code)
-    return cls is not None and cls.retriable

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator.group import GroupCoordinator
 from coordinator.group.membership import join_request, join_response, sync_response
+from coordinator.local_calls import serve_locally
 from coordinator.partition_service import PartitionServer
 from coordinator.reconcile import ShardCounts, ShardReconciler
 from coordinator.rocketmq.coordinator import HalfMessageCoordinator
@@ -202,7 +203,7 @@ class SimNode:
             self.streams.opened(message.producer_group, env.src)
             self.net.reply(env, message)
         elif isinstance(message, (pb.VerifyHalfWriteRequest, pb.DeliverCheckRequest, pb.DescribeProducersRequest)):
-            self._answer_now(message, reply)
+            self._serve_locally(message, reply)
 
     def _group_request(self, env: Envelope, message: Any, reply: Callable[[object], None]) -> None:
         """A group request, as the node's servicers hand it to its group coordinator; what the model checks
@@ -249,31 +250,8 @@ class SimNode:
         self.net.reply(env, outcome)
 
     def _serve_locally(self, request: Any, done: Callable[[object], None]) -> None:
-        """A call this node makes of itself (markers to its own partitions, a first write's verification with
-        its own coordinator, a half shard's copy), as the node process answers it."""
-        if isinstance(request, pb.WriteTxnMarkersRequest):
-            self.partitions.write_txn_markers_async(request, done)
-        elif isinstance(request, pb.AddPartitionsToTxnRequest):
-            self.txn.request(request, done)
-        elif isinstance(request, pb.ProduceRequest):
-            self.partitions.produce_async(request, done)
-        elif isinstance(request, (pb.VerifyHalfWriteRequest, pb.DeliverCheckRequest, pb.DescribeProducersRequest)):
-            self._answer_now(request, done)
-        else:
-            done(UnknownServerError(f"[UNKNOWN_SERVER_ERROR] {self.name} cannot call itself with "
-                                    f"{type(request).__name__}"))
-
-    def _answer_now(self, request: Any, done: Callable[[object], None]) -> None:
-        """The requests a node answers from memory, at once."""
-        try:
-            if isinstance(request, pb.VerifyHalfWriteRequest):
-                done(self.half.verify_write(request))
-            elif isinstance(request, pb.DeliverCheckRequest):
-                done(self.half.deliver_check(request))
-            else:
-                done(self.partitions.describe_producers(request))
-        except KafkaError as exc:
-            done(exc)
+        """A call this node makes of itself, answered as the node process answers it."""
+        serve_locally(request, done, node_id=self.node_id, partitions=self.partitions, txn=self.txn, half=self.half)
 
     def _offsets_marker(self, shard: int, producer_id: int, committed: bool, offset: int) -> None:
         self.groups.complete_transaction(shard, producer_id, committed, offset)
