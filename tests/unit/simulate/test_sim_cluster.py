@@ -174,7 +174,7 @@ def test_messages_stored_in_place_open_kafka_transactions_that_their_decisions_e
     from txnsim.simulate.cluster.final_read import open_read_only
     from txnsim.simulate.cluster.model import NODES
     from txnsim.simulate.cluster.node import DATA_ROOT
-    from txnsim.simulate.cluster.rmq_client import RMQ_IN_PLACE_TOPIC, RMQ_PARTITIONS
+    from txnsim.simulate.cluster.shape import RMQ_IN_PLACE_TOPIC, RMQ_PARTITIONS
     world, model = set_up_model(5)
     world.run(until_ms=5_000)
     model.quiesce()
@@ -263,7 +263,7 @@ def test_a_client_write_to_an_internal_log_is_refused_as_the_node_refuses_it():
     write, and its coordinator goes on."""
     world, model = set_up_model(4)
     world.run(until_ms=1_000)
-    owner = model.owner_now(TRANSACTION_STATE_TOPIC, 0)
+    owner = model.control.owner_now(TRANSACTION_STATE_TOPIC, 0)
     node = model.sim_nodes[f"n{owner}"]
     shard_log = node.logs.get(TRANSACTION_STATE_TOPIC, 0)
     assert shard_log is not None

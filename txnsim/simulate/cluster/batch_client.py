@@ -21,12 +21,12 @@ from proto import txnsim_pb2 as pb
 from proto.structs import TRANSACTION_STATE_TOPIC, TopicPartition
 from txnsim.chaos.history import TXN_HEADER, Outcome
 from txnsim.simulate.cluster.clients import REQUEST_TIMEOUT_MS, _error_name
+from txnsim.simulate.cluster.shape import BATCH_TOPIC
 from txnsim.simulate.network import TIMED_OUT
 
 if TYPE_CHECKING:
     from txnsim.simulate.cluster.roles import ClientCluster
 
-BATCH_TOPIC = "sim-batch"
 QUERY = "spark-query"
 TASKS = 3
 BATCH_TIMEOUT_MS = 3_000
@@ -59,10 +59,10 @@ class SparkQuery:
         self.attempt = 0
         self.stopped = False
         self.run: _Run | None = None
-        self.partitions = model.partitions_for(BATCH_TOPIC) or 1
+        self.partitions = model.control.partitions_for(BATCH_TOPIC) or 1
 
     def _coordinator(self) -> int:
-        return self.model.owner_now(TRANSACTION_STATE_TOPIC, self.model.shard_of(QUERY))
+        return self.model.control.owner_now(TRANSACTION_STATE_TOPIC, self.model.control.shard_of(QUERY))
 
     def _send(self, node: int, request: Any, on_reply: Any) -> None:
         self.net.call(self.name, f"n{node}", request, REQUEST_TIMEOUT_MS, on_reply)
@@ -123,7 +123,7 @@ class SparkQuery:
             self._send(self._coordinator(), add_request, added)
 
         def write(producer_id: int, epoch: int) -> None:
-            values = [self.model.next_value() for _ in range(self.rng.randint(1, 3))]
+            values = [self.model.control.next_value() for _ in range(self.rng.randint(1, 3))]
             now = self.net.now(self.name)
             header = ((TXN_HEADER, attempt.encode()),)
             batch = codec.encode_batch([(now, None, str(v).encode(), header) for v in values],
@@ -146,7 +146,7 @@ class SparkQuery:
                 run.winners[task] = (producer_id, attempt)
                 self.task_done(run)
 
-            self._send(self.model.owner_now(tp.topic, tp.partition), produce, written)
+            self._send(self.model.control.owner_now(tp.topic, tp.partition), produce, written)
 
         self._send(self._coordinator(), request, joined)
 

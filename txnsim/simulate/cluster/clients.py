@@ -27,14 +27,12 @@ from proto import txnsim_pb2 as pb
 from proto.errors import ERRORS_BY_CODE, UnknownServerError, for_code
 from proto.structs import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicPartition
 from txnsim.chaos.history import TXN_HEADER, Outcome
-from txnsim.simulate.cluster.shape import shard_of_group
+from txnsim.simulate.cluster.shape import TOPIC, shard_of_group
 from txnsim.simulate.network import TIMED_OUT
 
 if TYPE_CHECKING:
     from txnsim.simulate.cluster.roles import ClientCluster
 
-#: the topic every simulated client writes and reads
-TOPIC = "sim"
 REQUEST_TIMEOUT_MS = 1_000
 RETRY_BACKOFF_MS = 20
 TRANSACTION_TIMEOUT_MS = 3_000
@@ -85,7 +83,7 @@ class TxnProducer:
         self.net.set_timer(self.name, RETRY_BACKOFF_MS, work, *args, label=work.__name__)
 
     def _coordinator(self) -> int:
-        return self.model.owner_now(TRANSACTION_STATE_TOPIC, self.model.shard_of(self.tid))
+        return self.model.control.owner_now(TRANSACTION_STATE_TOPIC, self.model.control.shard_of(self.tid))
 
     # ------------------------------------------------------------ the transaction loop
 
@@ -113,7 +111,7 @@ class TxnProducer:
         self.count += 1
         self.txn = f"{self.name}/{self.count}"
         self.model.history.begun(self.txn, self.name)
-        partitions = self.model.data_partitions
+        partitions = self.model.control.data_partitions
         chosen = sorted(self.rng.sample(partitions, self.rng.randint(1, min(3, len(partitions)))))
         if self.implicit_add:
             return self.produce(chosen)
@@ -149,7 +147,7 @@ class TxnProducer:
             part = pb.PartitionRecords(topic=tp.topic, partition=tp.partition, records=records)
             request = pb.ProduceRequest(transactional_id=self.tid, acks=-1, timeout_ms=REQUEST_TIMEOUT_MS,
                                         add_partitions=self.implicit_add, partitions=[part])
-            owner = self.model.owner_now(tp.topic, tp.partition)
+            owner = self.model.control.owner_now(tp.topic, tp.partition)
             self._call(owner, request, lambda response: answered(tp, values, response))
 
         def answered(tp: TopicPartition, values: list[int], response: Any) -> None:
@@ -182,7 +180,7 @@ class TxnProducer:
             send(tp)
 
     def _batch(self, tp: TopicPartition) -> tuple[bytes, list[int]]:
-        values = [self.model.next_value() for _ in range(self.rng.randint(1, 3))]
+        values = [self.model.control.next_value() for _ in range(self.rng.randint(1, 3))]
         now = self.net.now(self.name)
         header = ((TXN_HEADER, self.txn.encode()),)
         records = [(now, None, str(v).encode(), header) for v in values]
@@ -247,7 +245,7 @@ class GroupMember:
         self._session = 0  # bumped on every (re)join: answers to an older session's requests are ignored
 
     def _coordinator(self) -> int:
-        return self.model.owner_now(CONSUMER_OFFSETS_TOPIC, shard_of_group(self.group_id))
+        return self.model.control.owner_now(CONSUMER_OFFSETS_TOPIC, shard_of_group(self.group_id))
 
     def _call(self, request: Any, on_reply: Callable[[Any], None]) -> None:
         session = self._session
@@ -260,7 +258,7 @@ class GroupMember:
 
     def revoke(self) -> None:
         if self.owned:
-            self.model.released(self.group_id, self.name)
+            self.model.recorder.released(self.group_id, self.name)
         self.owned = []
         self.on_revoked()
 
@@ -297,7 +295,7 @@ class GroupMember:
             if response.leader_id == self.member_id:
                 members = sorted(m.member_id for m in response.member_list)
                 for i, member in enumerate(members):
-                    mine = [tp for j, tp in enumerate(self.model.data_partitions) if j % len(members) == i]
+                    mine = [tp for j, tp in enumerate(self.model.control.data_partitions) if j % len(members) == i]
                     assignments.append(pb.SyncGroupAssignment(member_id=member,
                                                               assignment=consumer_protocol.encode_assignment(mine)))
             self.sync(assignments)
@@ -314,7 +312,7 @@ class GroupMember:
                     self.member_id = ""
                 return self._later(self.join)
             self.owned = consumer_protocol.decode_assignment(response.assignment_bytes)
-            self.model.holding(self.group_id, self.name, self.generation, self.owned, self.SESSION_TIMEOUT_MS)
+            self.model.recorder.holding(self.group_id, self.name, self.generation, self.owned, self.SESSION_TIMEOUT_MS)
             self.on_assigned()
             self.last_heartbeat_ok = self.net.now(self.name)
             self.net.set_timer(self.name, self.HEARTBEAT_MS, self.heartbeat, self._session, label="heartbeat")

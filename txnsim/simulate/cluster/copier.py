@@ -34,14 +34,13 @@ from txnsim.simulate.cluster.clients import (
     coordinator_action,
     produce_action,
 )
-from txnsim.simulate.cluster.shape import shard_of_group
+from txnsim.simulate.cluster.shape import OUT_TOPIC, shard_of_group
 from txnsim.simulate.network import TIMED_OUT
 
 if TYPE_CHECKING:
     from txnsim.simulate.cluster.roles import ClientCluster
 
 COPY_GROUP = "sim-copy"
-OUT_TOPIC = "sim-out"
 POLL_MS = 25
 #: records copied in one transaction at most
 MAX_COPY = 10
@@ -66,10 +65,10 @@ class Copier(GroupMember):
     # ------------------------------------------------------------ plumbing
 
     def _txn_coordinator(self) -> int:
-        return self.model.owner_now(TRANSACTION_STATE_TOPIC, self.model.shard_of(self.tid))
+        return self.model.control.owner_now(TRANSACTION_STATE_TOPIC, self.model.control.shard_of(self.tid))
 
     def _group_coordinator(self) -> int:
-        return self.model.owner_now(CONSUMER_OFFSETS_TOPIC, shard_of_group(self.group_id))
+        return self.model.control.owner_now(CONSUMER_OFFSETS_TOPIC, shard_of_group(self.group_id))
 
     def _send(self, node: int, request: Any, on_reply: Any) -> None:
         self.net.call(self.name, f"n{node}", request, REQUEST_TIMEOUT_MS, on_reply)
@@ -160,7 +159,7 @@ class Copier(GroupMember):
             try:
                 taken = records.take(MAX_COPY)
             except CorruptMessageError as exc:
-                self.model.corrupt_read(self.name, tp, position, exc)
+                self.model.recorder.corrupt_read(self.name, tp, position, exc)
                 self.busy = False
                 return
             if not taken:
@@ -171,7 +170,7 @@ class Copier(GroupMember):
             self.model.history.polled(self.name, taken)
             self.copy(tp, [r.value for r in taken], taken[-1].offset + 1, assignment)
 
-        self._send(self.model.owner_now(tp.topic, tp.partition), request, answered)
+        self._send(self.model.control.owner_now(tp.topic, tp.partition), request, answered)
 
     def copy(self, tp: TopicPartition, values: list[bytes | None], next_offset: int, assignment: int) -> None:
         self.count += 1
@@ -228,7 +227,7 @@ class Copier(GroupMember):
                         self.model.history.sent(self.name, txn, out.topic, out.partition, parsed, base + i)
                 commit_offsets()
 
-            self._send(self.model.owner_now(out.topic, out.partition), request, answered)
+            self._send(self.model.control.owner_now(out.topic, out.partition), request, answered)
 
         def commit_offsets() -> None:
             request = pb.TxnOffsetCommitRequest(

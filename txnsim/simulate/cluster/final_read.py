@@ -33,8 +33,15 @@ from txnsim.chaos.history import FinalRead, Observed
 from txnsim.simulate.cluster.batch_client import TASKS
 from txnsim.simulate.cluster.copier import COPY_GROUP
 from txnsim.simulate.cluster.node import DATA_ROOT, SEGMENT_BYTES
-from txnsim.simulate.cluster.rmq_client import COMMITTED, RMQ_PARTITIONS, RMQ_TOPICS
-from txnsim.simulate.cluster.shape import CHECK_INTERVAL_MS, CHECK_MAX, HALF_SHARDS, OFFSETS_SHARDS
+from txnsim.simulate.cluster.rmq_client import COMMITTED
+from txnsim.simulate.cluster.shape import (
+    CHECK_INTERVAL_MS,
+    CHECK_MAX,
+    HALF_SHARDS,
+    OFFSETS_SHARDS,
+    RMQ_PARTITIONS,
+    RMQ_TOPICS,
+)
 from txnsim.simulate.model import Violation
 
 

@@ -109,35 +109,35 @@ class SimNode:
         self.markers = MarkerWriter(io=self.io, owner_of=lambda tp: self.owner(tp.topic, tp.partition),
                                     request_timeout_ms=NODE_REQUEST_TIMEOUT_MS)
         self.txn = TransactionCoordinator(
-            io=self.io, txn_shards=m.txn_shards, offsets_shards=OFFSETS_SHARDS, transaction_max_timeout_ms=60_000,
+            io=self.io, txn_shards=m.control.txn_shards, offsets_shards=OFFSETS_SHARDS, transaction_max_timeout_ms=60_000,
             transactional_id_expiration_ms=3_600_000, allocator=_ProducerIdBlocks(m), markers=self.markers,
-            partitions_for=m.partitions_for, snapshot_interval_records=SNAPSHOT_INTERVAL_RECORDS,
+            partitions_for=m.control.partitions_for, snapshot_interval_records=SNAPSHOT_INTERVAL_RECORDS,
             assigned_here=lambda shard: self.owner(TRANSACTION_STATE_TOPIC, shard) == self.node_id,
             observer=observer, planted_bug=m.planted)
-        self.verifier = TransactionVerifier(io=self.io, owner_of=self.owner, txn_shards=m.txn_shards)
+        self.verifier = TransactionVerifier(io=self.io, owner_of=self.owner, txn_shards=m.control.txn_shards)
         self.partitions = PartitionServer(
             io=self.io, logs=self.logs, membership=self, topics=_Topics(m), offsets_shards=OFFSETS_SHARDS,
-            txn_shards=m.txn_shards, half_shards=HALF_SHARDS, verify=self.verifier.verify,
+            txn_shards=m.control.txn_shards, half_shards=HALF_SHARDS, verify=self.verifier.verify,
             on_offsets_marker=self._offsets_marker, observer=observer)
         self.groups = GroupCoordinator(
             OFFSETS_SHARDS, io=self.io, min_session_timeout_ms=GROUP_MIN_SESSION_TIMEOUT_MS,
-            max_session_timeout_ms=GROUP_MAX_SESSION_TIMEOUT_MS, partitions_for=m.partitions_for,
+            max_session_timeout_ms=GROUP_MAX_SESSION_TIMEOUT_MS, partitions_for=m.control.partitions_for,
             snapshot_interval_records=SNAPSHOT_INTERVAL_RECORDS,
-            initial_rebalance_delay_ms=GROUP_INITIAL_REBALANCE_DELAY_MS, new_member_id=m.new_member_id,
+            initial_rebalance_delay_ms=GROUP_INITIAL_REBALANCE_DELAY_MS, new_member_id=m.control.new_member_id,
             observer=observer, add_to_transaction=self.verifier.verify, planted_bug=m.planted)
         self.streams = SimCheckStreams(self.name, m)
         self.half = HalfMessageCoordinator(
             io=self.io, half_shards=HALF_SHARDS, check_interval_ms=CHECK_INTERVAL_MS, check_max=CHECK_MAX,
             half_message_timeout_ms=CHECK_IMMUNITY_MS, default_storage="rocketmq",
-            allocate_producer_id=m.half_producer_id, topics=_Topics(m), owner_of=self.owner, markers=self.markers,
+            allocate_producer_id=m.control.half_producer_id, topics=_Topics(m), owner_of=self.owner, markers=self.markers,
             producers=self.streams, peers=lambda: sorted(self.view), request_timeout_ms=NODE_REQUEST_TIMEOUT_MS,
             effect_wait_ms=EFFECT_WAIT_MS, observer=observer, planted_bug=m.planted)
         self.view: frozenset[int] = frozenset()
         self.shards = ShardReconciler(
             node_id=self.node_id, logs=self.logs, owner_of=self.owner,
-            counts=ShardCounts(m.txn_shards, OFFSETS_SHARDS, HALF_SHARDS), txn=self.txn, groups=self.groups,
+            counts=ShardCounts(m.control.txn_shards, OFFSETS_SHARDS, HALF_SHARDS), txn=self.txn, groups=self.groups,
             half=self.half, acquire=self._acquire, released=self._released,
-            loaded=lambda topic, shard, what: m.note(self.name, f"{topic}-{shard} loaded: {what}"))
+            loaded=lambda topic, shard, what: m.recorder.note(self.name, f"{topic}-{shard} loaded: {what}"))
         self.retrying = False
         self.reconcile()
         self.net.set_timer(self.name, ABORT_CHECK_INTERVAL_MS, self._abort_timed_out, label="abort-check")
@@ -147,15 +147,15 @@ class SimNode:
 
     def owner(self, topic: str, partition: int) -> int:
         """The owner of a log as this node last saw the cluster (a paused node's view is stale)."""
-        return self.model.placement.owner(topic, partition, self.view)
+        return self.model.control.placement.owner(topic, partition, self.view)
 
     def may_cut_off(self, node_id: int) -> bool:
-        return self.model.may_cut_off(node_id)
+        return self.model.control.may_cut_off(node_id)
 
     def reconcile(self) -> None:
         """Let go of what moved away or was fenced meanwhile, then take the shards the placement now gives
         this node (the node's own driver, coordinator/reconcile.py)."""
-        self.view = self.model.live_view
+        self.view = self.model.control.live_view
         if self.shards.run("reconcile") and not self.retrying:
             # held by a node still letting go of it: try again shortly, as the node's next tick does
             self.retrying = True
@@ -167,15 +167,15 @@ class SimNode:
 
     def _acquire(self, topic: str, partition: int, reason: str) -> PartitionLog | None:
         try:
-            log = self.logs.open_as_leader(topic, partition, self.model.may_cut_off)
+            log = self.logs.open_as_leader(topic, partition, self.model.control.may_cut_off)
         except KafkaError as error:
-            self.model.note(self.name, f"{topic}-{partition} not taken: {type(error).__name__}")
+            self.model.recorder.note(self.name, f"{topic}-{partition} not taken: {type(error).__name__}")
             return None
-        self.model.ownership_changed(self.name, topic, partition, log.leader_epoch)
+        self.model.recorder.ownership_changed(self.name, topic, partition, log.leader_epoch)
         return log
 
     def _released(self, log: PartitionLog, action: str, reason: str) -> None:
-        self.model.note(self.name, f"{action} {log.topic}-{log.partition} epoch {log.leader_epoch}")
+        self.model.recorder.note(self.name, f"{action} {log.topic}-{log.partition} epoch {log.leader_epoch}")
 
     # ------------------------------------------------------------ requests
 
@@ -215,7 +215,7 @@ class SimNode:
             elif isinstance(message, pb.SyncGroupRequest):
                 def synced(outcome: Any) -> object:
                     if outcome.error_code == 0:
-                        self.model.assigned(message.group_id, message.generation_id, outcome.assignment, env,
+                        self.model.recorder.assigned(message.group_id, message.generation_id, outcome.assignment, env,
                                             self.name, self.now())
                     return sync_response(message.group_id, outcome)
                 _when_answered(groups.sync_future(
@@ -224,7 +224,7 @@ class SimNode:
                     {a.member_id: a.assignment for a in message.assignments}), reply, synced)
             elif isinstance(message, pb.HeartbeatRequest):
                 answer = groups.heartbeat(message)
-                self.model.member_heard(message.group_id, env.src, self.name, self.now())
+                self.model.recorder.member_heard(message.group_id, env.src, self.name, self.now())
                 reply(answer)
             elif isinstance(message, pb.LeaveGroupRequest):
                 reply(groups.leave_group(message))
@@ -268,7 +268,7 @@ class _ProducerIdBlocks:
         self._model = model
 
     def reserve_block(self) -> tuple[int, int]:
-        return self._model.reserve_producer_ids()
+        return self._model.control.reserve_producer_ids()
 
 
 class _Topics:
@@ -278,10 +278,10 @@ class _Topics:
         self._model = model
 
     def partitions(self, topic: str) -> int | None:
-        return self._model.partitions_for(topic)
+        return self._model.control.partitions_for(topic)
 
     def configs(self, topic: str) -> dict[str, str]:
-        return {"half.message.storage": self._model.half_storage(topic).value}
+        return {"half.message.storage": self._model.control.half_storage(topic).value}
 
     def configs_view(self, topic: str) -> Mapping[str, str]:
         return {}

@@ -32,10 +32,10 @@ class Reader:
         self.net = model.network
         self.isolation = isolation
         self.poll_interval_ms = poll_interval_ms
-        self.positions = {tp: 0 for tp in model.data_partitions}
+        self.positions = {tp: 0 for tp in model.control.data_partitions}
         self.in_flight: set[TopicPartition] = set()  # one fetch per partition at a time, as a consumer does
         #: the furthest end (LSO) any fetch of the partition answered (read_committed)
-        self.told = {tp: 0 for tp in model.data_partitions}
+        self.told = {tp: 0 for tp in model.control.data_partitions}
         self.stopped = False
 
     @property
@@ -44,19 +44,19 @@ class Reader:
 
     def start(self) -> None:
         if self.committed:
-            for tp in self.model.data_partitions:
+            for tp in self.model.control.data_partitions:
                 self.model.history.seeked(self.name, tp, 0, "start")
         self.net.set_timer(self.name, self.poll_interval_ms, self.poll, label="poll")
 
     def poll(self) -> None:
-        for tp in self.model.data_partitions:
+        for tp in self.model.control.data_partitions:
             if tp in self.in_flight:
                 continue
             self.in_flight.add(tp)
             request = pb.FetchRequest(isolation_level=self.isolation, max_wait_ms=0, min_bytes=1,
                                       partitions=[pb.FetchPartition(topic=tp.topic, partition=tp.partition,
                                                                     fetch_offset=self.positions[tp])])
-            owner = self.model.owner_now(tp.topic, tp.partition)
+            owner = self.model.control.owner_now(tp.topic, tp.partition)
             self.net.call(self.name, f"n{owner}", request, REQUEST_TIMEOUT_MS,
                           functools.partial(self.fetched, tp, f"n{owner}"))
         if not self.stopped:
@@ -68,12 +68,12 @@ class Reader:
             return
         part = response.partitions[0]
         if part.error_code == OffsetOutOfRangeError.errno and self.committed:  # a consumer would reset now
-            self.model.stale_read(self.name, tp, node, self.told[tp], f"OFFSET_OUT_OF_RANGE at {self.positions[tp]}")
+            self.model.recorder.stale_read(self.name, tp, node, self.told[tp], f"OFFSET_OUT_OF_RANGE at {self.positions[tp]}")
         if part.error_code:
             return
         if self.committed:
             if part.last_stable_offset < self.told[tp]:
-                self.model.stale_read(self.name, tp, node, self.told[tp], f"LSO {part.last_stable_offset}")
+                self.model.recorder.stale_read(self.name, tp, node, self.told[tp], f"LSO {part.last_stable_offset}")
             self.told[tp] = max(self.told[tp], part.last_stable_offset)
         fetch_offset = self.positions[tp]
         records = PartitionRecords(tp, fetch_offset, part.records, isolation_level=self.isolation,
@@ -82,11 +82,11 @@ class Reader:
         try:
             taken = records.take(1 << 30)
         except CorruptMessageError as exc:  # a real consumer raises this to its user: the log was damaged
-            self.model.corrupt_read(self.name, tp, fetch_offset, exc)
+            self.model.recorder.corrupt_read(self.name, tp, fetch_offset, exc)
             return
         if taken:
             if self.committed:
                 self.model.history.polled(self.name, taken)
             else:
-                self.model.uncommitted_polled(self.name, taken)
+                self.model.recorder.uncommitted_polled(self.name, taken)
         self.positions[tp] = max(fetch_offset, records.next_fetch_offset)

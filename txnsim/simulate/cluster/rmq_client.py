@@ -18,17 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from proto import txnsim_pb2 as pb
 from proto.structs import HALF_TOPIC
-from txnsim.simulate.cluster.shape import shard_of_producer_group
+from txnsim.simulate.cluster.shape import RMQ_PARTITIONS, RMQ_TOPICS, shard_of_producer_group
 from txnsim.simulate.network import TIMED_OUT, Envelope
 
 if TYPE_CHECKING:
     from txnsim.simulate.cluster.roles import ClientCluster
 
-RMQ_TOPIC = "sim-rmq"
-#: a topic whose half messages are stored in place (Storage.KAFKA): one-message Kafka transactions
-RMQ_IN_PLACE_TOPIC = "sim-rmq-in-place"
-RMQ_TOPICS = (RMQ_TOPIC, RMQ_IN_PLACE_TOPIC)
-RMQ_PARTITIONS = 2
 #: every producer process runs one producer of each group; the two groups' half messages live in different shards
 PRODUCER_GROUPS = ("sim-rmq-producers", "sim-rmq-stock")
 REQUEST_TIMEOUT_MS = 1_000
@@ -50,14 +45,14 @@ class RmqProducer:
         self.count = 0
         self.stopped = False
         #: the node its check-back streams are open to
-        self.stream_node = self.rng.randrange(len(model.nodes()))
+        self.stream_node = self.rng.randrange(len(model.control.nodes()))
 
     def start(self) -> None:
         self.net.set_timer(self.name, self.rng.randint(50, 200), self.next_message, label="rmq-next")
         self.net.set_timer(self.name, self.rng.randint(1, 50), self.keep_streams, label="rmq-stream")
 
     def _owner(self, group: str) -> str:
-        return f"n{self.model.owner_now(HALF_TOPIC, shard_of_producer_group(group))}"
+        return f"n{self.model.control.owner_now(HALF_TOPIC, shard_of_producer_group(group))}"
 
     # ------------------------------------------------------------ the check-back streams
 
@@ -69,7 +64,7 @@ class RmqProducer:
         for group in PRODUCER_GROUPS:
             def answered(response: Any, node: str = node) -> None:
                 if response is TIMED_OUT and node == f"n{self.stream_node}":
-                    self.stream_node = (self.stream_node + 1) % len(self.model.nodes())
+                    self.stream_node = (self.stream_node + 1) % len(self.model.control.nodes())
 
             self.net.call(self.name, node, pb.CheckBackRequest(producer_group=group, client_id=self.name),
                           STREAM_KEEPALIVE_MS, answered)
@@ -85,7 +80,7 @@ class RmqProducer:
         group = self.rng.choice(PRODUCER_GROUPS)
         topic = self.rng.choice(RMQ_TOPICS)
         partition = self.rng.randrange(RMQ_PARTITIONS)
-        self.model.rmq_message_sent(message_id)
+        self.model.recorder.rmq_message_sent(message_id)
         self.send(group, message_id, topic, partition)
 
     def send(self, group: str, message_id: str, topic: str, partition: int) -> None:

@@ -1,11 +1,23 @@
-"""The simulated cluster's fixed shape: how many `__consumer_offsets` shards it has and the group settings
-its nodes run with (short: a run lasts seconds). Kept apart so the actors and the model can name them
-without importing the nodes."""
+"""The simulated cluster's configuration: its size, its topics and shards, and the group and half-message
+settings its nodes run with (short: a run lasts seconds). Kept apart so the actors, the control plane and
+the model can name them without importing one another."""
 from __future__ import annotations
 
 from proto.hashing import partition_for
 
+NODES = 3
+#: the transactional producers' topic, the copiers' output topic and the Spark-style batch's topic
+TOPIC = "sim"
+OUT_TOPIC = "sim-out"
+BATCH_TOPIC = "sim-batch"
+PARTITIONS = 4
+TXN_SHARDS = 4
 OFFSETS_SHARDS = 2
+#: the RocketMQ producers' topics: one storing half messages RocketMQ's way, one in place (Kafka's way)
+RMQ_TOPIC = "sim-rmq"
+RMQ_IN_PLACE_TOPIC = "sim-rmq-in-place"
+RMQ_TOPICS = (RMQ_TOPIC, RMQ_IN_PLACE_TOPIC)
+RMQ_PARTITIONS = 2
 #: a short initial delay: the simulated members start together
 GROUP_INITIAL_REBALANCE_DELAY_MS = 100
 GROUP_MIN_SESSION_TIMEOUT_MS = 100

@@ -17,7 +17,8 @@ from coordinator.rocketmq.log_format import HalfRecord
 from coordinator.runtime.io import Cancellable, Failures, Outcome
 from partitions import PartitionLog
 from proto.errors import KafkaError, KafkaTimeoutError
-from proto.structs import TopicPartition
+from proto.planted_bugs import PlantedBug
+from proto.structs import CONSUMER_OFFSETS_TOPIC, HALF_TOPIC, INTERNAL_TOPICS, TopicPartition
 from txnsim.simulate.network import TIMED_OUT
 
 if TYPE_CHECKING:
@@ -25,6 +26,20 @@ if TYPE_CHECKING:
 
 #: a local call's handler: the request, and where its outcome goes
 LocalHandler = Callable[[Any, Callable[[Outcome], None]], None]
+
+
+def acknowledged_before_fsync(planted: PlantedBug | None, ends: Mapping[PartitionLog, int]) -> bool:
+    """Whether a planted bug acknowledges these writes before their fsync: with ack-before-fsync, every write
+    to a data partition; with ack-group-before-fsync, every write of a group coordinator (its membership
+    records and offsets); with half-ack-before-fsync, every write of a half message (stored, or counted for a
+    check)."""
+    if planted is PlantedBug.ACK_BEFORE_FSYNC:
+        return any(plog.topic not in INTERNAL_TOPICS for plog in ends)
+    if planted is PlantedBug.ACK_GROUP_BEFORE_FSYNC:
+        return any(plog.topic == CONSUMER_OFFSETS_TOPIC for plog in ends)
+    if planted is PlantedBug.HALF_ACK_BEFORE_FSYNC:
+        return any(plog.topic == HALF_TOPIC for plog in ends)
+    return False
 
 
 class SimIO:
@@ -59,7 +74,7 @@ class SimIO:
     def durable(self, ends: Mapping[PartitionLog, int], done: Callable[[Failures], None]) -> None:
         """The fsync's time passes, then it happens (a power loss in between loses the writes), then `done`."""
         ends = dict(ends)
-        early = self._model.acknowledged_before_fsync(ends)
+        early = acknowledged_before_fsync(self._model.planted, ends)
         if early:  # a planted bug: acknowledged before the fsync
             done({})
 
@@ -71,7 +86,7 @@ class SimIO:
                 except KafkaError as exc:
                     failures[plog] = exc
                     continue
-                self._model.appended(self.name, plog, -1, -1)
+                self._model.recorder.appended(self.name, plog, -1, -1)
             if not early:
                 done(failures)
         self._net.set_timer(self.name, self.fsync_ms, fsync, label="fsync")
@@ -95,18 +110,18 @@ class TraceObserver(NoObserver):
         self._model = model
 
     def shard_snapshotted(self, topic: str, shard: int, next_offset: int, log_start_offset: int) -> None:
-        self._model.note(self._name, f"snapshot of {topic}-{shard} up to offset {next_offset}, log from "
+        self._model.recorder.note(self._name, f"snapshot of {topic}-{shard} up to offset {next_offset}, log from "
                                      f"{log_start_offset}")
 
     def ownership_changed(self, action: str, topic: str, partition: int, leader_epoch: int) -> None:
-        self._model.ownership_changed(self._name, topic, partition, leader_epoch)
+        self._model.recorder.ownership_changed(self._name, topic, partition, leader_epoch)
 
     def check_back_sent(self, transaction_id: str, record: HalfRecord, via_peer: bool) -> None:
-        self._model.rmq_check_sent(self._name, transaction_id, record, via_peer=via_peer)
+        self._model.recorder.rmq_check_sent(self._name, transaction_id, record, via_peer=via_peer)
 
     def half_message_discarded(self, transaction_id: str) -> None:
-        self._model.rmq_discarded(transaction_id)
+        self._model.recorder.rmq_discarded(transaction_id)
 
     def offsets_committed(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
         for tp, offset in offsets.items():
-            self._model.offset_committed(group_id, tp, offset)
+            self._model.recorder.offset_committed(group_id, tp, offset)
