@@ -50,6 +50,15 @@ if ! command -v kcat >/dev/null 2>&1; then
     echo "note: kcat is missing (apt-get install kcat as root); the kcat tests will be skipped" >&2
   fi
 fi
+# Replicated clusters keep their controller's state in ZooKeeper (Debian's zookeeper package, 3.8, run on
+# the Java already here); install it (as root) only when missing.
+if [ ! -f /usr/share/java/zookeeper.jar ] && [ -z "${ZOOKEEPER_HOME:-}" ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get install -y -qq zookeeper >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq zookeeper; }
+  else
+    echo "note: ZooKeeper is missing (apt-get install zookeeper as root, or set ZOOKEEPER_HOME); the ZooKeeper tests will be skipped" >&2
+  fi
+fi
 # The Node.js client tests run KafkaJS and RocketMQ's Node.js client, pinned by tests/clients/node/package-lock.json:
 # npm ci there only when the lock changed since the last install (its copy in node_modules is the stamp).
 # --ignore-scripts: the one install script (protobufjs's postinstall) only warns about version schemes.

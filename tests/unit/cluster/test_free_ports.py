@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import socket
 
-from txnsim import cluster
-from txnsim.cluster import free_port
+from txnsim import ports
+from txnsim.ports import free_port
 
 
 def test_a_picked_port_is_below_the_ephemeral_range_and_can_be_listened_on():
-    low = cluster._ephemeral_start()
+    low = ports._ephemeral_start()
     for _ in range(20):
         port = free_port()
         assert 10_000 <= port < low
@@ -24,10 +24,10 @@ def test_a_port_someone_listens_on_is_never_picked(monkeypatch):
         for s in taken:
             s.bind(("127.0.0.1", free_port()))
             s.listen()
-        ports = {s.getsockname()[1] for s in taken}
-        spare = next(port for port in iter(free_port, None) if port not in ports)
+        listening = {s.getsockname()[1] for s in taken}
+        spare = next(port for port in iter(free_port, None) if port not in listening)
         # every candidate but the last is taken: the pick must skip them
-        monkeypatch.setattr(cluster.random, "sample", lambda population, k: [*sorted(ports), spare])
+        monkeypatch.setattr(ports.random, "sample", lambda population, k: [*sorted(listening), spare])
         assert free_port() == spare
     finally:
         for s in taken:
@@ -35,6 +35,6 @@ def test_a_port_someone_listens_on_is_never_picked(monkeypatch):
 
 
 def test_without_room_below_the_ephemeral_range_the_kernel_picks(monkeypatch):
-    monkeypatch.setattr(cluster, "_ephemeral_start", lambda: 10_500)
+    monkeypatch.setattr(ports, "_ephemeral_start", lambda: 10_500)
     port = free_port()
     assert 10_500 <= port <= 60_999
