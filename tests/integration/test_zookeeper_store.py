@@ -10,24 +10,19 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from coordinator.controller.store import (
-    BadVersionError,
-    Check,
-    Create,
-    NodeExistsError,
     SessionEvent,
-    SetData,
     StoreUnavailableError,
-    Znode,
 )
 from coordinator.controller.zookeeper_store import ZooKeeperStore
 from coordinator.runtime.io import wait_for
 from tests.helpers import wait_until
+from tests.store_contract import CONTRACT
 from txnsim.zookeeper import ZooKeeperServer, zookeeper_available
 
 _MISSING = zookeeper_available()
@@ -43,47 +38,15 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
 @pytest.fixture
 def store(zookeeper: ZooKeeperServer, request: pytest.FixtureRequest) -> Iterator[ZooKeeperStore]:
     session = ZooKeeperStore(zookeeper.address, session_timeout_ms=2_000)
-    root = f"/{request.node.name}"
-    wait_for(lambda done: session.ensure_path(root, done))
+    wait_for(lambda done: session.ensure_path(f"/{request.node.name}", done))
     yield session
     session.close()
 
 
-def test_a_versioned_write_from_a_writer_that_read_an_older_version_fails(store: ZooKeeperStore) -> None:
-    path = "/test_a_versioned_write_from_a_writer_that_read_an_older_version_fails/state"
-    wait_for(lambda done: store.create(path, b'{"isr": [0, 1, 2]}', done))
-    read: Znode = wait_for(lambda done: store.get(path, done))
-    assert wait_for(lambda done: store.set(path, b'{"isr": [0, 1]}', done, version=read.version)) == read.version + 1
-    with pytest.raises(BadVersionError):  # a second writer still holding the old version loses
-        wait_for(lambda done: store.set(path, b'{"isr": [0, 2]}', done, version=read.version))
-    assert wait_for(lambda done: store.get(path, done)).data == b'{"isr": [0, 1]}'
-    with pytest.raises(NodeExistsError):
-        wait_for(lambda done: store.create(path, b"again", done))
-
-
-def test_a_multi_op_guarded_by_a_stale_version_changes_nothing(store: ZooKeeperStore) -> None:
-    root = "/test_a_multi_op_guarded_by_a_stale_version_changes_nothing"
-    wait_for(lambda done: store.create(f"{root}/controller_epoch", b"1", done))
-    wait_for(lambda done: store.create(f"{root}/state", b"leader 0", done))
-    wait_for(lambda done: store.set(f"{root}/controller_epoch", b"2", done))  # a newer controller took over
-    with pytest.raises(BadVersionError):
-        wait_for(lambda done: store.commit([Check(f"{root}/controller_epoch", 0),
-                                            SetData(f"{root}/state", b"leader 1"),
-                                            Create(f"{root}/extra")], done))
-    assert wait_for(lambda done: store.get(f"{root}/state", done)).data == b"leader 0"
-    assert wait_for(lambda done: store.children(root, done)) == ["controller_epoch", "state"]
-    versions = wait_for(lambda done: store.commit([Check(f"{root}/controller_epoch", 1),
-                                                   SetData(f"{root}/state", b"leader 1")], done))
-    assert versions[1] == 1
-
-
-def test_a_watch_on_a_missing_znode_fires_when_it_is_created(store: ZooKeeperStore) -> None:
-    path = "/test_a_watch_on_a_missing_znode_fires_when_it_is_created/controller"
-    fired = threading.Event()
-    with pytest.raises(Exception, match="NoNode|NONODE|no node"):
-        wait_for(lambda done: store.get(path, done, watch=fired.set))
-    wait_for(lambda done: store.create(path, b'{"brokerid": 1}', done, ephemeral=True))
-    assert fired.wait(5), "the watch set on the missing znode never fired on its creation"
+@pytest.mark.parametrize("case", CONTRACT, ids=lambda case: case.__name__)
+def test_zookeeper_keeps_the_store_contract(store: ZooKeeperStore, case: Callable[[ZooKeeperStore, str], None],
+                                            request: pytest.FixtureRequest) -> None:
+    case(store, f"/{request.node.name}")
 
 
 _MEMBER = """
