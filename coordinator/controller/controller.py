@@ -84,6 +84,10 @@ class Controller:
             self._resign()
         elif event is SessionEvent.CONNECTED and not self.active:
             self._try_to_lead()
+        elif event is SessionEvent.CONNECTED:  # back within the session: writes refused meanwhile are owed
+            log.info("controller %d: reconnected; reading the cluster's state again", self.broker_id)
+            self.view = ControllerView()
+            self._watch_all()
 
     def _try_to_lead(self) -> None:
         self._store.create(CONTROLLER, encode_controller(self.broker_id, self._now_ms()),

@@ -226,6 +226,8 @@ class SimStore:
         self._timeout_ms = timeout_ms
         self._listeners: list[Callable[[SessionEvent], None]] = []
         self._connected = True
+        #: watch events that fired while this member was cut off
+        self._held: list[Watch] = []
         self.session_id = self._open()
 
     def _open(self) -> int:
@@ -252,11 +254,15 @@ class SimStore:
         if not self._tree.alive(self.session_id):
             self.session_id = self._open()
             self._connected = True
+            self._held = []  # the old session's watches went with it
             self._tell(SessionEvent.CONNECTED)
             return
         self._tree.heard_from(self.session_id, self._now_ms())
         if not self._connected:
             self._connected = True
+            held, self._held = self._held, []
+            for watch in held:
+                self._deliver(watch)
             self._tell(SessionEvent.CONNECTED)
 
     def create(self, path: str, data: bytes, done: Done, *, ephemeral: bool = False) -> None:
@@ -285,6 +291,9 @@ class SimStore:
 
     def _apply(self, operation: Callable[[], object], done: Done) -> None:
         if not self._reachable() or not self._tree.alive(self.session_id):
+            if self._connected and self._tree.alive(self.session_id):  # the client finds the connection gone
+                self._connected = False
+                self._tell(SessionEvent.SUSPENDED)
             reason = "cut off from" if self._tree.alive(self.session_id) else "session expired at"
             error = StoreUnavailableError(f"[CONNECTIONLOSS] {reason} the simulated ZooKeeper")
             self._deliver(lambda: done(error))
@@ -304,6 +313,10 @@ class SimStore:
         session_id = self.session_id
 
         def fire() -> None:
-            if self.session_id == session_id and self._tree.alive(session_id):
+            if self.session_id != session_id or not self._tree.alive(session_id):
+                return
+            if self._reachable():
                 self._deliver(watch)
+            else:  # the event waits for the connection (ZooKeeper sends it once the client is back)
+                self._held.append(watch)
         return fire

@@ -122,3 +122,41 @@ def test_the_shipping_controller_runs_on_the_simulated_zookeeper() -> None:
     store0.heartbeat()  # broker 0's client reconnects in a new session: it registers again, and follows
     assert wait_for(lambda done: store1.children("/brokers/ids", done)) == ["0", "1", "2"]
     assert not controller0.active and controller0.controller_id == 1
+
+
+def test_a_controller_cut_off_before_its_write_makes_it_once_back_within_its_session() -> None:
+    tree, clock = ZnodeTree(), Clock()
+    cut_off = [False]
+    inbox: deque[Callable[[], None]] = deque()  # what reaches the controller, delivered one at a time below
+    serial = Serial()
+    store = SimStore(tree, timeout_ms=1_000, now_ms=lambda: clock.now, deliver=inbox.append,
+                     reachable=lambda: not cut_off[0])
+
+    def pump(events: int | None = None) -> None:
+        while inbox and (events is None or events > 0):
+            serial(inbox.popleft())
+            events = None if events is None else events - 1
+    controller = Controller(0, store, serial, now_ms=lambda: clock.now)
+    BrokerRegistration(BrokerInfo(0, "10.0.0.0:7000"), store, serial).start()
+    controller.start()
+    pump()
+    others = {i: SimStore(tree, timeout_ms=1_000, now_ms=lambda: clock.now) for i in (1, 2)}
+    for i, other in others.items():
+        BrokerRegistration(BrokerInfo(i, f"10.0.0.{i}:7000"), other, Serial()).start()
+    pump()
+    admin = SimStore(tree, timeout_ms=1_000, now_ms=lambda: clock.now)
+    wait_for(lambda done: admin.create(topic_path("orders"), encode_assignment(assign_replicas(1, 3, [0, 1, 2])),
+                                       done))
+    pump()
+    assert state(admin, 0) == PartitionState(0, 0, (0, 1, 2), 1)
+
+    others[2].close()  # broker 2 goes
+    pump(1)  # the controller's watch fires: it reads the brokers (the read is answered below)
+    cut_off[0] = True  # ... and is cut off before it writes the new ISR
+    pump()
+    assert state(admin, 0) == PartitionState(0, 0, (0, 1, 2), 1)  # the write did not reach ZooKeeper
+    clock.now = 500
+    cut_off[0] = False
+    store.heartbeat()  # back within its session
+    pump()
+    assert controller.active and state(admin, 0) == PartitionState(0, 1, (0, 1), 1)
