@@ -1,4 +1,4 @@
-"""Many seeds at once: each seed is an independent run in a pool of worker processes.
+"""Many seeds at once: each seed is an independent run in one of a set of worker processes.
 
 A worker returns only a small `SeedOutcome` (no trace lines), so a sweep of thousands of
 seeds costs little more than the runs themselves. Seeds are reported in seed order
@@ -6,13 +6,15 @@ whatever order the workers finish in, so a sweep's table is itself deterministic
 """
 from __future__ import annotations
 
-import functools
+import collections
 import multiprocessing
 import os
 import signal
 import time
+import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from multiprocessing.connection import Connection, wait
 
 from txnsim.simulate.simulation import SimConfig, simulate
 
@@ -109,28 +111,71 @@ def sweep(template: SimConfig, seeds: Iterable[int], jobs: int | None = None,
             for seed in seed_list:
                 done(run_seed(template, seed))
         else:
-            # SIGINT is blocked while the pool forks its workers and starts the threads that fork replacements
-            # (they keep the mask), so no worker can see a Ctrl-C before its initializer ignores it
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-            try:
-                pool = multiprocessing.Pool(min(jobs, len(seed_list)), initializer=_ignore_sigint)
-            finally:
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-            try:
-                for outcome in pool.imap_unordered(functools.partial(run_seed, template), seed_list):
-                    done(outcome)
-                pool.close()
-            finally:
-                pool.terminate()  # at once: on Ctrl-C the workers' seeds are given up
-                pool.join()
+            _in_workers(template, seed_list, min(jobs, len(seed_list)), done)
     except KeyboardInterrupt:
         interrupted = True
     outcomes.sort(key=lambda o: o.seed)
     return SweepResult(outcomes, time.perf_counter() - started, len(seed_list), interrupted)
 
 
-def _ignore_sigint() -> None:
-    """A worker's start: Ctrl-C goes to the whole process group, and only the parent should act on it. The
-    worker was forked with SIGINT blocked (sweep); ignored now, it may be unblocked."""
+def _in_workers(template: SimConfig, seeds: list[int], jobs: int, done: Callable[[SeedOutcome], None]) -> None:
+    """Run `seeds` in `jobs` worker processes, each with a pipe of its own: a seed goes down, its outcome comes
+    back, the next seed goes down. No lock is shared between the workers and this process, so stopping is
+    only killing them: multiprocessing.Pool's terminate() could wait for ever on its task queue's lock, held
+    by a worker blocked reading a task that would never come (a Ctrl-C before the first task was sent)."""
+    context = multiprocessing.get_context()
+    workers: list[tuple[multiprocessing.process.BaseProcess, Connection]] = []
+    # SIGINT is blocked while the workers are forked (they keep the mask until they ignore it), so none can
+    # see a Ctrl-C before it ignores it: only this process decides what a Ctrl-C does
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        for _ in range(jobs):
+            mine, theirs = context.Pipe()
+            worker = context.Process(target=_worker, args=(template, theirs), daemon=True)
+            worker.start()
+            theirs.close()
+            workers.append((worker, mine))
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    pending = collections.deque(seeds)
+    try:
+        busy: dict[Connection, multiprocessing.process.BaseProcess] = {}
+        for process, conn in workers:
+            if pending:
+                conn.send(pending.popleft())
+                busy[conn] = process
+        while busy:
+            for ready in wait(list(busy)):
+                assert isinstance(ready, Connection)
+                try:
+                    answer = ready.recv()
+                except EOFError:
+                    raise RuntimeError(f"a sweep worker died (exit code {busy[ready].exitcode})") from None
+                if isinstance(answer, str):  # the worker's run raised: its traceback
+                    raise RuntimeError(f"a seed's run failed in a sweep worker:\n{answer}")
+                done(answer)
+                if pending:
+                    ready.send(pending.popleft())
+                else:
+                    ready.send(None)
+                    del busy[ready]
+    finally:
+        for process, _conn in workers:
+            if process.is_alive():
+                process.kill()
+        for process, conn in workers:
+            process.join()
+            conn.close()
+
+
+def _worker(template: SimConfig, conn: Connection) -> None:
+    """A worker: Ctrl-C goes to the whole process group, and only the parent acts on it. Runs the seeds it is
+    sent until it is sent None."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    while (seed := conn.recv()) is not None:
+        try:
+            outcome: SeedOutcome | str = run_seed(template, seed)
+        except Exception:
+            outcome = traceback.format_exc()
+        conn.send(outcome)
