@@ -10,6 +10,7 @@ import collections
 import multiprocessing
 import os
 import signal
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable
@@ -125,27 +126,39 @@ def _in_workers(template: SimConfig, seeds: list[int], jobs: int, done: Callable
     by a worker blocked reading a task that would never come (a Ctrl-C before the first task was sent)."""
     context = multiprocessing.get_context()
     workers: list[tuple[multiprocessing.process.BaseProcess, Connection]] = []
-    # SIGINT is blocked while the workers are forked (they keep the mask until they ignore it), so none can
-    # see a Ctrl-C before it ignores it: only this process decides what a Ctrl-C does
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        for _ in range(jobs):
-            mine, theirs = context.Pipe()
-            worker = context.Process(target=_worker, args=(template, theirs), daemon=True)
-            worker.start()
-            theirs.close()
-            workers.append((worker, mine))
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     pending = collections.deque(seeds)
-    try:
+    try:  # from the first fork on: whatever ends this, the workers are killed
+        # While the workers are forked, SIGINT is blocked (they keep the mask until they ignore it, so none sees
+        # a Ctrl-C first: only this process decides what a Ctrl-C does) and a Ctrl-C is only noted: blocked
+        # here, it still reaches the progress display's thread, and its KeyboardInterrupt would otherwise be
+        # raised here between a fork and the line that keeps the new worker, leaving it running
+        noted: list[bool] = []
+        in_main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, lambda _signum, _frame: noted.append(True)) if in_main else None
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            for _ in range(jobs):
+                mine, theirs = context.Pipe()
+                worker = context.Process(target=_worker, args=(template, theirs), daemon=True)
+                worker.start()
+                theirs.close()
+                workers.append((worker, mine))
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+            if in_main:
+                signal.signal(signal.SIGINT, previous)
+        if noted:
+            raise KeyboardInterrupt
         busy: dict[Connection, multiprocessing.process.BaseProcess] = {}
         for process, conn in workers:
             if pending:
                 conn.send(pending.popleft())
                 busy[conn] = process
         while busy:
-            for ready in wait(list(busy)):
+            # a short timeout, not a blocking wait: a Ctrl-C that came while SIGINT was blocked here went to
+            # another thread (the progress display's), which cannot interrupt this wait; this thread raises the
+            # KeyboardInterrupt as soon as it runs again
+            for ready in wait(list(busy), timeout=0.1):
                 assert isinstance(ready, Connection)
                 try:
                     answer = ready.recv()

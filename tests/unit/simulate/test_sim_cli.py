@@ -94,3 +94,29 @@ def test_ctrl_c_stops_a_sweep_at_once_says_what_ran_and_leaves_no_worker(tmp_pat
     while processes_in_group(sweep.pid):
         assert time.monotonic() < deadline, f"workers left behind: {processes_in_group(sweep.pid)}"
         time.sleep(0.05)
+
+
+def test_ctrl_c_while_the_workers_start_leaves_no_worker_behind(tmp_path: Path):
+    """A Ctrl-C that lands while the sweep forks its workers (SIGINT blocked there) still stops it at once and
+    kills every worker: a worker forked just before the interrupt once outlived the command, holding its
+    output open. The window is narrow, so it is tried several times."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    for _ in range(8):
+        sweep = subprocess.Popen([sys.executable, "-m", "txnsim.cli.main", "simulate", "--seeds", "100..140",
+                                  "--jobs", "2"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 60
+            while len(processes_in_group(sweep.pid)) < 2:  # the first worker is forked
+                assert sweep.poll() is None and time.monotonic() < deadline, "the sweep never started a worker"
+                time.sleep(0.005)
+            os.killpg(sweep.pid, signal.SIGINT)
+            _out, err = sweep.communicate(timeout=10)
+        finally:
+            if sweep.poll() is None:
+                os.killpg(sweep.pid, signal.SIGKILL)
+        assert sweep.returncode == 130, err
+        deadline = time.monotonic() + 5
+        while processes_in_group(sweep.pid):
+            assert time.monotonic() < deadline, f"workers left behind: {processes_in_group(sweep.pid)}"
+            time.sleep(0.05)
