@@ -6,14 +6,16 @@ Invariant kept throughout: nothing is acknowledged or read before it is fsynced.
 from partitions.log import PartitionLog
 from partitions.log_manager import LogManager
 from partitions.model import (
-                              AppendOrigin,
-                              AppendResult,
-                              FetchData,
-                              LogConfig,
-                              OpenTransaction,
-                              ProducerSnapshot,
-                              RecoveryStats,
+    AppendOrigin,
+    AppendResult,
+    FetchData,
+    LogConfig,
+    OpenTransaction,
+    ProducerSnapshot,
+    RecoveryStats,
+    ReplicaRole,
 )
+from partitions.replica_log import ReplicaLog
 
 __all__ = [
     "AppendOrigin",
@@ -25,4 +27,6 @@ __all__ = [
     "PartitionLog",
     "ProducerSnapshot",
     "RecoveryStats",
+    "ReplicaLog",
+    "ReplicaRole",
 ]

@@ -11,6 +11,9 @@ Fencing (leader_epochs.py): a log opened with its claims writes only segment fil
 its own epoch (the first write after opening starts a fresh one), and after each fsync checks
 that no later epoch was claimed before it moves the high watermark and acknowledges. Once a
 later epoch exists the log is fenced: every waiting and later call gets NOT_LEADER_OR_FOLLOWER.
+
+One replica of a replicated partition is a ReplicaLog (replica_log.py), which builds on this class
+through the few hooks marked as such below.
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ from partitions.model import (
     OpenTransaction,
     ProducerSnapshot,
     RecoveryStats,
+    ReplicaRole,
 )
 from partitions.producer_snapshot import PartitionStateSnapshot, snapshot_name
 from partitions.producer_state import ProducerStateTable
@@ -102,6 +106,72 @@ def _first_record_at_or_after(batch: RecordBatch, timestamp: int) -> tuple[int, 
     return None
 
 
+@dataclasses.dataclass(slots=True)
+class Recovered:
+    """What opening a log found on its disk: the good prefix's segments and the state rebuilt from them."""
+
+    segments: list[Segment]
+    state: ProducerStateTable
+    aborted: AbortedTxnIndex
+    report: list[str]
+    stats: RecoveryStats
+    recovery_point: RecoveryPointWriter
+    log_start: int
+
+    @property
+    def end_offset(self) -> int:
+        return self.segments[-1].next_offset
+
+    def close(self) -> None:
+        for segment in self.segments:
+            segment.close()
+        self.recovery_point.close()
+
+
+def recover(directory: Path, topic: str, partition: int, *, leader_epoch: int, config: LogConfig,
+            epochs: LeaderEpochs | None, storage: Storage, refetch_damage: bool = False) -> Recovered:
+    """Find the good prefix of the log in `directory` (creating it if missing), cut what lies past it, and
+    load its state (see PartitionLog.open). `refetch_damage`: damage below the recovery point is cut like a
+    torn tail, for a replica, whose leader has those offsets to send again."""
+    storage.mkdir(directory)
+    limits_before = epochs.limits() if epochs is not None else EpochLimits()
+    scanned = scan_segments(directory, limits_before, storage,
+                            check_saved_indexes=config.planted_bug is not PlantedBug.TRUST_SAVED_INDEX)
+    try:
+        end = scanned.end_offset
+        latest_start = limits_before.starts[-1][1] if limits_before.starts else 0
+        floor = max(read_recovery_point(directory, storage), latest_start)
+        if end < floor and refetch_damage:
+            logger.error("log recovery: %s-%s: this replica's log is damaged below offset %d, which it had "
+                         "fsynced; it is cut at offset %d and fetches offsets %d to %d again from its leader",
+                         topic, partition, floor, end, end, floor - 1)
+        elif end < floor:
+            accepted = accepted_loss(directory, storage)
+            if accepted is None or accepted > end:
+                raise _damage_below(f"{topic}-{partition}", scanned, floor, directory)
+            logger.error("log recovery: %s-%s: offsets %d to %d are given up, as %s allows", topic, partition,
+                         end, floor - 1, directory / ACCEPT_LOSS_FILE)
+        if epochs is not None:
+            epochs.record_start(leader_epoch, end)
+            limits, older = epochs.limits(), (lambda epoch: epoch is None or epoch < leader_epoch)
+        else:  # the only writer: everything on disk is older, and ends where the good prefix does
+            limits, older = EpochLimits(((_ONLY_WRITER, end),)), (lambda _epoch: True)
+        report = clean_up(directory, scanned, limits, older, sole_writer=epochs is None, storage=storage)
+        segments = scanned.segments or [Segment.create(directory, end, leader_epoch, storage)]
+        loaded = load_producer_state(directory, segments, f"{topic}-{partition}", limits, older, storage)
+        if end < floor:  # the loss was accepted: the recovery point starts again from here
+            forget_accepted_loss(directory, storage)
+        recovery_point = RecoveryPointWriter.open(directory, leader_epoch, storage)
+        log_start = min(read_log_start(directory, storage), end)
+    except BaseException:
+        for segment in scanned.segments:
+            segment.close()
+        raise
+    stats = dataclasses.replace(loaded.stats, scanned_segments=len(scanned.scanned),
+                                indexed_segments=len(scanned.segments) - len(scanned.scanned))
+    return Recovered(segments, loaded.state, loaded.aborted, report, stats, recovery_point, log_start)
+
+
 class PartitionLog:
     """One partition's log. Thread-safe; open it with PartitionLog.open().
 
@@ -109,12 +179,13 @@ class PartitionLog:
     nothing waits for another thread, and wait_for_data with a zero timeout never blocks.
     """
 
+    #: a replica deletes its own empty active segment when it rolls (an unreplicated log in a shared
+    #: directory may not: the file may be a later leader's)
+    _replaces_empty_segments = False
+
     def __init__(self, directory: Path, topic: str, partition: int, leader_epoch: int, config: LogConfig,
-                 segments: list[Segment], state: ProducerStateTable, aborted: AbortedTxnIndex,
-                 recovery_report: list[str], recovery_stats: RecoveryStats,
-                 epochs: LeaderEpochs | None = None, storage: Storage = FILE_STORAGE,
-                 now_ms: Callable[[], int] = wall_clock_ms, recovery_point: RecoveryPointWriter | None = None,
-                 log_start: int = 0) -> None:
+                 recovered: Recovered, epochs: LeaderEpochs | None = None, storage: Storage = FILE_STORAGE,
+                 now_ms: Callable[[], int] = wall_clock_ms, high_watermark: int | None = None) -> None:
         self.directory = directory
         #: the disk this log's files live on (the real one unless a simulator says otherwise)
         self.storage = storage
@@ -123,29 +194,35 @@ class PartitionLog:
         self.partition = partition
         self.leader_epoch = leader_epoch
         self.config = config
-        self.recovery_report = recovery_report
+        self.recovery_report = recovered.report
         #: how the producer state was rebuilt on open (which snapshot, how many batches replayed)
-        self.recovery_stats = recovery_stats
+        self.recovery_stats = recovered.stats
         #: fsyncs of segment data (group commit keeps this well below the number of appends)
         self.fsync_count = 0
         self._lock = threading.Lock()
         self._data_ready = threading.Condition(self._lock)
-        self._segments = segments
-        self._segment_bases = [segment.base_offset for segment in segments]
-        self._state = state
-        self._aborted = aborted
-        self._log_end_offset = segments[-1].next_offset
-        self._high_watermark = self._log_end_offset  # everything recovered is durable
+        self._segments = recovered.segments
+        self._segment_bases = [segment.base_offset for segment in self._segments]
+        self._state = recovered.state
+        self._aborted = recovered.aborted
+        self._log_end_offset = recovered.end_offset
+        #: the end of what is fsynced: everything recovered is
+        self._synced_end = self._log_end_offset
+        #: everything recovered is durable, and so readable, unless replication says less of it is
+        self._high_watermark = self._log_end_offset if high_watermark is None else min(high_watermark,
+                                                                                       self._log_end_offset)
         self._state.on_high_watermark(self._high_watermark)
+        #: how many times the log was cut back (a replica's): a flush that saw an older log proves nothing
+        self._cuts = 0
         self._closed = False
         self._files_closed = False
         self._epochs = epochs
         self._fenced = False
         self._committer = GroupCommitter(self._flush, self._log_end_offset)
-        self._recovery_point = recovery_point or RecoveryPointWriter(directory, leader_epoch, storage)
+        self._recovery_point = recovered.recovery_point
         #: the first offset readable, when records before it were deleted inside a segment (DeleteRecords);
         #: the log start is the later of it and the first segment's base
-        self._log_start = log_start
+        self._log_start = recovered.log_start
         self._recovery_point_failed = False
         #: damaged batches found by reads (segment file, byte position), each logged once
         self._reported_damage: set[tuple[PurePath, int]] = set()
@@ -167,40 +244,9 @@ class PartitionLog:
         Every file operation goes to `storage` (`epochs` should use the same one); `now_ms` is the
         clock for marker timestamps, so a simulator with its own gets identical bytes every run.
         """
-        storage.mkdir(directory)
-        limits_before = epochs.limits() if epochs is not None else EpochLimits()
-        scanned = scan_segments(directory, limits_before, storage,
-                                check_saved_indexes=config.planted_bug is not PlantedBug.TRUST_SAVED_INDEX)
-        try:
-            end = scanned.end_offset
-            latest_start = limits_before.starts[-1][1] if limits_before.starts else 0
-            floor = max(read_recovery_point(directory, storage), latest_start)
-            if end < floor:
-                accepted = accepted_loss(directory, storage)
-                if accepted is None or accepted > end:
-                    raise _damage_below(f"{topic}-{partition}", scanned, floor, directory)
-                logger.error("log recovery: %s-%s: offsets %d to %d are given up, as %s allows", topic, partition,
-                             end, floor - 1, directory / ACCEPT_LOSS_FILE)
-            if epochs is not None:
-                epochs.record_start(leader_epoch, end)
-                limits, older = epochs.limits(), (lambda epoch: epoch is None or epoch < leader_epoch)
-            else:  # the only writer: everything on disk is older, and ends where the good prefix does
-                limits, older = EpochLimits(((_ONLY_WRITER, end),)), (lambda _epoch: True)
-            report = clean_up(directory, scanned, limits, older, sole_writer=epochs is None, storage=storage)
-            segments = scanned.segments or [Segment.create(directory, end, leader_epoch, storage)]
-            loaded = load_producer_state(directory, segments, f"{topic}-{partition}", limits, older, storage)
-            if end < floor:  # the loss was accepted: the recovery point starts again from here
-                forget_accepted_loss(directory, storage)
-            recovery_point = RecoveryPointWriter.open(directory, leader_epoch, storage)
-            log_start = min(read_log_start(directory, storage), end)
-        except BaseException:
-            for segment in scanned.segments:
-                segment.close()
-            raise
-        stats = dataclasses.replace(loaded.stats, scanned_segments=len(scanned.scanned),
-                                    indexed_segments=len(scanned.segments) - len(scanned.scanned))
-        return cls(directory, topic, partition, leader_epoch, config, segments, loaded.state, loaded.aborted,
-                   report, stats, epochs, storage, now_ms, recovery_point, log_start)
+        recovered = recover(directory, topic, partition, leader_epoch=leader_epoch, config=config, epochs=epochs,
+                            storage=storage)
+        return cls(directory, topic, partition, leader_epoch, config, recovered, epochs, storage, now_ms)
 
     def __repr__(self) -> str:
         return (f"PartitionLog({self.topic}-{self.partition}, epoch {self.leader_epoch}, "
@@ -252,7 +298,7 @@ class PartitionLog:
         """
         batches = validate_batches(records, self.config, origin)
         with self._lock:
-            self._check_open()
+            self._check_leading()
             placed, offset = [], self._log_end_offset
             for batch in batches:
                 placed.append((batch.header, offset))
@@ -273,8 +319,8 @@ class PartitionLog:
         return result
 
     def make_durable(self, end_offset: int) -> None:
-        """Return once every offset below `end_offset` is durable (fsynced; the high watermark past it),
-        sharing fsyncs with concurrent callers; KafkaStorageError or NOT_LEADER_OR_FOLLOWER if it cannot be."""
+        """Return once every offset below `end_offset` is durable (fsynced; for a log that is the only copy,
+        the high watermark past it), sharing fsyncs with concurrent callers; KafkaStorageError or NOT_LEADER_OR_FOLLOWER if it cannot be."""
         self._committer.wait_until_durable(end_offset)
 
     def needs_txn_verification(self, records: bytes) -> list[tuple[int, int]]:
@@ -298,7 +344,7 @@ class PartitionLog:
             raise InvalidRequestError(f"a marker needs a producer id and epoch, not {producer_id}/{producer_epoch}")
         timestamp = self._now_ms() if timestamp_ms is None else timestamp_ms
         with self._lock:
-            self._check_open()
+            self._check_leading()
             late_check = 0 if self.config.planted_bug is PlantedBug.ACCEPT_LATE_MARKERS else transaction_version
             self._state.check_marker(producer_id, producer_epoch, coordinator_epoch, late_check)
             offset = self._log_end_offset
@@ -337,7 +383,12 @@ class PartitionLog:
         """
         self._sync_active_segment()
         sealed = self._segments[-1]
-        if sealed.epoch == self.leader_epoch:  # an inherited file is indexed by recovery, which checks it first
+        if self._replaces_empty_segments and sealed.size == 0:  # its own empty file: the new one takes its place
+            self._segments.pop()
+            self._segment_bases.pop()
+            sealed.close()
+            delete_segment_files(sealed.path, self.storage)
+        elif sealed.epoch == self.leader_epoch:  # an inherited file is indexed by recovery, which checks it first
             sealed.save_index()
         segment = Segment.create(self.directory, self._log_end_offset, self.leader_epoch, self.storage)
         self._segments.append(segment)
@@ -374,7 +425,7 @@ class PartitionLog:
             if self._files_closed:
                 raise NotLeaderOrFollowerError(f"[NOT_LEADER_OR_FOLLOWER] log {self.topic}-{self.partition} is closed")
             self._check_not_fenced()
-            end = self._log_end_offset
+            end, cuts = self._log_end_offset, self._cuts
             # segments are fsynced when rolled, so only the newest can hold unsynced bytes; -2 is cheap insurance
             dirty = [(segment, segment.size) for segment in self._segments[-2:] if segment.synced_size < segment.size]
         try:
@@ -386,16 +437,34 @@ class PartitionLog:
         if self.fenced:  # checked after the fsync: see leader_epochs.py for why that order
             self._check_not_fenced()
         with self._lock:
+            if cuts != self._cuts:  # cut back meanwhile: the sizes fsynced belong to a log that is gone
+                return self._synced_end
             for segment, size in dirty:
                 segment.mark_synced(size)
             if self.config.fsync:
                 self.fsync_count += len(dirty)
-            if end > self._high_watermark:
-                self._high_watermark = end
-                self._state.on_high_watermark(end)
-                self._data_ready.notify_all()
+            if end > self._synced_end:
+                self._synced_end = end
                 self._record_recovery_point(end)
+                self._advance_high_watermark()
         return end
+
+    def _advance_high_watermark(self) -> None:
+        """Move the high watermark to its target (lock held); it never goes back but for a cut."""
+        mark = self._high_watermark_target()
+        if mark <= self._high_watermark:
+            return
+        self._high_watermark = mark
+        self._state.on_high_watermark(mark)
+        self._data_ready.notify_all()
+        self._high_watermark_moved(mark)
+
+    def _high_watermark_target(self) -> int:
+        """Hook (lock held): where the high watermark may go now; the only copy's is its fsynced end."""
+        return self._synced_end
+
+    def _high_watermark_moved(self, mark: int) -> None:
+        """Hook (lock held): the high watermark is now `mark`."""
 
     def _record_recovery_point(self, end: int) -> None:
         """Note the durable end for recovery (lock held); a failure only weakens recovery's check, so it is
@@ -425,7 +494,8 @@ class PartitionLog:
             committed = isolation == IsolationLevel.READ_COMMITTED
             if self.config.planted_bug is PlantedBug.READ_PAST_HW and not committed:
                 high_watermark = self._log_end_offset
-            out_of_range = fetch_offset < self.log_start_offset or fetch_offset > high_watermark
+            upper = self._highest_fetch_offset(high_watermark)
+            out_of_range = fetch_offset < self.log_start_offset or fetch_offset > upper
             if not out_of_range:
                 spans, end = self._spans(fetch_offset, lso if committed else high_watermark, max_bytes,
                                          take_one=min_one_batch)
@@ -436,8 +506,13 @@ class PartitionLog:
             self.check_still_leader()
             raise OffsetOutOfRangeError(
                 f"offset {fetch_offset} is outside {self.topic}-{self.partition}'s range "
-                f"[{self.log_start_offset}, {high_watermark}]")
+                f"[{self.log_start_offset}, {upper}]")
         return FetchData(self._read_checked(spans), high_watermark, lso, self.log_start_offset, aborted)
+
+    def _highest_fetch_offset(self, high_watermark: int) -> int:
+        """Hook (lock held): the largest offset a fetch may ask for without OFFSET_OUT_OF_RANGE (an offset
+        between the readable end and it reads as empty); the only copy's is its high watermark."""
+        return high_watermark
 
     def _read_checked(self, spans: list[tuple[Segment, int, int]]) -> bytes:
         """The bytes of `spans`, up to the first batch that is not what its segment's index says (a
@@ -552,8 +627,12 @@ class PartitionLog:
             write_log_start(self.directory, target, self.storage, fsync=self.config.fsync)
             self._log_start = target
             self._aborted.drop_before(target)
+            self._log_start_moved(target)
         self.delete_segments_before(target)
         return self.log_start_offset
+
+    def _log_start_moved(self, log_start: int) -> None:
+        """Hook (lock held): nothing below `log_start` is readable any more, durably."""
 
     def apply_retention(self, now_ms: int, retention_ms: int, retention_bytes: int) -> int:
         """Delete the oldest sealed segments that retention lets go: those whose newest record is older than
@@ -627,6 +706,18 @@ class PartitionLog:
         with self._lock:
             return self._aborted.entries
 
+    @property
+    def role(self) -> ReplicaRole | None:
+        """LEADER or FOLLOWER for a replica's log; None for a log that is the only copy (it always leads)."""
+        return None
+
+    def _check_leading(self) -> None:
+        """Hook (lock held), before a client write or a marker: open and not fenced."""
+        self._check_open()
+
+    def _closing_files(self) -> None:
+        """Hook (lock held): close() closes the files now."""
+
     def _check_open(self) -> None:
         if self._closed:
             raise NotLeaderOrFollowerError(f"[NOT_LEADER_OR_FOLLOWER] log {self.topic}-{self.partition} is closed on "
@@ -688,5 +779,6 @@ class PartitionLog:
                 for segment in self._segments:
                     segment.close()
                 self._recovery_point.close()
+                self._closing_files()
                 if durable and not self.storage.exists(self.directory / snapshot_name(end, self.leader_epoch)):
                     self._write_snapshot()  # the next open then replays nothing

@@ -41,6 +41,15 @@ class AppendOrigin(enum.Enum):
     COORDINATOR = "coordinator"
 
 
+class ReplicaRole(enum.Enum):
+    """What a replicated log does now (an unreplicated log, one copy, has no role: it always leads)."""
+
+    #: takes client writes, stamped with its leader epoch
+    LEADER = "leader"
+    #: takes only its leader's batches, as they are, and may be cut back to the leader's history
+    FOLLOWER = "follower"
+
+
 @dataclass(frozen=True, slots=True)
 class AppendResult:
     """Where an append landed; `duplicate` means it had already been written at these offsets."""

@@ -23,15 +23,18 @@ import crc32c
 from partitions.storage import FILE_STORAGE, Storage, StorageFile
 
 FILE_NAME = "recovery-point"
+#: a replica's high watermark, kept the same way (Kafka's replication-offset-checkpoint): a restarted replica
+#: must not serve offsets its ISR may never have had, and an older mark is only slower to serve, never wrong
+HIGH_WATERMARK_FILE = "high-watermark"
 ACCEPT_LOSS_FILE = "accept-loss-from"
 _RECORD = struct.Struct(">qiI")  # end offset, leader epoch, CRC-32C of the first 12 bytes
 #: the file starts over (one truncate) once it holds this many bytes
 _ROTATE_AT = 64 * 1024
 
 
-def read_recovery_point(directory: PurePath, storage: Storage = FILE_STORAGE) -> int:
+def read_recovery_point(directory: PurePath, storage: Storage = FILE_STORAGE, name: str = FILE_NAME) -> int:
     """The largest end offset a valid record of `directory`'s file holds (0 without one)."""
-    path = directory / FILE_NAME
+    path = directory / name
     if not storage.exists(path):
         return 0
     data = storage.read_bytes(path)
@@ -65,8 +68,9 @@ def forget_accepted_loss(directory: PurePath, storage: Storage = FILE_STORAGE) -
 class RecoveryPointWriter:
     """Appends the recovery point of one log after each fsync (called with the log's lock held)."""
 
-    def __init__(self, directory: PurePath, epoch: int, storage: Storage = FILE_STORAGE) -> None:
-        self._path = directory / FILE_NAME
+    def __init__(self, directory: PurePath, epoch: int, storage: Storage = FILE_STORAGE,
+                 name: str = FILE_NAME) -> None:
+        self._path = directory / name
         self._epoch = epoch
         self._storage = storage
         self._file: StorageFile | None = None
@@ -74,9 +78,10 @@ class RecoveryPointWriter:
         self._last = -1
 
     @classmethod
-    def open(cls, directory: PurePath, epoch: int, storage: Storage = FILE_STORAGE) -> RecoveryPointWriter:
+    def open(cls, directory: PurePath, epoch: int, storage: Storage = FILE_STORAGE,
+             name: str = FILE_NAME) -> RecoveryPointWriter:
         """The writer of `directory`'s file, which is created (and its name made durable) if missing."""
-        writer = cls(directory, epoch, storage)
+        writer = cls(directory, epoch, storage, name)
         if storage.exists(writer._path):
             writer._file = storage.open_file(writer._path)
         else:
@@ -101,6 +106,17 @@ class RecoveryPointWriter:
         self._file.append(record)
         self._size += len(record)
         self._last = end_offset
+
+    def restart_at(self, end_offset: int, epoch: int) -> None:
+        """The log was cut back to `end_offset`: the file starts over from it, fsynced, before anything is cut
+        (a crash in between leaves a point below the log end, which only makes recovery less strict)."""
+        if self._file is None:
+            self._file = (self._storage.open_file(self._path) if self._storage.exists(self._path)
+                          else self._storage.create_file(self._path))
+        self._file.truncate(0)
+        self._size, self._last, self._epoch = 0, -1, epoch
+        self.record(end_offset)
+        self._file.fsync()
 
     def close(self) -> None:
         if self._file is not None:

@@ -212,6 +212,14 @@ class Segment:
     def batch_count(self) -> int:
         return len(self._bases)
 
+    def batch_reaching(self, offset: int) -> tuple[int, int]:
+        """(byte position, base offset) of the first batch that holds `offset` or lies past it; (size, next
+        offset) when none does: where a cut keeping only the offsets before `offset` goes."""
+        i = bisect_left(self._lasts, offset)
+        if i == len(self._lasts):
+            return self._size, self.next_offset
+        return self._positions[i], self._bases[i]
+
     def has_batch_at(self, offset: int) -> bool:
         """Whether a batch of this segment starts at `offset`."""
         i = bisect_left(self._bases, offset)
@@ -312,6 +320,21 @@ class Segment:
                 if i == self._checked:
                     self._checked = i + 1
             i += 1
+        return None
+
+    def verify(self) -> tuple[int, int, str] | None:
+        """Check every batch no reader has checked yet, reading them once in runs of about a megabyte: the first
+        damaged one as (base offset, byte position, what is wrong), or None."""
+        i = self._checked
+        while i < len(self._positions):
+            start = self._positions[i]
+            j = bisect_left(self._positions, start + _READ_AHEAD, lo=i + 1)
+            end = self._positions[j] if j < len(self._positions) else self._size
+            damage = self.damage_in(start, self.read(start, end))
+            if damage is not None:
+                position, problem = damage
+                return self._bases[bisect_left(self._positions, position)], position, problem
+            i = j
         return None
 
     @property

@@ -10,6 +10,7 @@ import pytest
 from partitions.group_commit import GroupCommitter
 from partitions.segment import Segment
 from proto import records
+from proto.errors import NotLeaderOrFollowerError
 from proto.structs import IsolationLevel
 
 UNCOMMITTED = IsolationLevel.READ_UNCOMMITTED
@@ -169,3 +170,38 @@ def test_a_failed_flush_raises_to_its_leader_and_a_waiter_retries():
     assert committer.durable_end == 0
     committer.wait_until_durable(3)
     assert committer.durable_end == 5
+
+
+def test_a_write_cut_back_before_it_was_durable_is_never_acknowledged():
+    """A replica truncating to its leader's history: the waiter for a removed offset is told it is gone, even
+    though new writes reach that offset again, and a flush that ran across the cut moves nothing."""
+    written = [5]
+    in_flush, release = threading.Event(), threading.Event()
+
+    def flush() -> int:
+        end = written[0]
+        in_flush.set()
+        assert release.wait(DEADLINE_S)
+        return end
+
+    committer = GroupCommitter(flush, durable_end=0)
+    outcome: list[BaseException | None] = []
+
+    def wait_for_five() -> None:
+        try:
+            committer.wait_until_durable(5)
+            outcome.append(None)
+        except BaseException as error:
+            outcome.append(error)
+
+    waiter = threading.Thread(target=wait_for_five)
+    waiter.start()
+    assert in_flush.wait(DEADLINE_S)
+    committer.cut_back(2)  # offsets 2..4 are gone while the flush that covered them runs
+    written[0] = 6  # new writes reach past 5 again
+    release.set()
+    waiter.join(DEADLINE_S)
+    assert len(outcome) == 1 and isinstance(outcome[0], NotLeaderOrFollowerError)
+    assert committer.durable_end == 0  # the flush across the cut did not count
+    committer.wait_until_durable(6)  # a write after the cut is made durable as usual
+    assert committer.durable_end == 6
