@@ -70,8 +70,10 @@ class Backoff:
 
 Effect = Truncate | Append | SetHighWatermark | Backoff
 
-#: errors after which the follower waits for a new LeaderAndIsr instead of fetching again
-_WAIT_FOR_CONTROLLER = frozenset({"FENCED_LEADER_EPOCH", "NOT_LEADER_OR_FOLLOWER", "UNKNOWN_TOPIC_OR_PARTITION"})
+#: errors after which the follower waits for the controller's next word instead of fetching again (Kafka's
+#: onPartitionFenced); others (NOT_LEADER_OR_FOLLOWER from a leader that has not heard it leads yet,
+#: UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION) are fetched again after a backoff
+_WAIT_FOR_CONTROLLER = frozenset({"FENCED_LEADER_EPOCH"})
 
 
 class FollowerFetcher:

@@ -586,6 +586,20 @@ class NonEmptyGroupError(BrokerResponseError):
     name = "NON_EMPTY_GROUP"
 
 
+class FencedLeaderEpochError(InvalidMetadataError, BrokerResponseError):
+    """The request names a leader epoch older than the partition's (KIP-320): the asker's metadata is stale."""
+
+    errno = 74
+    name = "FENCED_LEADER_EPOCH"
+
+
+class UnknownLeaderEpochError(RetriableError, BrokerResponseError):
+    """The request names a leader epoch newer than this replica knows: it has not heard of that leader yet."""
+
+    errno = 75
+    name = "UNKNOWN_LEADER_EPOCH"
+
+
 class UnsupportedCompressionTypeError(BrokerResponseError):
     """The node does not accept that compression type."""
 

@@ -397,6 +397,62 @@ class FetchResponse(_message.Message):
     partitions: _containers.RepeatedCompositeFieldContainer[FetchPartitionResult]
     def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[FetchPartitionResult, _Mapping]]] = ...) -> None: ...
 
+class ReplicaFetchPartition(_message.Message):
+    __slots__ = ("topic", "partition", "fetch_offset", "last_fetched_epoch", "current_leader_epoch")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    FETCH_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_FETCHED_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    fetch_offset: int
+    last_fetched_epoch: int
+    current_leader_epoch: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., fetch_offset: _Optional[int] = ..., last_fetched_epoch: _Optional[int] = ..., current_leader_epoch: _Optional[int] = ...) -> None: ...
+
+class ReplicaFetchRequest(_message.Message):
+    __slots__ = ("replica_id", "max_wait_ms", "max_bytes", "partitions")
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    replica_id: int
+    max_wait_ms: int
+    max_bytes: int
+    partitions: _containers.RepeatedCompositeFieldContainer[ReplicaFetchPartition]
+    def __init__(self, replica_id: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., max_bytes: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[ReplicaFetchPartition, _Mapping]]] = ...) -> None: ...
+
+class ReplicaFetchPartitionData(_message.Message):
+    __slots__ = ("topic", "partition", "error_code", "error_message", "diverging_epoch", "diverging_end_offset", "records", "records_end", "high_watermark", "log_start_offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    DIVERGING_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    DIVERGING_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_END_FIELD_NUMBER: _ClassVar[int]
+    HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    error_code: int
+    error_message: str
+    diverging_epoch: int
+    diverging_end_offset: int
+    records: bytes
+    records_end: int
+    high_watermark: int
+    log_start_offset: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., diverging_epoch: _Optional[int] = ..., diverging_end_offset: _Optional[int] = ..., records: _Optional[bytes] = ..., records_end: _Optional[int] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ...) -> None: ...
+
+class ReplicaFetchResponse(_message.Message):
+    __slots__ = ("partitions",)
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    partitions: _containers.RepeatedCompositeFieldContainer[ReplicaFetchPartitionData]
+    def __init__(self, partitions: _Optional[_Iterable[_Union[ReplicaFetchPartitionData, _Mapping]]] = ...) -> None: ...
+
 class ListOffsetsRequest(_message.Message):
     __slots__ = ("partitions", "timestamps", "isolation_level")
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]

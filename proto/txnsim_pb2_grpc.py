@@ -399,6 +399,11 @@ class PartitionsStub:
                 request_serializer=proto_dot_txnsim__pb2.DescribeProducersRequest.SerializeToString,
                 response_deserializer=proto_dot_txnsim__pb2.DescribeProducersResponse.FromString,
                 _registered_method=True)
+        self.ReplicaFetch = channel.unary_unary(
+                '/txnsim.Partitions/ReplicaFetch',
+                request_serializer=proto_dot_txnsim__pb2.ReplicaFetchRequest.SerializeToString,
+                response_deserializer=proto_dot_txnsim__pb2.ReplicaFetchResponse.FromString,
+                _registered_method=True)
 
 
 class PartitionsServicer:
@@ -435,6 +440,12 @@ class PartitionsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReplicaFetch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PartitionsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -462,6 +473,11 @@ def add_PartitionsServicer_to_server(servicer, server):
                     servicer.DescribeProducers,
                     request_deserializer=proto_dot_txnsim__pb2.DescribeProducersRequest.FromString,
                     response_serializer=proto_dot_txnsim__pb2.DescribeProducersResponse.SerializeToString,
+            ),
+            'ReplicaFetch': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReplicaFetch,
+                    request_deserializer=proto_dot_txnsim__pb2.ReplicaFetchRequest.FromString,
+                    response_serializer=proto_dot_txnsim__pb2.ReplicaFetchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -600,6 +616,33 @@ class Partitions:
             '/txnsim.Partitions/DescribeProducers',
             proto_dot_txnsim__pb2.DescribeProducersRequest.SerializeToString,
             proto_dot_txnsim__pb2.DescribeProducersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReplicaFetch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/txnsim.Partitions/ReplicaFetch',
+            proto_dot_txnsim__pb2.ReplicaFetchRequest.SerializeToString,
+            proto_dot_txnsim__pb2.ReplicaFetchResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,215 @@
+"""Every replica one node holds: the partitions it leads and those it follows, and the followers' fetches it
+serves (Kafka's ReplicaManager).
+
+The controller's word for a partition (its leader, leader epoch, ISR and the state's version) comes in
+through `apply`: this node leads it, follows its leader, or holds no replica of it. A follower's fetch names
+every partition it follows here; when none has anything new the fetch is parked, a registered waiter that a
+local append or the fetch's deadline wakes, so an idle follower costs one call per max_wait, not a spin.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from coordinator.controller.znodes import PartitionState
+from coordinator.replication.follower import FetchSession, FetchSettings
+from coordinator.replication.isr_writes import IsrWriter
+from coordinator.replication.leader import LeaderPartition, partition_error
+from coordinator.runtime.io import Cancellable, NodeIO, Outcome
+from partitions.leader_replicas import REPLICA_LAG_TIME_MAX_MS
+from partitions.replica_log import ReplicaLog
+from proto import txnsim_pb2 as pb
+from proto.errors import NotLeaderOrFollowerError
+from proto.structs import TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationSettings:
+    min_insync_replicas: int = 2
+    max_lag_ms: int = REPLICA_LAG_TIME_MAX_MS
+    fetch: FetchSettings = FetchSettings()
+
+
+@dataclass(eq=False)
+class _Parked:
+    request: pb.ReplicaFetchRequest
+    done: Callable[[Outcome], None]
+    partitions: frozenset[TopicPartition]
+    timer: Cancellable | None = None
+    answered: bool = False
+
+
+@dataclass
+class _Replica:
+    log: ReplicaLog
+    replicas: tuple[int, ...]
+    state: PartitionState
+    leader: LeaderPartition | None = None
+    followed_from: int | None = None
+    min_insync_replicas: int = 2
+
+
+class ReplicaManager:
+    def __init__(self, io: NodeIO, isr_writer: IsrWriter, settings: ReplicationSettings = ReplicationSettings()) -> None:
+        self._io = io
+        self._isr_writer = isr_writer
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._replicas: dict[TopicPartition, _Replica] = {}
+        self._sessions: dict[int, FetchSession] = {}
+        self._parked: list[_Parked] = []
+        self._closed = False
+
+    @property
+    def node_id(self) -> int:
+        return self._io.node_id
+
+    # ------------------------------------------------------------ the controller's word
+
+    def apply(self, tp: TopicPartition, replica_log: ReplicaLog, state: PartitionState, version: int,
+              replicas: tuple[int, ...], *, min_insync_replicas: int | None = None) -> None:
+        """The partition's state as the controller wrote it: lead it, follow its leader, or (leader -1, the
+        partition offline) wait. A state at an older leader epoch than the replica's is ignored (a stale
+        word); one at the same epoch updates what the leader knows of its ISR's version."""
+        required = self.settings.min_insync_replicas if min_insync_replicas is None else min_insync_replicas
+        with self._lock:
+            current = self._replicas.get(tp)
+            if current is not None and (state.leader_epoch, state.leader) == (current.state.leader_epoch,
+                                                                                current.state.leader):
+                return  # the same leadership (a leader's own ISR writes keep it at this epoch)
+            if current is not None and state.leader_epoch < current.state.leader_epoch:
+                log.info("%s: ignoring a state at leader epoch %d, older than %d", tp, state.leader_epoch,
+                         current.state.leader_epoch)
+                return
+            replica = current or _Replica(replica_log, replicas, state, min_insync_replicas=required)
+            replica.state, replica.replicas, replica.min_insync_replicas = state, replicas, required
+            self._replicas[tp] = replica
+            old_leader, replica.leader = replica.leader, None
+            old_session = self._sessions.get(replica.followed_from) if replica.followed_from is not None else None
+            replica.followed_from = None
+        if old_leader is not None:
+            old_leader.resign()
+        if old_session is not None:
+            old_session.unfollow(tp)
+        if state.leader == self.node_id:
+            leader = LeaderPartition(tp, replica.log, io=self._io, state=state, version=version,
+                                     replicas=replicas, isr_writer=self._isr_writer,
+                                     min_insync_replicas=required, max_lag_ms=self.settings.max_lag_ms)
+            with self._lock:
+                replica.leader = leader
+            log.info("node %d leads %s at epoch %d, ISR %s", self.node_id, tp, state.leader_epoch, list(state.isr))
+        elif state.leader >= 0 and self.node_id in replicas:
+            session = self._session_for(state.leader)
+            with self._lock:
+                replica.followed_from = state.leader
+            session.follow(tp, replica.log, state.leader_epoch)
+            log.info("node %d follows %s on node %d at epoch %d", self.node_id, tp, state.leader, state.leader_epoch)
+
+    def stop(self, tp: TopicPartition) -> ReplicaLog | None:
+        """This node holds no replica of `tp` any more; the log is the caller's to close or delete."""
+        with self._lock:
+            replica = self._replicas.pop(tp, None)
+        if replica is None:
+            return None
+        if replica.leader is not None:
+            replica.leader.resign()
+        if replica.followed_from is not None:
+            self._sessions[replica.followed_from].unfollow(tp)
+        return replica.log
+
+    def leader(self, tp: TopicPartition) -> LeaderPartition | None:
+        with self._lock:
+            replica = self._replicas.get(tp)
+            return replica.leader if replica is not None else None
+
+    def session(self, leader_id: int) -> FetchSession | None:
+        with self._lock:
+            return self._sessions.get(leader_id)
+
+    def _session_for(self, leader_id: int) -> FetchSession:
+        with self._lock:
+            session = self._sessions.get(leader_id)
+            if session is None:
+                session = self._sessions[leader_id] = FetchSession(self._io, leader_id, self.settings.fetch)
+            return session
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            replicas, sessions = list(self._replicas.values()), list(self._sessions.values())
+            parked, self._parked = self._parked, []
+        for replica in replicas:
+            if replica.leader is not None:
+                replica.leader.resign()
+        for session in sessions:
+            session.close()
+        for fetch in parked:
+            if fetch.timer is not None:
+                fetch.timer.cancel()
+
+    # ------------------------------------------------------------ serving followers
+
+    def handle_fetch(self, request: pb.ReplicaFetchRequest, done: Callable[[Outcome], None]) -> None:
+        """A follower's ReplicaFetch: answered now if any partition has news, else parked up to max_wait_ms."""
+        # answered at once even when parked: the fetch tells each leader how far the follower has fsynced
+        response = self._answer(request)
+        if request.max_wait_ms <= 0 or any(data.records or data.error_code or data.diverging_end_offset >= 0
+                                           for data in response.partitions):
+            done(response)
+            return
+        parked = _Parked(request, done, frozenset(TopicPartition(p.topic, p.partition) for p in request.partitions))
+        with self._lock:
+            if self._closed:
+                parked.answered = True
+            else:
+                self._parked.append(parked)
+        if parked.answered:
+            done(self._answer(request))
+            return
+        parked.timer = self._io.after(request.max_wait_ms, lambda: self._unpark(parked), "parked replica fetch")
+        # an append between the check above and the parking would have found nothing to wake: look again
+        if any(leader is not None and leader.has_news_for(asked)
+               for asked, leader in zip(request.partitions, self._leaders_of(request))):
+            self._unpark(parked)
+
+    def appended(self, tp: TopicPartition) -> None:
+        """A local write to `tp` is durable: the leader's high watermark may move (an ISR of one), and fetches
+        parked on `tp` are answered."""
+        leader = self.leader(tp)
+        if leader is not None:
+            leader.appended()
+        with self._lock:
+            woken = [fetch for fetch in self._parked if tp in fetch.partitions]
+        for fetch in woken:
+            self._unpark(fetch)
+
+    def _unpark(self, fetch: _Parked) -> None:
+        with self._lock:
+            if fetch.answered:
+                return
+            fetch.answered = True
+            if fetch in self._parked:
+                self._parked.remove(fetch)
+        if fetch.timer is not None:
+            fetch.timer.cancel()
+        fetch.done(self._answer(fetch.request))
+
+    def _leaders_of(self, request: pb.ReplicaFetchRequest) -> list[LeaderPartition | None]:
+        with self._lock:
+            return [replica.leader if (replica := self._replicas.get(TopicPartition(p.topic, p.partition)))
+                    else None for p in request.partitions]
+
+    def _answer(self, request: pb.ReplicaFetchRequest) -> pb.ReplicaFetchResponse:
+        response = pb.ReplicaFetchResponse()
+        for asked, leader in zip(request.partitions, self._leaders_of(request)):
+            tp = TopicPartition(asked.topic, asked.partition)
+            if leader is None:
+                response.partitions.append(partition_error(tp, NotLeaderOrFollowerError(
+                    f"[NOT_LEADER_OR_FOLLOWER] node {self.node_id} does not lead {tp}")))
+            else:
+                response.partitions.append(leader.fetch(request.replica_id, asked, request.max_bytes))
+        return response
