@@ -78,8 +78,9 @@ class ReplicaManager:
         required = self.settings.min_insync_replicas if min_insync_replicas is None else min_insync_replicas
         with self._lock:
             current = self._replicas.get(tp)
-            if current is not None and (state.leader_epoch, state.leader) == (current.state.leader_epoch,
-                                                                                current.state.leader):
+            if current is not None and (state.leader_epoch, state.leader) == (
+                    current.state.leader_epoch, current.state.leader) and (
+                    current.leader is not None or state.leader != self.node_id):
                 return  # the same leadership (a leader's own ISR writes keep it at this epoch)
             if current is not None and state.leader_epoch < current.state.leader_epoch:
                 log.info("%s: ignoring a state at leader epoch %d, older than %d", tp, state.leader_epoch,
@@ -108,6 +109,16 @@ class ReplicaManager:
                 replica.followed_from = state.leader
             session.follow(tp, replica.log, state.leader_epoch)
             log.info("node %d follows %s on node %d at epoch %d", self.node_id, tp, state.leader, state.leader_epoch)
+
+    def resign_all(self) -> None:
+        """Give up every leadership (the store session expired: the controller moves them, and this node may
+        not know to whom); followers go on fetching. The next word for a partition is applied afresh."""
+        with self._lock:
+            leaders = [replica.leader for replica in self._replicas.values() if replica.leader is not None]
+            for replica in self._replicas.values():
+                replica.leader = None
+        for leader in leaders:
+            leader.resign()
 
     def stop(self, tp: TopicPartition) -> ReplicaLog | None:
         """This node holds no replica of `tp` any more; the log is the caller's to close or delete."""

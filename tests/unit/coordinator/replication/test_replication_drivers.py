@@ -8,9 +8,8 @@ the controller moved on from, acknowledges nothing more, and comes back to cut e
 tail."""
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import PurePath
-from typing import Any
 
 import pytest
 
@@ -19,94 +18,26 @@ from coordinator.controller.znodes import PartitionState, partition_state_path
 from coordinator.replication.follower import FetchSettings
 from coordinator.replication.isr_writes import IsrWriter
 from coordinator.replication.manager import ReplicaManager, ReplicationSettings
-from coordinator.runtime.io import Cancellable, Failures, Outcome
-from partitions import LogConfig, PartitionLog, ReplicaLog
+from coordinator.runtime.io import Failures
+from partitions import LogConfig, ReplicaLog
 from partitions.follower_fetch import FetchState
 from partitions.memory_storage import MemoryStorage
 from proto import records
 from proto.errors import (
     KafkaError,
-    KafkaTimeoutError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     RequestTimedOutError,
 )
 from proto.structs import IsolationLevel, TopicPartition
+from tests.replication_world import LATENCY_MS, Net, WorldIO
 from txnsim.simulate.coordination import SimStore, ZnodeTree
 from txnsim.simulate.world import World
 
 TP = TopicPartition("orders", 0)
-LATENCY_MS = 1
-FSYNC_MS = 1
 MAX_LAG_MS = 1_000
 SETTINGS = ReplicationSettings(min_insync_replicas=2, max_lag_ms=MAX_LAG_MS,
                                fetch=FetchSettings(max_wait_ms=500, backoff_ms=100, request_timeout_ms=1_000))
-
-
-class Net:
-    """Messages between nodes, LATENCY_MS each way; a cut link (or a downed node) drops them."""
-
-    def __init__(self, world: World) -> None:
-        self.world = world
-        self.handlers: dict[int, Callable[[Any, Callable[[Outcome], None]], None]] = {}
-        self.cut: set[tuple[int, int]] = set()
-        self.calls = 0
-
-    def isolate(self, node: int, others: list[int]) -> None:
-        for other in others:
-            self.cut |= {(node, other), (other, node)}
-
-    def call(self, src: int, dst: int, request: Any, timeout_ms: int, done: Callable[[Outcome], None]) -> None:
-        self.calls += 1
-        finished = [False]
-
-        def finish(outcome: Outcome) -> None:
-            if not finished[0]:
-                finished[0] = True
-                done(outcome)
-        timer = self.world.after(timeout_ms, finish, KafkaTimeoutError(f"node {dst} did not answer node {src}"))
-
-        def reply(response: Outcome) -> None:
-            def arrive() -> None:
-                if (dst, src) not in self.cut:
-                    timer.cancel()
-                    finish(response)
-            self.world.after(LATENCY_MS, arrive)
-
-        def deliver() -> None:
-            if (src, dst) not in self.cut:
-                self.handlers[dst](request, reply)
-        self.world.after(LATENCY_MS, deliver)
-
-
-class WorldIO:
-    """NodeIO on the world's clock and the Net."""
-
-    def __init__(self, world: World, net: Net, node_id: int) -> None:
-        self.world, self.net, self.node_id = world, net, node_id
-
-    def now_ms(self) -> int:
-        return self.world.now_ms
-
-    def after(self, delay_ms: int, work: Callable[[], None], label: str) -> Cancellable:
-        return self.world.after(delay_ms, work)
-
-    def soon(self, work: Callable[[], None], label: str) -> None:
-        self.world.after(0, work)
-
-    def durable(self, ends: Mapping[PartitionLog, int], done: Callable[[Failures], None]) -> None:
-        def fsynced() -> None:
-            failures: Failures = {}
-            for plog, end in ends.items():
-                try:
-                    plog.make_durable(end)
-                except KafkaError as error:
-                    failures[plog] = error
-            done(failures)
-        self.world.after(FSYNC_MS, fsynced)
-
-    def call(self, node_id: int, request: Any, timeout_ms: int, done: Callable[[Outcome], None]) -> None:
-        self.net.call(self.node_id, node_id, request, timeout_ms, done)
 
 
 class Cluster:

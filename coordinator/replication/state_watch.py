@@ -1,0 +1,110 @@
+"""A broker's view of the partitions it holds a replica of, read from the coordination store and watched: each
+topic's replica assignment and each of its partitions' state znode (leader, leader epoch, ISR, and the
+znode's version), handed to the broker's ReplicaManager on every change.
+
+Kafka's brokers in ZooKeeper mode heard the same facts from the controller as LeaderAndIsr requests; txnsim's
+read the znodes the controller writes, so there is one source of truth and one path for it, and a leader's
+own ISR writes come back the same way. A broker cut off from the store keeps what it knows (Kafka's leaders
+kept serving until their session expired); when its session expires it gives up every leadership at once,
+since the controller will by then have moved them, and reads everything again once it has a new session.
+Every store answer is handed to `serial`, one at a time, as the controller's are.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+
+from coordinator.controller.controller import Serial
+from coordinator.controller.store import CoordinationStore, NoNodeError, SessionEvent, Znode
+from coordinator.controller.znodes import TOPICS, PartitionState, decode_assignment, partition_state_path, topic_path
+from proto.structs import TopicPartition
+
+log = logging.getLogger(__name__)
+
+#: the word for one partition: its replicas, its state and the state znode's version
+OnState = Callable[[TopicPartition, tuple[int, ...], PartitionState, int], None]
+
+
+class PartitionStateWatch:
+    def __init__(self, broker_id: int, store: CoordinationStore, serial: Serial, *, on_state: OnState,
+                 on_session_expired: Callable[[], None]) -> None:
+        self.broker_id = broker_id
+        self._store = store
+        self._serial = serial
+        self._on_state = on_state
+        self._on_session_expired = on_session_expired
+        #: the assignment of each topic read so far, and the newest (leader epoch, version) of each state
+        self.assignments: dict[str, dict[int, tuple[int, ...]]] = {}
+        self._seen: dict[TopicPartition, tuple[int, int]] = {}
+        #: a new read of everything is owed (a new session): watches set before may be gone
+        self._generation = 0
+        store.on_session(lambda event: serial(lambda: self._session(event)))
+
+    def start(self) -> None:
+        self._serial(lambda: self._store.ensure_path(TOPICS, self._answered(lambda _o: self._watch_topics())))
+
+    def _session(self, event: SessionEvent) -> None:
+        if event is SessionEvent.EXPIRED:
+            log.warning("broker %d: session expired; giving up every leadership until the store is back",
+                        self.broker_id)
+            self._on_session_expired()
+        elif event is SessionEvent.CONNECTED:
+            self._generation += 1
+            self.assignments.clear()
+            self._watch_topics()
+
+    # ------------------------------------------------------------ reads and watches
+
+    def _watch_topics(self) -> None:
+        generation = self._generation
+        self._store.children(TOPICS, self._answered(lambda outcome: self._topics(outcome, generation)),
+                             watch=self._fired(self._watch_topics, generation))
+
+    def _topics(self, outcome: object, generation: int) -> None:
+        if generation != self._generation or not isinstance(outcome, list):
+            return
+        for topic in outcome:
+            if topic not in self.assignments:
+                self.assignments[topic] = {}
+                self._watch_assignment(topic)
+
+    def _watch_assignment(self, topic: str) -> None:
+        generation = self._generation
+        self._store.get(topic_path(topic), self._answered(functools.partial(self._assignment, topic, generation)),
+                        watch=self._fired(functools.partial(self._watch_assignment, topic), generation))
+
+    def _assignment(self, topic: str, generation: int, outcome: object) -> None:
+        if generation != self._generation or not isinstance(outcome, Znode):
+            return
+        before = self.assignments.get(topic, {})
+        assignment = decode_assignment(outcome.data)
+        self.assignments[topic] = assignment
+        for partition, replicas in sorted(assignment.items()):
+            if self.broker_id in replicas and partition not in before:
+                self._watch_state(TopicPartition(topic, partition))
+
+    def _watch_state(self, tp: TopicPartition) -> None:
+        generation = self._generation
+        self._store.get(partition_state_path(tp.topic, tp.partition),
+                        self._answered(functools.partial(self._state, tp, generation)),
+                        watch=self._fired(functools.partial(self._watch_state, tp), generation))
+
+    def _state(self, tp: TopicPartition, generation: int, outcome: object) -> None:
+        if generation != self._generation or isinstance(outcome, NoNodeError) or not isinstance(outcome, Znode):
+            return  # not written yet: the watch fires when the controller creates it
+        state = PartitionState.decode(outcome.data)
+        replicas = self.assignments.get(tp.topic, {}).get(tp.partition)
+        if replicas is None or self._seen.get(tp, (-1, -1)) >= (state.leader_epoch, outcome.version):
+            return
+        self._seen[tp] = (state.leader_epoch, outcome.version)
+        self._on_state(tp, replicas, state, outcome.version)
+
+    # ------------------------------------------------------------ helpers
+
+    def _fired(self, again: Callable[[], None], generation: int) -> Callable[[], None]:
+        """A watch that reads again, unless a new session has already read everything afresh."""
+        return lambda: self._serial(lambda: again() if generation == self._generation else None)
+
+    def _answered(self, handler: Callable[[object], None]) -> Callable[[object], None]:
+        return lambda outcome: self._serial(lambda: handler(outcome))
