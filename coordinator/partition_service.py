@@ -4,7 +4,9 @@ the node's I/O (coordinator/runtime/io.py), so the node process and the simulato
 Invariants: a request for a partition this node does not own gets NOT_LEADER_OR_FOLLOWER;
 a transactional batch opening a transaction on a partition is accepted only after the
 transaction coordinator confirms the partition was added (KIP-890 part 1); nothing is
-acknowledged before it is durable (written, then made durable through the I/O, which fsyncs).
+acknowledged before it is durable (written, then made durable through the I/O, which fsyncs),
+and, where the partition is replicated, before its ISR has it when the producer asked for
+acks=all (markers always wait for the ISR, as Kafka writes them with acks=all).
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from coordinator.observers import NO_OBSERVER, OwnershipObserver
 from coordinator.rpc import answers_with
 from coordinator.runtime.io import Cancellable, Failures, NodeIO, Outcome, wait_for
 from coordinator.verification import AsyncVerifier, Codes, verification_error
-from partitions import LogManager, PartitionLog, ProducerSnapshot
+from partitions import LogConfig, PartitionLog, ProducerSnapshot
 from proto import txnsim_pb2 as pb
 from proto import txnsim_pb2_grpc as rpc
 from proto.errors import (
@@ -66,6 +68,46 @@ class Ownership(Protocol):
 
     def owner(self, topic: str, partition: int) -> int: ...
     def may_cut_off(self, node_id: int) -> bool: ...
+
+
+class LeaderLogs(Protocol):
+    """The logs this node leads (partitions/log_manager.py's LogManager for logs that are the only copy;
+    coordinator/replication/leader_logs.py for replicas, whose leadership the controller hands out)."""
+
+    config: LogConfig
+
+    def get(self, topic: str, partition: int) -> PartitionLog | None: ...
+    def open_as_leader(self, topic: str, partition: int, may_cut_off: Callable[[int], bool]) -> PartitionLog: ...
+    def forget(self, topic: str, partition: int) -> None: ...
+    def open_logs(self) -> list[PartitionLog]: ...
+    def on_close(self, listener: Callable[[str, int], None]) -> None: ...
+
+
+class Replication(Protocol):
+    """What a leader's durable writes wait for besides their own fsync: nothing for a log that is the only
+    copy (NO_REPLICATION), the ISR for acks=all on a replicated one (coordinator/replication/leader_logs.py)."""
+
+    def check_acks(self, partition_log: PartitionLog, acks: int) -> None:
+        """Before a write: NOT_ENOUGH_REPLICAS if acks=all cannot be met now."""
+
+    def replicated(self, writes: Mapping[PartitionLog, tuple[int, int]],
+                   done: Callable[[dict[PartitionLog, KafkaError]], None]) -> None:
+        """Each log's durable write (its end offset, its acks) is replicated as its acks ask:
+        done(failures)."""
+
+
+class _NoReplication:
+    def check_acks(self, partition_log: PartitionLog, acks: int) -> None:
+        return None
+
+    def replicated(self, writes: Mapping[PartitionLog, tuple[int, int]],
+                   done: Callable[[dict[PartitionLog, KafkaError]], None]) -> None:
+        done({})
+
+
+NO_REPLICATION: Replication = _NoReplication()
+#: the acks a marker is written with
+MARKER_ACKS = -1
 
 
 class TopicTable(Protocol):
@@ -205,10 +247,10 @@ class _Pending:
 
 
 class PartitionServer:
-    def __init__(self, *, io: NodeIO, logs: LogManager, membership: Ownership, topics: TopicTable,
+    def __init__(self, *, io: NodeIO, logs: LeaderLogs, membership: Ownership, topics: TopicTable,
                  offsets_shards: int, txn_shards: int, verify: AsyncVerifier, half_shards: int = 10,
                  on_offsets_marker: Callable[[int, int, bool, int], None],
-                 observer: OwnershipObserver = NO_OBSERVER) -> None:
+                 observer: OwnershipObserver = NO_OBSERVER, replication: Replication = NO_REPLICATION) -> None:
         self._io = io
         self.node_id = io.node_id
         self._logs = logs
@@ -218,6 +260,7 @@ class PartitionServer:
         self._txn_shards = txn_shards
         self._half_shards = half_shards
         self._verify = verify
+        self._replication = replication
         self._on_offsets_marker = on_offsets_marker
         #: told when a data partition is opened here, on its first request
         self._observer = observer
@@ -304,8 +347,9 @@ class PartitionServer:
         tid = req.transactional_id if req.HasField("transactional_id") else None
 
         def verified(verdicts: dict[int, Verdict]) -> None:
-            written = [self._append_one(part, verdicts.get(i, frozenset())) for i, part in enumerate(req.partitions)]
-            self._when_durable(written, lambda: self._produced(req, written, done))
+            written = [self._append_one(part, verdicts.get(i, frozenset()), req.acks)
+                       for i, part in enumerate(req.partitions)]
+            self._when_durable(written, lambda: self._produced(req, written, done), req.acks)
         self._verify_new_transactions(tid, req.partitions, req.add_partitions, verified)
 
     def _produced(self, req: pb.ProduceRequest, written: list[tuple[Any, _Pending | None]],
@@ -313,8 +357,8 @@ class PartitionServer:
         self._waiting_fetches.wake((p.topic, p.partition) for p in req.partitions)
         done(pb.ProduceResponse(partitions=[result for result, _pending in written]))
 
-    def _append_one(self, part: pb.PartitionRecords, verdict: Verdict) -> tuple[pb.PartitionProduceResult,
-                                                                                  _Pending | None]:
+    def _append_one(self, part: pb.PartitionRecords, verdict: Verdict,
+                    acks: int) -> tuple[pb.PartitionProduceResult, _Pending | None]:
         """Write one partition's batches without waiting for the fsync: its result (offsets filled in once
         durable), and where they went unless they were refused."""
         result = pb.PartitionProduceResult(topic=part.topic, partition=part.partition, base_offset=-1)
@@ -324,6 +368,7 @@ class PartitionServer:
             partition_log = self.owned_log(part.topic, part.partition)
             if isinstance(verdict, KafkaError):
                 raise verdict
+            self._replication.check_acks(partition_log, acks)
             appended = partition_log.append(part.records, verified_producer_ids=verdict, wait_durable=False)
         except KafkaError as exc:
             _answer_failed(result, exc)
@@ -332,9 +377,11 @@ class PartitionServer:
         result.log_start_offset = appended.log_start_offset
         return result, _Pending(partition_log, appended.base_offset, appended.last_offset + 1)
 
-    def _when_durable(self, written: Sequence[tuple[Any, _Pending | None]], then: Callable[[], None]) -> None:
-        """Make every log written durable up to its end, at once; a result whose log could not be is answered
-        with why (its offsets taken back: an error answer carries -1, as Kafka's does); then `then()`."""
+    def _when_durable(self, written: Sequence[tuple[Any, _Pending | None]], then: Callable[[], None],
+                      acks: int) -> None:
+        """Make every log written durable up to its end, at once, then replicated as `acks` asks; a result whose
+        log could not be is answered with why (its offsets taken back: an error answer carries -1, as Kafka's
+        does); then `then()`."""
         ends: dict[PartitionLog, int] = {}
         for _result, pending in written:
             if pending is not None:
@@ -343,13 +390,21 @@ class PartitionServer:
             then()
             return
 
-        def durable(failures: Failures) -> None:
+        def failed(failures: Mapping[PartitionLog, KafkaError]) -> None:
             for result, pending in written:
                 if pending is not None and pending.log in failures:
                     _answer_failed(result, failures[pending.log])
                     if isinstance(result, pb.PartitionProduceResult):
                         result.base_offset = -1
+
+        def replicated(failures: dict[PartitionLog, KafkaError]) -> None:
+            failed(failures)
             then()
+
+        def durable(failures: Failures) -> None:
+            failed(failures)
+            self._replication.replicated({plog: (end, acks) for plog, end in ends.items() if plog not in failures},
+                                         replicated)
         self._io.durable(ends, durable)
 
     def _verify_new_transactions(self, tid: str | None, parts: Sequence[pb.PartitionRecords], add: bool,
@@ -510,7 +565,7 @@ class PartitionServer:
             self._waiting_fetches.wake((part.topic, part.partition) for marker in req.markers
                                        for part in marker.partitions)
             done(pb.WriteTxnMarkersResponse(markers=out))
-        self._when_durable(written, durable)
+        self._when_durable(written, durable, MARKER_ACKS)
 
     def _offsets_marker_written(self, result: pb.PartitionError, marker: pb.TxnMarker, partition: int,
                                 offset: int) -> None:

@@ -63,10 +63,31 @@ class ReplicaManager:
         self._sessions: dict[int, FetchSession] = {}
         self._parked: list[_Parked] = []
         self._closed = False
+        self._lost_listeners: list[Callable[[str, int], None]] = []
 
     @property
     def node_id(self) -> int:
         return self._io.node_id
+
+    def on_leadership_lost(self, listener: Callable[[str, int], None]) -> None:
+        """Told (topic, partition) whenever this node stops leading a partition (a waiting consumer fetch of it
+        answers then, not at its max wait)."""
+        self._lost_listeners.append(listener)
+
+    def _resign(self, tp: TopicPartition, leader: LeaderPartition) -> None:
+        leader.resign()
+        for listener in self._lost_listeners:
+            listener(tp.topic, tp.partition)
+
+    def leader_id_of(self, tp: TopicPartition) -> int:
+        """The leader of `tp` as the controller's last word here says (-1: none, or no replica here)."""
+        with self._lock:
+            replica = self._replicas.get(tp)
+            return replica.state.leader if replica is not None else -1
+
+    def leaders(self) -> list[LeaderPartition]:
+        with self._lock:
+            return [replica.leader for replica in self._replicas.values() if replica.leader is not None]
 
     # ------------------------------------------------------------ the controller's word
 
@@ -93,7 +114,7 @@ class ReplicaManager:
             old_session = self._sessions.get(replica.followed_from) if replica.followed_from is not None else None
             replica.followed_from = None
         if old_leader is not None:
-            old_leader.resign()
+            self._resign(tp, old_leader)
         if old_session is not None:
             old_session.unfollow(tp)
         if state.leader == self.node_id:
@@ -114,11 +135,11 @@ class ReplicaManager:
         """Give up every leadership (the store session expired: the controller moves them, and this node may
         not know to whom); followers go on fetching. The next word for a partition is applied afresh."""
         with self._lock:
-            leaders = [replica.leader for replica in self._replicas.values() if replica.leader is not None]
+            leaders = [(tp, replica.leader) for tp, replica in self._replicas.items() if replica.leader is not None]
             for replica in self._replicas.values():
                 replica.leader = None
-        for leader in leaders:
-            leader.resign()
+        for tp, leader in leaders:
+            self._resign(tp, leader)
 
     def stop(self, tp: TopicPartition) -> ReplicaLog | None:
         """This node holds no replica of `tp` any more; the log is the caller's to close or delete."""
@@ -127,7 +148,7 @@ class ReplicaManager:
         if replica is None:
             return None
         if replica.leader is not None:
-            replica.leader.resign()
+            self._resign(tp, replica.leader)
         if replica.followed_from is not None:
             self._sessions[replica.followed_from].unfollow(tp)
         return replica.log

@@ -7,6 +7,7 @@ healed, so at most one node is down (killed or paused) at any time.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 import time
@@ -69,7 +70,8 @@ def plan_faults(seed: int, duration_s: float, node_ids: Sequence[int], kinds: Se
         heal = 0.0 if kind == "restart" else rng.uniform(*(pause_s if kind == "pause" else heal_s))
         if t + heal > duration_s - quiet_tail_s:
             return faults
-        faults.append(Fault(round(t, 3), kind, node, round(heal, 3)))
+        # to the millisecond, down: rounding up could end a fault inside the quiet tail
+        faults.append(Fault(math.floor(t * 1000) / 1000, kind, node, math.floor(heal * 1000) / 1000))
         t += heal + interval_s * rng.uniform(0.5, 1.5)
 
 
