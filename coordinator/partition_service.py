@@ -87,20 +87,22 @@ class Replication(Protocol):
     """What a leader's durable writes wait for besides their own fsync: nothing for a log that is the only
     copy (NO_REPLICATION), the ISR for acks=all on a replicated one (coordinator/replication/leader_logs.py)."""
 
-    def check_acks(self, partition_log: PartitionLog, acks: int) -> None:
-        """Before a write: NOT_ENOUGH_REPLICAS if acks=all cannot be met now."""
+    def check_acks(self, partition_log: PartitionLog, acks: int) -> object:
+        """Before a write: NOT_ENOUGH_REPLICAS if acks=all cannot be met now; else the leadership the write is
+        made under, which must still hold when it is answered (a leader that lost it may have been cut back
+        to its new leader's history, and the offsets refilled by others' writes)."""
 
-    def replicated(self, writes: Mapping[PartitionLog, tuple[int, int]],
+    def replicated(self, writes: Mapping[PartitionLog, tuple[int, int, object]],
                    done: Callable[[dict[PartitionLog, KafkaError]], None]) -> None:
-        """Each log's durable write (its end offset, its acks) is replicated as its acks ask:
+        """Each log's durable write (its end offset, its acks, its leadership) is replicated as its acks ask:
         done(failures)."""
 
 
 class _NoReplication:
-    def check_acks(self, partition_log: PartitionLog, acks: int) -> None:
+    def check_acks(self, partition_log: PartitionLog, acks: int) -> object:
         return None
 
-    def replicated(self, writes: Mapping[PartitionLog, tuple[int, int]],
+    def replicated(self, writes: Mapping[PartitionLog, tuple[int, int, object]],
                    done: Callable[[dict[PartitionLog, KafkaError]], None]) -> None:
         done({})
 
@@ -244,6 +246,8 @@ class _Pending:
     log: PartitionLog
     offset: int
     end: int
+    #: the leadership it was written under (Replication.check_acks), to be still held when it is answered
+    leadership: object = None
 
 
 class PartitionServer:
@@ -368,14 +372,14 @@ class PartitionServer:
             partition_log = self.owned_log(part.topic, part.partition)
             if isinstance(verdict, KafkaError):
                 raise verdict
-            self._replication.check_acks(partition_log, acks)
+            leadership = self._replication.check_acks(partition_log, acks)
             appended = partition_log.append(part.records, verified_producer_ids=verdict, wait_durable=False)
         except KafkaError as exc:
             _answer_failed(result, exc)
             return result, None
         result.base_offset = appended.base_offset
         result.log_start_offset = appended.log_start_offset
-        return result, _Pending(partition_log, appended.base_offset, appended.last_offset + 1)
+        return result, _Pending(partition_log, appended.base_offset, appended.last_offset + 1, leadership)
 
     def _when_durable(self, written: Sequence[tuple[Any, _Pending | None]], then: Callable[[], None],
                       acks: int) -> None:
@@ -383,9 +387,11 @@ class PartitionServer:
         log could not be is answered with why (its offsets taken back: an error answer carries -1, as Kafka's
         does); then `then()`."""
         ends: dict[PartitionLog, int] = {}
+        leaderships: dict[PartitionLog, object] = {}
         for _result, pending in written:
             if pending is not None:
                 ends[pending.log] = max(ends.get(pending.log, 0), pending.end)
+                leaderships.setdefault(pending.log, pending.leadership)
         if not ends:
             then()
             return
@@ -403,8 +409,8 @@ class PartitionServer:
 
         def durable(failures: Failures) -> None:
             failed(failures)
-            self._replication.replicated({plog: (end, acks) for plog, end in ends.items() if plog not in failures},
-                                         replicated)
+            self._replication.replicated({plog: (end, acks, leaderships[plog]) for plog, end in ends.items()
+                                          if plog not in failures}, replicated)
         self._io.durable(ends, durable)
 
     def _verify_new_transactions(self, tid: str | None, parts: Sequence[pb.PartitionRecords], add: bool,
@@ -591,6 +597,7 @@ class PartitionServer:
             partition_log = self.owned_log(part.topic, part.partition)
             if marker.HasField("admin_abort_start_offset"):
                 check_admin_abort(partition_log.producer_snapshots(), marker, part)
+            leadership = self._replication.check_acks(partition_log, MARKER_ACKS)
             appended = partition_log.append_marker(
                 producer_id=marker.producer_id, producer_epoch=marker.producer_epoch, committed=marker.committed,
                 coordinator_epoch=marker.coordinator_epoch, transaction_version=marker.transaction_version,
@@ -601,7 +608,7 @@ class PartitionServer:
                               part.partition)
             _answer_failed(result, exc)
             return result, None
-        return result, _Pending(partition_log, appended.base_offset, appended.base_offset + 1)
+        return result, _Pending(partition_log, appended.base_offset, appended.base_offset + 1, leadership)
 
     def delete_records(self, topic: str, partition: int, offset: int) -> int:
         """Kafka's DeleteRecords on this partition's leader: its new log start offset (the low watermark)."""

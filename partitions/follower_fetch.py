@@ -54,6 +54,13 @@ class Truncate:
 
 
 @dataclass(frozen=True, slots=True)
+class StartAt:
+    """Throw the log away and start it, empty, at `offset`: the leader's log starts past its end."""
+
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class Append:
     records: bytes
 
@@ -68,7 +75,7 @@ class Backoff:
     reason: str
 
 
-Effect = Truncate | Append | SetHighWatermark | Backoff
+Effect = Truncate | StartAt | Append | SetHighWatermark | Backoff
 
 #: errors after which the follower waits for the controller's next word instead of fetching again (Kafka's
 #: onPartitionFenced); others (NOT_LEADER_OR_FOLLOWER from a leader that has not heard it leads yet,
@@ -96,6 +103,12 @@ class FollowerFetcher:
         """The effects of the leader's answer to `asked`, in the order the driver must carry them out."""
         if asked.fetch_offset != self.log_end_offset or asked.current_leader_epoch != self.leader_epoch:
             return []  # an answer to a fetch from before a cut or a leader change: stale
+        if answer.error == "OFFSET_OUT_OF_RANGE" and answer.log_start_offset > self.log_end_offset:
+            # the leader deleted everything this follower has and more (retention, DeleteRecords): start over
+            # there (Kafka's handleOutOfRangeError)
+            self.log_end_offset = self.high_watermark = answer.log_start_offset
+            self.epochs = EpochCache()
+            return [StartAt(answer.log_start_offset)]
         if answer.error is not None:
             if answer.error in _WAIT_FOR_CONTROLLER:
                 self.state = FetchState.WAITING

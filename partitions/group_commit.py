@@ -58,17 +58,31 @@ class GroupCommitter:
             finally:
                 with self._cond:
                     self._flushing = False
-                    if covered is not None and len(self._cuts) == cuts_at_flush:  # a cut during it voids it
+                    counted = covered is not None and len(self._cuts) == cuts_at_flush  # a cut during it voids it
+                    if counted and covered is not None:
                         self.flush_count += 1
                         self._durable_end = max(self._durable_end, covered)
                     # on failure the waiters wake too, and one of them leads a retry
                     self._cond.notify_all()
+            if counted and covered is not None and covered < end_offset:
+                # this thread's own flush, begun after its write, ends before it: the log was cut back before
+                # the wait began, and the offset is not there to wait for
+                raise NotLeaderOrFollowerError(
+                    f"[NOT_LEADER_OR_FOLLOWER] offset {end_offset - 1} is not in the log (it ends at {covered}): it "
+                    "was cut back before that write became durable")
 
     def cut_back(self, end_offset: int) -> None:
         """The log now ends at `end_offset` (lower than before): waiters for offsets past it fail."""
         with self._cond:
             self._cuts.append(end_offset)
             self._durable_end = min(self._durable_end, end_offset)
+            self._cond.notify_all()
+
+    def start_over(self, end_offset: int) -> None:
+        """The log was thrown away and starts again, empty, at `end_offset`: every waiter so far fails."""
+        with self._cond:
+            self._cuts.append(-1)
+            self._durable_end = end_offset
             self._cond.notify_all()
 
     def _cut_below(self, end_offset: int, cuts_seen: int) -> bool:

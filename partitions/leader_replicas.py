@@ -91,6 +91,16 @@ class LeaderReplicas:
     def maximal_isr(self) -> frozenset[int]:
         return self.isr | self.pending_isr if self.pending_isr is not None else self.isr
 
+    def new_epoch(self, leader_epoch: int, isr: frozenset[int], log_end_offset: int, now_ms: int) -> None:
+        """The controller bumped the leader epoch and kept this leader (it changed the ISR): the epoch starts
+        at the log end, and the ISR members count as caught up now, as Kafka's makeLeader resets them."""
+        self.leader_epoch = leader_epoch
+        self.isr, self.pending_isr = isr, None
+        self.log_end_offset = self.epoch_start_offset = log_end_offset
+        for replica, progress in self.followers.items():
+            if replica in isr:
+                progress.last_caught_up_ms = max(progress.last_caught_up_ms, now_ms)
+
     # ------------------------------------------------------------ inputs
 
     def appended(self, log_end_offset: int, now_ms: int) -> bool:
@@ -108,6 +118,12 @@ class LeaderReplicas:
         if diverging is not None:
             return FetchDiverged(diverging)
         progress.fetched(min(fetch_offset, self.log_end_offset), self.log_end_offset, now_ms)
+        if replica in self.isr and fetch_offset < self.high_watermark and self.pending_isr is None:
+            # an ISR member had every offset below the high watermark: asking from below it, it has lost fsynced
+            # data (a damaged log cut when it opened). It leaves the ISR at once, so that it cannot be elected
+            # before it has them back, and rejoins once it has (the maximal ISR holds the mark meanwhile).
+            self.pending_isr = self.isr - {replica}
+            return FetchAccepted(self.high_watermark, self.pending_isr, False)
         advanced = self._advance_high_watermark(now_ms)
         return FetchAccepted(self.high_watermark, self._maybe_expand(replica), advanced)
 
@@ -150,7 +166,7 @@ class LeaderReplicas:
         min.insync.replicas meanwhile (Partition.checkEnoughReplicasReachOffset)."""
         if self.high_watermark < required_offset:
             return False
-        if len(self.isr) >= min_insync_replicas:
+        if len(self.maximal_isr) >= min_insync_replicas:  # Kafka counts an ISR change in flight as done here
             return True
         return NotEnoughReplicasAfterAppendError(
             f"[NOT_ENOUGH_REPLICAS_AFTER_APPEND] {where} was written, but the ISR {sorted(self.isr)} shrank "

@@ -24,12 +24,15 @@ from partitions import epoch_checkpoint
 from partitions.epoch_cache import EpochCache, EpochEnd
 from partitions.leader_epochs import LeaderEpochs
 from partitions.log import PartitionLog, Recovered, recover, wall_clock_ms
+from partitions.log_start import write_log_start
 from partitions.model import AppendResult, FetchData, LogConfig, ReplicaRole
+from partitions.producer_state import ProducerStateTable
 from partitions.producer_state_recovery import load_producer_state, replay_batch
 from partitions.recovery_point import HIGH_WATERMARK_FILE, RecoveryPointWriter, read_recovery_point
 from partitions.segment import Segment, delete_segment_files, index_path
 from partitions.snapshot_files import delete_snapshots, list_snapshots
 from partitions.storage import FILE_STORAGE, Storage
+from partitions.txn_index import AbortedTxnIndex
 from partitions.validation import parse_batches
 from proto.errors import InvalidRecordError, KafkaStorageError, NotLeaderOrFollowerError, OffsetOutOfRangeError
 from proto.records import RecordBatch
@@ -277,6 +280,9 @@ class ReplicaLog(PartitionLog):
                                          storage=self.storage)
             self._state, self._aborted = loaded.state, loaded.aborted
             self._log_end_offset, self._synced_end = end, min(self._synced_end, end)
+            # the batch cut may straddle a log start set inside it (DeleteRecords): the log start comes down to the
+            # end, never past it (Kafka's truncateTo does the same)
+            self._log_start = min(self._log_start, end)
             self._high_watermark = min(self._high_watermark, end)
             self._replicated_hw = min(self._replicated_hw, end)
             self._state.on_high_watermark(self._high_watermark)
@@ -288,6 +294,34 @@ class ReplicaLog(PartitionLog):
             self._data_ready.notify_all()
         logger.info("%s-%s: cut back to offset %d to follow its leader's history", self.topic, self.partition, end)
         return end
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Throw the whole log away and start it again, empty, at `offset` (Kafka's truncateFullyAndStartAt): a
+        follower whose log ends below its leader's log start has nothing the leader could send on from."""
+        with self._lock:
+            self._check_open()
+            if offset < self._log_end_offset:
+                raise ValueError(f"{self.topic}-{self.partition} ends at {self._log_end_offset}; starting over at "
+                                 f"{offset} would drop offsets a cut should")
+            self._cuts += 1
+            self._recovery_point.restart_at(offset, self.leader_epoch)
+            self._files.high_watermark_file.restart_at(offset, self.leader_epoch)
+            write_log_start(self.directory, offset, self.storage, fsync=self.config.fsync)
+            for segment in self._segments:
+                segment.close()
+                delete_segment_files(segment.path, self.storage)
+            delete_snapshots(self.directory, list_snapshots(self.directory, self.storage), storage=self.storage)
+            self._segments = [Segment.create(self.directory, offset, self.leader_epoch, self.storage)]
+            self._segment_bases = [offset]
+            self._state, self._aborted = ProducerStateTable(), AbortedTxnIndex()
+            self._log_start = self._log_end_offset = self._synced_end = offset
+            self._high_watermark = self._replicated_hw = offset
+            self._files.epochs = EpochCache()
+            epoch_checkpoint.write(self.directory, self._files.epochs, self.storage)
+            self._committer.start_over(offset)
+            self._data_ready.notify_all()
+        logger.warning("%s-%s: the log ended below its leader's log start; it starts over, empty, at offset %d",
+                       self.topic, self.partition, offset)
 
     def _cut_segments(self, first_cut: int, position: int) -> None:
         """Truncate segment `first_cut` at byte `position` and delete the segments after it (lock held); an

@@ -25,6 +25,7 @@ from partitions.follower_fetch import (
     FetchState,
     FollowerFetcher,
     SetHighWatermark,
+    StartAt,
     Truncate,
 )
 from partitions.log import PartitionLog
@@ -72,23 +73,44 @@ class FetchSession:
         self._on_error = on_error
         self._lock = threading.Lock()
         self._followed: dict[TopicPartition, _Followed] = {}
+        #: partitions about to be followed, once their logs are durable (a token per follow() call)
+        self._pending: dict[TopicPartition, object] = {}
         self._in_flight = False
         self._closed = False
         #: rounds answered, for tests and the web view
         self.rounds = 0
 
     def follow(self, tp: TopicPartition, replica_log: ReplicaLog, leader_epoch: int) -> None:
-        """Follow `tp` at `leader_epoch` (its first fetch checks where the log parts from the leader's)."""
+        """Follow `tp` at `leader_epoch` (its first fetch checks where the log parts from the leader's), once
+        what the log holds is fsynced: its first fetch tells the leader it has all of it (a former leader's
+        last writes, or another session's appends, may not be durable yet)."""
         replica_log.become_follower(leader_epoch)
-        core = FollowerFetcher(leader_epoch=leader_epoch, log_end_offset=replica_log.log_end_offset,
-                               high_watermark=replica_log.high_watermark, epochs=replica_log.epoch_cache())
+        end = replica_log.log_end_offset
+
+        def durable(failures: Failures) -> None:
+            if failures:
+                log.error("%s: cannot make the log durable before following node %d (%s)", tp, self.leader_id,
+                          failures[replica_log])
+                self._on_error(tp, failures[replica_log].message)
+                return
+            core = FollowerFetcher(leader_epoch=leader_epoch, log_end_offset=replica_log.log_end_offset,
+                                   high_watermark=replica_log.high_watermark, epochs=replica_log.epoch_cache())
+            with self._lock:
+                if self._closed or self._pending.get(tp) is not marker:
+                    return  # unfollowed, or followed again, meanwhile
+                del self._pending[tp]
+                self._followed[tp] = _Followed(tp, replica_log, core)
+            self._kick()
+        marker = object()
         with self._lock:
-            self._followed[tp] = _Followed(tp, replica_log, core)
-        self._kick()
+            self._followed.pop(tp, None)
+            self._pending[tp] = marker
+        self._io.durable({replica_log: end}, durable)
 
     def unfollow(self, tp: TopicPartition) -> None:
         with self._lock:
             self._followed.pop(tp, None)
+            self._pending.pop(tp, None)
 
     @property
     def partitions(self) -> frozenset[TopicPartition]:
@@ -135,6 +157,14 @@ class FetchSession:
                       lambda outcome: self._answered(asked, outcome))
 
     def _answered(self, asked: dict[_Followed, FetchRequest], outcome: Outcome) -> None:
+        try:
+            self._take_answer(asked, outcome)
+        except Exception:  # a bug must not end fetching for every partition of the session: back off, go on
+            log.exception("fetch from node %d: handling its answer failed", self.leader_id)
+            self._back_off(asked)
+            self._next_round()
+
+    def _take_answer(self, asked: dict[_Followed, FetchRequest], outcome: Outcome) -> None:
         if isinstance(outcome, BaseException):
             log.info("fetch from node %d failed (%s); again in %d ms", self.leader_id, outcome,
                      self._settings.backoff_ms)
@@ -148,7 +178,8 @@ class FetchSession:
             followed = by_tp.get((data.topic, data.partition))
             if followed is not None and self._apply(followed, asked[followed], data, appended):
                 self._back_off([followed])
-        self.rounds += 1
+        with self._lock:
+            self.rounds += 1
         if appended:
             self._io.durable(appended, lambda failures: self._durable(asked, failures))
         else:
@@ -172,6 +203,8 @@ class FetchSession:
                 for effect in effects:
                     if isinstance(effect, Truncate):
                         followed.log.truncate_to(effect.offset)
+                    elif isinstance(effect, StartAt):
+                        followed.log.truncate_fully_and_start_at(effect.offset)
                     elif isinstance(effect, Append):
                         followed.log.append_as_follower(effect.records, wait_durable=False)
                         appended[followed.log] = followed.log.log_end_offset
@@ -184,22 +217,31 @@ class FetchSession:
                 log.error("%s: following node %d failed: %s", followed.tp, self.leader_id, error)
                 self._on_error(followed.tp, error.message)
                 backoff = True
+            # records the leader deleted (retention, DeleteRecords) go here too, once below this replica's mark
+            start = min(data.log_start_offset, followed.log.high_watermark)
+            if not data.error_code and start > followed.log.log_start_offset:
+                followed.log.delete_records_before(start)
             # the core follows the log as it now is (a failed append left it where it was)
             followed.core.log_end_offset = followed.log.log_end_offset
             followed.core.epochs = followed.log.epoch_cache()
             return backoff
 
     def _durable(self, asked: dict[_Followed, FetchRequest], failures: Failures) -> None:
-        for followed in asked:
-            if followed.log in failures:
-                # its next fetch would tell the leader it has offsets it could not make durable: it stops
-                log.error("%s: cannot make the leader's batches durable (%s); this replica stops following",
-                          followed.tp, failures[followed.log])
-                self._on_error(followed.tp, failures[followed.log].message)
-                self.unfollow(followed.tp)
-            elif followed.pending_high_watermark >= 0:
-                followed.log.set_high_watermark(followed.pending_high_watermark)
-        self._next_round()
+        try:
+            for followed in asked:
+                if followed.log in failures:
+                    # its next fetch would tell the leader it has offsets it could not make durable: it stops
+                    log.error("%s: cannot make the leader's batches durable (%s); this replica stops following",
+                              followed.tp, failures[followed.log])
+                    self._on_error(followed.tp, failures[followed.log].message)
+                    with self._lock:
+                        if self._followed.get(followed.tp) is followed:
+                            del self._followed[followed.tp]
+                elif followed.pending_high_watermark >= 0:
+                    followed.log.set_high_watermark(followed.pending_high_watermark)
+                    followed.pending_high_watermark = -1
+        finally:
+            self._next_round()
 
     def _back_off(self, followed: Iterable[_Followed]) -> None:
         at = self._io.now_ms() + self._settings.backoff_ms

@@ -7,6 +7,10 @@ batches, moves the log's high watermark, writes ISR changes to the coordination 
 state's version, answers the acks=all writes the new high watermark covers, and checks every half
 `replica.lag.time.max.ms` for followers that fell behind. Thread-safe: fetch handlers, produce paths and the
 timer may run at once; no lock is held while calling into the I/O or a waiter's callback.
+
+Two high watermarks meet here: the core's is the ISR's lowest log end, the leader's own written end among
+them (what followers may have read); the log's is the lower of that and the leader's fsynced end, and is the
+one readers see and acks=all waits for.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from proto.errors import (
     FencedLeaderEpochError,
     KafkaError,
     NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
     RequestTimedOutError,
     UnknownLeaderEpochError,
     code_of,
@@ -53,10 +58,12 @@ class _AckWaiter:
     timer: Cancellable | None = None
 
 
-def partition_error(tp: TopicPartition, error: KafkaError) -> pb.ReplicaFetchPartitionData:
+def partition_error(tp: TopicPartition, error: KafkaError, *, log_start_offset: int = -1,
+                    high_watermark: int = -1) -> pb.ReplicaFetchPartitionData:
     return pb.ReplicaFetchPartitionData(topic=tp.topic, partition=tp.partition, error_code=code_of(error),
                                         error_message=error.message, diverging_epoch=UNDEFINED_EPOCH,
-                                        diverging_end_offset=-1)
+                                        diverging_end_offset=-1, log_start_offset=log_start_offset,
+                                        high_watermark=high_watermark)
 
 
 class LeaderPartition:
@@ -95,6 +102,10 @@ class LeaderPartition:
         return self.state.leader_epoch
 
     @property
+    def resigned(self) -> bool:
+        return self._resigned
+
+    @property
     def isr(self) -> frozenset[int]:
         with self._lock:
             return self._core.isr
@@ -105,6 +116,26 @@ class LeaderPartition:
             end = self._core.log_end_offset
             return {replica: end - max(progress.log_end_offset, 0)
                     for replica, progress in self._core.followers.items()}
+
+    def update(self, state: PartitionState, version: int) -> None:
+        """A newer word from the store with this node still the leader: a new leader epoch (the controller
+        changed the ISR) is taken up in place, so waiting writes go on waiting, as Kafka's makeLeader keeps
+        them when the leader stays; at the same epoch the store's ISR and version are adopted (the answer to
+        a write of this leader's that timed out may have been lost), and ISR changes may be proposed again."""
+        if state.leader != self._io.node_id:
+            raise ValueError(f"{self.tp}: node {self._io.node_id} cannot take a state led by node {state.leader}")
+        with self._lock:
+            if self._resigned or (state.leader_epoch, version) <= (self.state.leader_epoch, self._version):
+                return
+            now = self._io.now_ms()
+            if state.leader_epoch > self.state.leader_epoch:
+                self.log.become_leader(state.leader_epoch)
+                self._core.new_epoch(state.leader_epoch, frozenset(state.isr), self.log.log_end_offset, now)
+            else:
+                self._core.isr_written(frozenset(state.isr), now)
+            self.state, self._version, self._stale = state, version, False
+            settled = self._advance_locked()
+        self._after(settled)
 
     # ------------------------------------------------------------ followers
 
@@ -121,6 +152,12 @@ class LeaderPartition:
                                         f"{epoch} and has not heard of epoch {asked.current_leader_epoch}"))
             return partition_error(self.tp, error)
         now = self._io.now_ms()
+        log_start = self.log.log_start_offset
+        if asked.fetch_offset < log_start:  # before any divergence check: the follower starts over from here
+            return partition_error(self.tp, OffsetOutOfRangeError(
+                f"[OFFSET_OUT_OF_RANGE] node {replica_id} asks {self.tp} for offset {asked.fetch_offset}; the "
+                f"leader's log starts at {log_start}"), log_start_offset=log_start,
+                high_watermark=self.log.high_watermark)
         with self._lock:
             if self._resigned:
                 return partition_error(self.tp, NotLeaderOrFollowerError(

@@ -8,6 +8,7 @@ import functools
 import threading
 from collections.abc import Callable, Mapping
 
+from coordinator.replication.leader import LeaderPartition
 from coordinator.replication.manager import ReplicaManager
 from partitions import LogConfig, PartitionLog
 from proto.errors import KafkaError, NotLeaderOrFollowerError
@@ -66,25 +67,34 @@ class IsrReplication:
         self._manager = manager
         self._timeout_ms = timeout_ms
 
-    def check_acks(self, partition_log: PartitionLog, acks: int) -> None:
+    def check_acks(self, partition_log: PartitionLog, acks: int) -> object:
         leader = self._manager.leader(TopicPartition(partition_log.topic, partition_log.partition))
         if leader is None:
             raise NotLeaderOrFollowerError(f"[NOT_LEADER_OR_FOLLOWER] node {self._manager.node_id} no longer leads "
                                            f"{partition_log.topic}-{partition_log.partition}")
         if acks == -1:
             leader.check_enough_replicas()
+        return leader
 
-    def replicated(self, writes: Mapping[PartitionLog, tuple[int, int]],
+    def replicated(self, writes: Mapping[PartitionLog, tuple[int, int, object]],
                    done: Callable[[dict[PartitionLog, KafkaError]], None]) -> None:
         failures: dict[PartitionLog, KafkaError] = {}
-        waiting = [plog for plog, (_end, acks) in writes.items() if acks == -1]
-        remaining = [len(waiting)]
-        lock = threading.Lock()
-        for plog in writes:
+        waiting: list[tuple[PartitionLog, LeaderPartition]] = []
+        for plog, (_end, acks, leadership) in writes.items():
+            leader = self._manager.leader(TopicPartition(plog.topic, plog.partition))
+            if leader is None or leader is not leadership or leader.resigned:
+                failures[plog] = NotLeaderOrFollowerError(
+                    f"[NOT_LEADER_OR_FOLLOWER] node {self._manager.node_id} stopped leading {plog.topic}-"
+                    f"{plog.partition} before the write was answered; it may or may not survive")
+                continue
             self._manager.appended(TopicPartition(plog.topic, plog.partition))
+            if acks == -1:
+                waiting.append((plog, leader))
         if not waiting:
             done(failures)
             return
+        lock = threading.Lock()
+        remaining = [len(waiting)]
 
         def answered(plog: PartitionLog, error: KafkaError | None) -> None:
             with lock:
@@ -94,11 +104,5 @@ class IsrReplication:
                 last = remaining[0] == 0
             if last:
                 done(failures)
-        for plog in waiting:
-            leader = self._manager.leader(TopicPartition(plog.topic, plog.partition))
-            if leader is None:
-                answered(plog, NotLeaderOrFollowerError(
-                    f"[NOT_LEADER_OR_FOLLOWER] node {self._manager.node_id} stopped leading {plog.topic}-"
-                    f"{plog.partition} before its ISR had the write"))
-            else:
-                leader.wait_for_isr(writes[plog][0], self._timeout_ms, functools.partial(answered, plog))
+        for plog, leader in waiting:
+            leader.wait_for_isr(writes[plog][0], self._timeout_ms, functools.partial(answered, plog))

@@ -93,30 +93,42 @@ class ReplicaManager:
 
     def apply(self, tp: TopicPartition, replica_log: ReplicaLog, state: PartitionState, version: int,
               replicas: tuple[int, ...], *, min_insync_replicas: int | None = None) -> None:
-        """The partition's state as the controller wrote it: lead it, follow its leader, or (leader -1, the
-        partition offline) wait. A state at an older leader epoch than the replica's is ignored (a stale
-        word); one at the same epoch updates what the leader knows of its ISR's version."""
+        """The partition's state as the store holds it (`version`: its znode's): lead it, follow its leader,
+        or (leader -1, the partition offline) wait. A state at an older leader epoch than the replica's is
+        ignored (a stale word). While this node goes on leading, a newer state is taken up in place (a new
+        epoch for an ISR the controller changed, or the store's ISR at the same epoch), so waiting writes
+        go on waiting; a follower of the same leader at the same epoch goes on as it is."""
         required = self.settings.min_insync_replicas if min_insync_replicas is None else min_insync_replicas
         with self._lock:
             current = self._replicas.get(tp)
-            if current is not None and (state.leader_epoch, state.leader) == (
-                    current.state.leader_epoch, current.state.leader) and (
-                    current.leader is not None or state.leader != self.node_id):
-                return  # the same leadership (a leader's own ISR writes keep it at this epoch)
             if current is not None and state.leader_epoch < current.state.leader_epoch:
                 log.info("%s: ignoring a state at leader epoch %d, older than %d", tp, state.leader_epoch,
                          current.state.leader_epoch)
                 return
-            replica = current or _Replica(replica_log, replicas, state, min_insync_replicas=required)
-            replica.state, replica.replicas, replica.min_insync_replicas = state, replicas, required
-            self._replicas[tp] = replica
-            old_leader, replica.leader = replica.leader, None
-            old_session = self._sessions.get(replica.followed_from) if replica.followed_from is not None else None
-            replica.followed_from = None
+            kept = current.leader if current is not None and state.leader == self.node_id else None
+            if current is not None and (kept is not None or (
+                    state.leader != self.node_id and current.followed_from == state.leader
+                    and state.leader_epoch == current.state.leader_epoch)):
+                current.state = state
+                if kept is None:
+                    return
+            if kept is None:
+                replica = current or _Replica(replica_log, replicas, state, min_insync_replicas=required)
+                replica.state, replica.replicas, replica.min_insync_replicas = state, replicas, required
+                self._replicas[tp] = replica
+                old_leader, replica.leader = replica.leader, None
+                old_session = (self._sessions.get(replica.followed_from) if replica.followed_from is not None
+                               else None)
+                replica.followed_from = None
+        if kept is not None:
+            kept.update(state, version)
+            self._wake_parked(tp)
+            return
         if old_leader is not None:
             self._resign(tp, old_leader)
         if old_session is not None:
             old_session.unfollow(tp)
+        self._wake_parked(tp)  # a follower's parked fetch hears of the change now, not at its max wait
         if state.leader == self.node_id:
             leader = LeaderPartition(tp, replica.log, io=self._io, state=state, version=version,
                                      replicas=replicas, isr_writer=self._isr_writer,
@@ -214,6 +226,9 @@ class ReplicaManager:
         leader = self.leader(tp)
         if leader is not None:
             leader.appended()
+        self._wake_parked(tp)
+
+    def _wake_parked(self, tp: TopicPartition) -> None:
         with self._lock:
             woken = [fetch for fetch in self._parked if tp in fetch.partitions]
         for fetch in woken:

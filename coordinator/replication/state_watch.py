@@ -52,6 +52,7 @@ class PartitionStateWatch:
         elif event is SessionEvent.CONNECTED:
             self._generation += 1
             self.assignments.clear()
+            self._seen.clear()  # every state is handed on again: an unchanged one may name this node leader
             self._watch_topics()
 
     # ------------------------------------------------------------ reads and watches

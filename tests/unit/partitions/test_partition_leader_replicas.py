@@ -144,3 +144,17 @@ def test_the_high_watermark_never_passes_an_isr_member_and_never_goes_back(steps
         for member in state.maximal_isr - {0}:
             assert state.high_watermark <= max(ends[member], 10)  # 10: what this leader's epoch started with
         assert state.high_watermark <= state.log_end_offset
+
+
+def test_an_isr_member_asking_from_below_the_high_watermark_leaves_the_isr_at_once() -> None:
+    """It had those offsets (the mark counted it), so it lost fsynced data: it must not be electable until it
+    has them back, and the mark waits for it meanwhile (the maximal ISR still names it)."""
+    state = leader()
+    state.appended(15, now_ms=1)
+    fetch(state, 1, 15, now_ms=2)
+    fetch(state, 2, 15, now_ms=2)
+    assert state.high_watermark == 15
+    damaged = fetch(state, 2, 9, now_ms=3)  # restarted with a damaged segment cut at offset 9
+    assert damaged.propose_isr == frozenset({0, 1}) and state.high_watermark == 15
+    state.isr_written(frozenset({0, 1}), now_ms=4)
+    assert fetch(state, 2, 15, now_ms=5).propose_isr == frozenset({0, 1, 2})  # back once it has them

@@ -309,3 +309,21 @@ def test_whatever_the_cuts_a_follower_that_catches_up_holds_the_leaders_state(st
     finally:
         leader.close()
         follower.close()
+
+
+def test_a_follower_starting_over_at_its_leaders_log_start_keeps_nothing_and_reopens_there(open_replica):
+    leader, follower = open_replica("a"), open_replica("b")
+    leader.become_leader(0)
+    busy_leader(leader)
+    follower.append_as_follower(leader.read_for_follower(0, 1).records)  # offset 0 only
+    leader.set_high_watermark(leader.log_end_offset)  # (the ISR is the leader alone here)
+    assert leader.delete_records_before(6) == 6
+    follower.truncate_fully_and_start_at(6)
+    assert (follower.log_start_offset, follower.log_end_offset, follower.high_watermark) == (6, 6, 6)
+    assert follower.producer_snapshots() == [] and follower.epoch_cache().entries() == ()
+    follower.append_as_follower(leader.read_for_follower(6, 1 << 20).records)
+    follower.set_high_watermark(leader.high_watermark)
+    assert follower.open_transactions() == leader.open_transactions()  # the open transaction's data is at 6
+    follower.close()
+    reopened = open_replica("b")
+    assert (reopened.log_start_offset, reopened.log_end_offset) == (6, leader.log_end_offset)

@@ -110,7 +110,7 @@ class Cluster:
         return [r.value for b in records.iter_batches(fetched.records) for r in b.records()]
 
     def all_values(self, node: int) -> list[bytes | None]:
-        fetched = self.logs[node].read_for_follower(0, 1 << 30)
+        fetched = self.logs[node].read_for_follower(self.logs[node].log_start_offset, 1 << 30)
         return [r.value for b in records.iter_batches(fetched.records) for r in b.records()]
 
 
@@ -211,3 +211,34 @@ def test_a_follower_told_first_retries_and_one_with_an_old_epoch_waits_for_its_n
     cluster.run_until(lambda: fenced is not None and fenced.state_of(TP) is FetchState.WAITING)
     cluster.elect(2, 1, (2, 3), tell=[1])
     cluster.run_until(lambda: cluster.all_values(1) == [b"0", b"1"])
+
+
+def test_a_new_epoch_that_keeps_the_leader_keeps_its_waiting_writes(cluster: Cluster) -> None:
+    cluster.elect(1, 0, (1, 2, 3))
+    cluster.run_for(100)
+    cluster.net.isolate(3, [1, 2])
+    waiting = cluster.produce(1, b"while 3 is away")
+    cluster.run_for(100)
+    assert waiting == []  # node 3 is in the ISR and does not have it
+    cluster.elect(1, 1, (1, 2))  # the controller drops node 3 (its session ended) and bumps the epoch
+    cluster.run_until(lambda: bool(waiting))
+    assert waiting == [None]  # taken up in place: answered once the new ISR has it, as Kafka does
+    assert cluster.logs[1].epoch_cache().latest_epoch == 1
+
+
+def test_a_follower_below_the_leaders_log_start_starts_over_there_and_rejoins(cluster: Cluster) -> None:
+    cluster.elect(1, 0, (1, 2, 3))
+    cluster.run_for(100)
+    cluster.net.isolate(3, [1, 2])
+    acked = [cluster.produce(1, b"v%d" % i) for i in range(4)]
+    cluster.run_until(lambda: all(acked), within_ms=3 * MAX_LAG_MS)
+    assert cluster.isr_in_store() == (1, 2)
+    assert cluster.logs[1].delete_records_before(-1) == 4  # DeleteRecords while node 3 is away
+    cluster.net.cut.clear()
+    cluster.run_until(lambda: cluster.isr_in_store() == (1, 2, 3))
+    assert cluster.logs[3].log_start_offset == cluster.logs[3].log_end_offset == 4  # started over, empty
+    # the deletion reaches the follower in the ISR too, once its own mark has passed it
+    cluster.run_until(lambda: cluster.logs[2].log_start_offset == 4)
+    more = cluster.produce(1, b"v4")
+    cluster.run_until(lambda: bool(more))
+    assert more == [None] and cluster.all_values(3) == [b"v4"]
