@@ -55,6 +55,17 @@ def _check_changeable(names: set[str]) -> None:
                                  "change (undecided messages wait where they were sent)")
 
 
+def check_new_topic(name: str, partitions: int, configs: dict[str, str] | None = None) -> dict[str, str]:
+    """What any new topic must be, wherever topics are kept: a legal name outside the internal ones, a
+    partition count within bounds; returns its settings, checked."""
+    validate_topic_name(name)
+    if name in INTERNAL_TOPICS or name.startswith("__"):
+        raise InvalidTopicError(f"topic names starting with '__' are reserved for internal topics: {name!r}")
+    if not 1 <= partitions <= MAX_PARTITIONS_PER_TOPIC:
+        raise InvalidPartitionsError(f"a topic needs 1..{MAX_PARTITIONS_PER_TOPIC} partitions, not {partitions}")
+    return check_configs(configs or {})
+
+
 def remove_log_dirs(logs_dir: Path, topic: str) -> list[str]:
     """Remove every `<topic>-<partition>` log directory under `logs_dir`; returns their names.
 
@@ -154,12 +165,7 @@ class TopicStore:
 
     def validate(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> dict[str, str]:
         """Check a topic could be created as asked (TOPIC_ALREADY_EXISTS included); its settings, checked."""
-        validate_topic_name(name)
-        if name in INTERNAL_TOPICS or name.startswith("__"):
-            raise InvalidTopicError(f"topic names starting with '__' are reserved for internal topics: {name!r}")
-        if not 1 <= partitions <= MAX_PARTITIONS_PER_TOPIC:
-            raise InvalidPartitionsError(f"a topic needs 1..{MAX_PARTITIONS_PER_TOPIC} partitions, not {partitions}")
-        settings = check_configs(configs or {})
+        settings = check_new_topic(name, partitions, configs)
         if name in self.all():
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
         return settings

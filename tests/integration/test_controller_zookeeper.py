@@ -14,6 +14,7 @@ from coordinator.controller.controller import Controller
 from coordinator.controller.elections import assign_replicas
 from coordinator.controller.registration import BrokerRegistration
 from coordinator.controller.store import NoNodeError
+from coordinator.controller.topic_admin import TopicAdmin, TopicDescription
 from coordinator.controller.znodes import (
     TOPICS,
     BrokerInfo,
@@ -24,6 +25,7 @@ from coordinator.controller.znodes import (
 )
 from coordinator.controller.zookeeper_store import ZooKeeperStore
 from coordinator.runtime.io import wait_for
+from proto.errors import TopicAlreadyExistsError
 from tests.helpers import wait_until
 from txnsim.zookeeper import ZooKeeperServer, zookeeper_available
 
@@ -121,3 +123,21 @@ def test_the_controller_elects_leaders_from_the_isr_as_brokers_go(brokers: dict[
             return state if state is not None and state.leader == last.broker_id else None
         state = wait_until(led_by_last, 10, f"orders-{partition} led by broker {last.broker_id}")
         assert state.isr == (last.broker_id,) and state.controller_epoch == first_epoch + 1
+
+
+def test_topics_created_in_zookeeper_get_their_leaders_and_describe_as_kafka_topics_does(
+        brokers: dict[int, Broker]) -> None:
+    controller = the_controller(brokers)
+    wait_until(lambda: all(b.registration.registered for b in brokers.values()), 10, "every broker registered")
+    admin = TopicAdmin(controller.store)
+    assignment = wait_for(lambda done: admin.create("payments", 3, -1, {"min.insync.replicas": "2"}, done))
+    assert all(len(replicas) == 3 for replicas in assignment.values())  # the default, with three brokers
+
+    def described() -> TopicDescription | None:
+        found: TopicDescription = wait_for(lambda done: admin.describe("payments", done))
+        return found if all(p.leader >= 0 for p in found.partitions) else None
+    topic = wait_until(described, 10, "every partition of payments to have a leader")
+    assert topic.configs == {"min.insync.replicas": "2"}
+    assert [(p.leader, p.isr) for p in topic.partitions] == [(r[0], r) for _p, r in sorted(assignment.items())]
+    with pytest.raises(TopicAlreadyExistsError):
+        wait_for(lambda done: admin.create("payments", 1, 1, None, done))

@@ -1,0 +1,121 @@
+"""Creating and describing topics in the coordination store (the simulator's ZooKeeper, with the shipping
+controller electing): a topic's assignment spreads leaders over the live brokers, the controller gives each
+partition its leader and ISR, describe says what kafka-topics --describe says (offline replicas included),
+and every refusal is Kafka's error."""
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+import pytest
+
+from coordinator.controller.controller import Controller
+from coordinator.controller.registration import BrokerRegistration
+from coordinator.controller.topic_admin import TopicAdmin, TopicDescription
+from coordinator.controller.znodes import BrokerInfo
+from coordinator.runtime.io import wait_for
+from proto.errors import (
+    InvalidConfigError,
+    InvalidReplicationFactorError,
+    InvalidTopicError,
+    RequestTimedOutError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from txnsim.simulate.coordination import SimStore, ZnodeTree
+
+
+class Serial:
+    def __init__(self) -> None:
+        self._queue: deque[Callable[[], None]] = deque()
+        self._running = False
+
+    def __call__(self, work: Callable[[], None]) -> None:
+        self._queue.append(work)
+        if self._running:
+            return
+        self._running = True
+        try:
+            while self._queue:
+                self._queue.popleft()()
+        finally:
+            self._running = False
+
+
+class Cluster:
+    def __init__(self, brokers: int) -> None:
+        self.tree, self.now = ZnodeTree(), [0]
+        self.stores: dict[int, SimStore] = {}
+        self.reachable = True
+        for broker in range(1, brokers + 1):
+            serial = Serial()
+            store = SimStore(self.tree, timeout_ms=1_000, now_ms=lambda: self.now[0], deliver=serial)
+            BrokerRegistration(BrokerInfo(broker, f"10.0.0.{broker}:9092"), store, serial).start()
+            Controller(broker, store, serial, now_ms=lambda: self.now[0]).start()
+            self.stores[broker] = store
+        self.client = SimStore(self.tree, timeout_ms=1_000, now_ms=lambda: self.now[0],
+                               reachable=lambda: self.reachable)
+        self.admin = TopicAdmin(self.client)
+
+    def create(self, name: str, partitions: int, replication_factor: int = -1,
+               configs: dict[str, str] | None = None) -> dict[int, tuple[int, ...]]:
+        created: dict[int, tuple[int, ...]] = wait_for(
+            lambda done: self.admin.create(name, partitions, replication_factor, configs, done))
+        return created
+
+    def describe(self, name: str) -> TopicDescription:
+        described: TopicDescription = wait_for(lambda done: self.admin.describe(name, done))
+        return described
+
+
+def test_a_topic_is_spread_over_the_brokers_and_the_controller_gives_every_partition_a_leader() -> None:
+    cluster = Cluster(3)
+    assignment = cluster.create("orders", 6, 3, {"retention.ms": "60000"})
+    assert all(len(replicas) == 3 == len(set(replicas)) for replicas in assignment.values())
+    assert sorted(replicas[0] for replicas in assignment.values()) == [1, 1, 2, 2, 3, 3]  # leaders spread
+    described = cluster.describe("orders")
+    assert described.replication_factor == 3 and described.configs == {"retention.ms": "60000"}
+    for partition in described.partitions:
+        assert partition.leader == assignment[partition.partition][0] and partition.leader_epoch == 0
+        assert partition.isr == partition.replicas == assignment[partition.partition] and partition.offline == ()
+    assert wait_for(lambda done: cluster.admin.list_topics(done)) == ["orders"]
+
+
+def test_the_default_replication_factor_is_three_or_every_broker_there_is() -> None:
+    small = Cluster(2)
+    small.create("two", 1)
+    assert small.describe("two").replication_factor == 2
+    large = Cluster(4)
+    large.create("four", 1)
+    assert large.describe("four").replication_factor == 3
+
+
+def test_a_broker_gone_shows_as_an_offline_replica_and_leaves_the_isr() -> None:
+    cluster = Cluster(3)
+    cluster.create("orders", 3, 3)
+    cluster.now[0] = 2_000  # broker 3 stops heartbeating; the others and the client go on
+    for broker in (1, 2):
+        cluster.stores[broker].heartbeat()
+    cluster.client.heartbeat()
+    cluster.tree.expire_idle(cluster.now[0])
+    for partition in cluster.describe("orders").partitions:
+        assert partition.offline == (3,) and 3 not in partition.isr and partition.leader in (1, 2)
+
+
+def test_refusals_are_kafkas_errors() -> None:
+    cluster = Cluster(3)
+    cluster.create("orders", 1, 3)
+    with pytest.raises(TopicAlreadyExistsError):
+        cluster.create("orders", 1, 3)
+    with pytest.raises(InvalidReplicationFactorError, match="3 live broker"):
+        cluster.create("wide", 1, 4)
+    with pytest.raises(InvalidTopicError):
+        cluster.create("__mine", 1, 1)
+    with pytest.raises(InvalidConfigError):
+        cluster.create("configured", 1, 1, {"no.such.setting": "1"})
+    with pytest.raises(UnknownTopicOrPartitionError):
+        cluster.describe("missing")
+    assert [t for t in wait_for(lambda done: cluster.admin.list_topics(done))] == ["orders"]  # nothing half-made
+    cluster.reachable = False
+    with pytest.raises(RequestTimedOutError, match="cannot be reached"):
+        cluster.create("later", 1, 1)
