@@ -12,6 +12,7 @@ import pytest
 
 from coordinator.controller.controller import Controller
 from coordinator.controller.elections import assign_replicas
+from coordinator.controller.producer_id_blocks import ProducerIdBlocks, StoreProducerIds
 from coordinator.controller.registration import BrokerRegistration
 from coordinator.controller.store import NoNodeError
 from coordinator.controller.topic_admin import TopicAdmin, TopicDescription
@@ -141,3 +142,12 @@ def test_topics_created_in_zookeeper_get_their_leaders_and_describe_as_kafka_top
     assert [(p.leader, p.isr) for p in topic.partitions] == [(r[0], r) for _p, r in sorted(assignment.items())]
     with pytest.raises(TopicAlreadyExistsError):
         wait_for(lambda done: admin.create("payments", 1, 1, None, done))
+
+
+def test_brokers_racing_for_producer_id_blocks_on_zookeeper_never_share_an_id(brokers: dict[int, Broker]) -> None:
+    allocators = [StoreProducerIds(ProducerIdBlocks(b.store, b.broker_id, block_size=7)) for b in brokers.values()]
+    with ThreadPoolExecutor(max_workers=len(allocators)) as pool:
+        handed = list(pool.map(lambda ids: [ids.allocate() for _ in range(50)], allocators))
+    every = [pid for ids in handed for pid in ids]
+    assert len(every) == len(set(every)) == 150
+    assert all(ids == sorted(ids) for ids in handed)  # each broker's ids ascend
