@@ -660,10 +660,26 @@ class PartitionServer:
 
 
 class PartitionsServicer(rpc.PartitionsServicer):
-    """Thin gRPC adapter over PartitionServer."""
+    """Thin gRPC adapter over PartitionServer (and, on a node that keeps replicas, its ReplicaManager's fetch)."""
 
-    def __init__(self, server: PartitionServer) -> None:
+    def __init__(self, server: PartitionServer,
+                 replica_fetch: Callable[[pb.ReplicaFetchRequest, Callable[[Outcome], None]], None] | None = None
+                 ) -> None:
         self._server = server
+        self._replica_fetch = replica_fetch
+
+    @answers_with(pb.ReplicaFetchResponse)
+    def ReplicaFetch(self, request: pb.ReplicaFetchRequest, context: Any) -> pb.ReplicaFetchResponse:
+        if self._replica_fetch is not None:
+            fetch = self._replica_fetch
+            response: pb.ReplicaFetchResponse = wait_for(lambda done: fetch(request, done))
+            return response
+        # a node of a shared-directory cluster keeps no replicas: no partition has a leader here to follow
+        refused = NotLeaderOrFollowerError(f"[NOT_LEADER_OR_FOLLOWER] node {self._server.node_id} keeps no replicas: "
+                                           "its cluster shares one data directory, and every log exists once")
+        return pb.ReplicaFetchResponse(partitions=[pb.ReplicaFetchPartitionData(
+            topic=p.topic, partition=p.partition, error_code=code_of(refused), error_message=refused.message,
+            diverging_epoch=-1, diverging_end_offset=-1) for p in request.partitions])
 
     @answers_with(pb.ProduceResponse)
     def Produce(self, request: pb.ProduceRequest, context: Any) -> pb.ProduceResponse:

@@ -48,7 +48,10 @@ def decode(data: bytes) -> EpochCache:
 
 
 def write(directory: PurePath, cache: EpochCache, storage: Storage = FILE_STORAGE) -> None:
+    """Replace the file, durably: its bytes and its new name (a rename not yet fsynced in its directory reverts
+    on a power loss, and a cache that lost an epoch makes a restarted follower cut below its high watermark)."""
     storage.replace_atomically(directory / FILE_NAME, encode(cache), fsync=True)
+    storage.fsync_directory(directory)
 
 
 def rebuild(batches: Iterable[RecordBatch]) -> EpochCache:

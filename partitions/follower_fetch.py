@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from partitions.divergence import truncation_point
 from partitions.epoch_cache import EpochCache, EpochEnd
+from proto.planted_bugs import PlantedBug
 
 
 class FetchState(enum.Enum):
@@ -86,8 +87,13 @@ _WAIT_FOR_CONTROLLER = frozenset({"FENCED_LEADER_EPOCH"})
 class FollowerFetcher:
     """One partition this node follows, at one leader epoch."""
 
-    def __init__(self, *, leader_epoch: int, log_end_offset: int, high_watermark: int, epochs: EpochCache) -> None:
+    def __init__(self, *, leader_epoch: int, log_end_offset: int, high_watermark: int, epochs: EpochCache,
+                 planted_bug: PlantedBug | None = None) -> None:
         self.leader_epoch = leader_epoch
+        #: the simulator's planted bug no-follower-truncation; never set by a real node
+        self._no_truncation = planted_bug is PlantedBug.NO_FOLLOWER_TRUNCATION
+        #: with it, a follower told it diverged stops saying which epoch it holds, so the leader checks no more
+        self._ignore_divergence = False
         self.log_end_offset = log_end_offset
         self.high_watermark = high_watermark
         self.epochs = epochs
@@ -97,6 +103,8 @@ class FollowerFetcher:
         if self.state is FetchState.WAITING:
             return None
         last_epoch = self.epochs.epoch_at(self.log_end_offset - 1) if self.log_end_offset > 0 else -1
+        if self._ignore_divergence:
+            last_epoch = -1
         return FetchRequest(self.log_end_offset, last_epoch, self.leader_epoch)
 
     def answered(self, asked: FetchRequest, answer: FetchAnswer) -> list[Effect]:
@@ -113,6 +121,9 @@ class FollowerFetcher:
             if answer.error in _WAIT_FOR_CONTROLLER:
                 self.state = FetchState.WAITING
             return [Backoff(answer.error)]
+        if answer.diverging is not None and self._no_truncation:
+            self._ignore_divergence = True
+            return [Backoff("diverged, not truncated")]
         if answer.diverging is not None:
             cut = truncation_point(answer.diverging, self.epochs, self.log_end_offset, self.high_watermark)
             self._cut(cut.offset)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from partitions.divergence import diverging_epoch
 from partitions.epoch_cache import EpochCache, EpochEnd
 from proto.errors import NotEnoughReplicasAfterAppendError, NotEnoughReplicasError
+from proto.planted_bugs import PlantedBug
 
 #: Kafka's replica.lag.time.max.ms (30 s since 2.5, KIP-537)
 REPLICA_LAG_TIME_MAX_MS = 30_000
@@ -69,7 +70,7 @@ class LeaderReplicas:
 
     def __init__(self, *, leader_id: int, leader_epoch: int, replicas: tuple[int, ...], isr: frozenset[int],
                  log_end_offset: int, high_watermark: int, now_ms: int,
-                 max_lag_ms: int = REPLICA_LAG_TIME_MAX_MS) -> None:
+                 max_lag_ms: int = REPLICA_LAG_TIME_MAX_MS, planted_bug: PlantedBug | None = None) -> None:
         if leader_id not in replicas or leader_id not in isr:
             raise ValueError(f"leader {leader_id} must be a replica {replicas} and in the ISR {sorted(isr)}")
         self.leader_id = leader_id
@@ -79,6 +80,8 @@ class LeaderReplicas:
         #: an ISR change sent to the store and not yet answered
         self.pending_isr: frozenset[int] | None = None
         self.max_lag_ms = max_lag_ms
+        #: the simulator's planted bug hw-from-leader-alone; never set by a real node
+        self._hw_from_leader_alone = planted_bug is PlantedBug.HW_FROM_LEADER_ALONE
         self.log_end_offset = log_end_offset
         #: where this epoch's writes start: a follower rejoins only once it has everything before it
         self.epoch_start_offset = log_end_offset
@@ -190,7 +193,7 @@ class LeaderReplicas:
         to rejoin), as Kafka's maybeIncrementLeaderHW; never backwards."""
         mark = self.log_end_offset
         maximal = self.maximal_isr
-        for replica, progress in self.followers.items():
+        for replica, progress in ([] if self._hw_from_leader_alone else self.followers.items()):
             counts = replica in maximal or (progress.log_end_offset >= 0
                                             and progress.caught_up(self.log_end_offset, now_ms, self.max_lag_ms))
             if counts:

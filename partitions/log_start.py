@@ -26,3 +26,5 @@ def read_log_start(directory: PurePath, storage: Storage = FILE_STORAGE) -> int:
 
 def write_log_start(directory: PurePath, offset: int, storage: Storage = FILE_STORAGE, *, fsync: bool = True) -> None:
     storage.replace_atomically(directory / FILE_NAME, f"{offset}\n".encode(), fsync=fsync)
+    if fsync:  # the new name too: an unsynced rename reverts on a power loss, and deleted records come back
+        storage.fsync_directory(directory)

@@ -34,6 +34,16 @@ class PlantedBug(enum.Enum):
     # the half-message coordinator (coordinator/rocketmq/)
     CHECK_COUNT_IN_MEMORY = "check-count-in-memory"
     IN_PLACE_RETRY_UNWRITTEN = "in-place-retry-unwritten"
+    # replication (partitions/leader_replicas.py, follower_fetch.py, coordinator/replication/, the controller)
+    UNCLEAN_ELECTION = "unclean-election"
+    HW_FROM_LEADER_ALONE = "hw-from-leader-alone"
+    NO_FOLLOWER_TRUNCATION = "no-follower-truncation"
+    ACKS_BEFORE_ISR = "acks-before-isr"
+
+
+#: the planted bugs of replication, which the simulator's replication model offers (the others, its cluster model)
+REPLICATION_BUGS = frozenset({PlantedBug.UNCLEAN_ELECTION, PlantedBug.HW_FROM_LEADER_ALONE,
+                              PlantedBug.NO_FOLLOWER_TRUNCATION, PlantedBug.ACKS_BEFORE_ISR})
 
 
 #: what each switches off, as `txnsim simulate --list-bugs` prints it
@@ -71,6 +81,15 @@ DESCRIPTIONS: dict[PlantedBug, str] = {
                                   "flips in it, reads of that segment find batches where there are none",
     PlantedBug.READ_PAST_HW: "read_uncommitted fetches read to the log end, past the high watermark: a consumer is "
                              "handed records before they are durable, which a power loss then takes",
+    PlantedBug.UNCLEAN_ELECTION: "the controller lets a replica outside the ISR lead when no ISR member is alive "
+                                 "(Kafka's unclean.leader.election.enable): writes acknowledged to acks=all are lost",
+    PlantedBug.HW_FROM_LEADER_ALONE: "the leader's high watermark is its own log end, not the ISR's lowest: acks=all "
+                                     "is answered, and consumers read, before any follower has the write",
+    PlantedBug.NO_FOLLOWER_TRUNCATION: "a follower told where its log parts from its new leader's keeps its own tail "
+                                       "and fetches on after it (pre-KIP-101): replicas hold different records at the "
+                                       "same offsets",
+    PlantedBug.ACKS_BEFORE_ISR: "acks=all is answered once the leader has fsynced the write, before the ISR has it "
+                                "(acks=1 in disguise): a leader lost right after takes the write with it",
     PlantedBug.IN_PLACE_RETRY_UNWRITTEN: "a retried send of a message stored in place is answered from the "
                                          "registration alone: if the shard's owner died before writing the message "
                                          "to its partition, a commit then delivers nothing",

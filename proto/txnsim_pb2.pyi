@@ -448,10 +448,14 @@ class ReplicaFetchPartitionData(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., diverging_epoch: _Optional[int] = ..., diverging_end_offset: _Optional[int] = ..., records: _Optional[bytes] = ..., records_end: _Optional[int] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ...) -> None: ...
 
 class ReplicaFetchResponse(_message.Message):
-    __slots__ = ("partitions",)
+    __slots__ = ("partitions", "error_code", "error_message")
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     partitions: _containers.RepeatedCompositeFieldContainer[ReplicaFetchPartitionData]
-    def __init__(self, partitions: _Optional[_Iterable[_Union[ReplicaFetchPartitionData, _Mapping]]] = ...) -> None: ...
+    error_code: int
+    error_message: str
+    def __init__(self, partitions: _Optional[_Iterable[_Union[ReplicaFetchPartitionData, _Mapping]]] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
 
 class ListOffsetsRequest(_message.Message):
     __slots__ = ("partitions", "timestamps", "isolation_level")

@@ -32,6 +32,7 @@ from partitions.log import PartitionLog
 from partitions.replica_log import ReplicaLog
 from proto import txnsim_pb2 as pb
 from proto.errors import NONE, KafkaError, name_of
+from proto.planted_bugs import PlantedBug
 from proto.structs import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,8 @@ class FetchSettings:
     backoff_ms: int = REPLICA_FETCH_BACKOFF_MS
     #: how long past max_wait_ms a fetch may go unanswered before it counts as lost
     request_timeout_ms: int = 30_000
+    #: the simulator's planted bugs (no-follower-truncation); never set by a real node
+    planted_bug: PlantedBug | None = None
 
 
 @dataclass(eq=False)
@@ -94,7 +97,8 @@ class FetchSession:
                 self._on_error(tp, failures[replica_log].message)
                 return
             core = FollowerFetcher(leader_epoch=leader_epoch, log_end_offset=replica_log.log_end_offset,
-                                   high_watermark=replica_log.high_watermark, epochs=replica_log.epoch_cache())
+                                   high_watermark=replica_log.high_watermark, epochs=replica_log.epoch_cache(),
+                                   planted_bug=self._settings.planted_bug)
             with self._lock:
                 if self._closed or self._pending.get(tp) is not marker:
                     return  # unfollowed, or followed again, meanwhile
@@ -172,6 +176,11 @@ class FetchSession:
             self._next_round()
             return
         assert isinstance(outcome, pb.ReplicaFetchResponse)
+        if outcome.error_code != NONE:  # the whole request refused (a node that keeps no replicas, a node bug)
+            log.info("fetch from node %d refused: %s", self.leader_id, outcome.error_message)
+            self._back_off(asked)
+            self._next_round()
+            return
         by_tp = {(f.tp.topic, f.tp.partition): f for f in asked}
         appended: dict[PartitionLog, int] = {}
         for data in outcome.partitions:

@@ -36,6 +36,7 @@ from proto.errors import (
     UnknownLeaderEpochError,
     code_of,
 )
+from proto.planted_bugs import PlantedBug
 from proto.structs import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ def partition_error(tp: TopicPartition, error: KafkaError, *, log_start_offset: 
 class LeaderPartition:
     def __init__(self, tp: TopicPartition, replica_log: ReplicaLog, *, io: NodeIO, state: PartitionState,
                  version: int, replicas: tuple[int, ...], isr_writer: IsrWriter, min_insync_replicas: int,
-                 max_lag_ms: int = REPLICA_LAG_TIME_MAX_MS) -> None:
+                 max_lag_ms: int = REPLICA_LAG_TIME_MAX_MS, planted_bug: PlantedBug | None = None) -> None:
         if state.leader != io.node_id:
             raise ValueError(f"{tp}: node {io.node_id} cannot lead at epoch {state.leader_epoch}: "
                              f"node {state.leader} does")
@@ -86,7 +87,9 @@ class LeaderPartition:
         self._core = LeaderReplicas(leader_id=io.node_id, leader_epoch=state.leader_epoch, replicas=replicas,
                                     isr=frozenset(state.isr), log_end_offset=replica_log.log_end_offset,
                                     high_watermark=replica_log.high_watermark, now_ms=io.now_ms(),
-                                    max_lag_ms=max_lag_ms)
+                                    max_lag_ms=max_lag_ms, planted_bug=planted_bug)
+        #: the simulator's planted bug acks-before-isr; never set by a real node
+        self._acks_before_isr = planted_bug is PlantedBug.ACKS_BEFORE_ISR
         self._waiters: list[_AckWaiter] = []
         self._resigned = False
         #: the store refused an ISR change at a stale version: the controller has moved on, and this leader
@@ -316,6 +319,8 @@ class LeaderPartition:
     def _outcome(self, required_offset: int) -> KafkaError | None | _Waiting:
         """WAITING while the log's high watermark (never past this replica's fsynced end) is below the offset;
         then None, or NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below min.insync.replicas."""
+        if self._acks_before_isr:
+            return None
         if self.log.high_watermark < required_offset:
             return WAITING
         outcome = self._core.acks_all_outcome(required_offset, self.min_insync_replicas, str(self.tp))

@@ -22,6 +22,7 @@ from partitions.leader_replicas import REPLICA_LAG_TIME_MAX_MS
 from partitions.replica_log import ReplicaLog
 from proto import txnsim_pb2 as pb
 from proto.errors import NotLeaderOrFollowerError
+from proto.planted_bugs import PlantedBug
 from proto.structs import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,8 @@ class ReplicationSettings:
     min_insync_replicas: int = 2
     max_lag_ms: int = REPLICA_LAG_TIME_MAX_MS
     fetch: FetchSettings = FetchSettings()
+    #: the simulator's planted bugs of the leader (hw-from-leader-alone, acks-before-isr); never set by a real node
+    planted_bug: PlantedBug | None = None
 
 
 @dataclass(eq=False)
@@ -132,7 +135,8 @@ class ReplicaManager:
         if state.leader == self.node_id:
             leader = LeaderPartition(tp, replica.log, io=self._io, state=state, version=version,
                                      replicas=replicas, isr_writer=self._isr_writer,
-                                     min_insync_replicas=required, max_lag_ms=self.settings.max_lag_ms)
+                                     min_insync_replicas=required, max_lag_ms=self.settings.max_lag_ms,
+                                     planted_bug=self.settings.planted_bug)
             with self._lock:
                 replica.leader = leader
             log.info("node %d leads %s at epoch %d, ISR %s", self.node_id, tp, state.leader_epoch, list(state.isr))

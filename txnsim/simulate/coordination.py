@@ -258,11 +258,13 @@ class SimStore:
             self._tell(SessionEvent.CONNECTED)
             return
         self._tree.heard_from(self.session_id, self._now_ms())
+        # watch events that fired while the member was out of reach come now, even if it was out of reach too
+        # briefly for its client to notice (ZooKeeper queues them on the session's connection)
+        held, self._held = self._held, []
+        for watch in held:
+            self._deliver(watch)
         if not self._connected:
             self._connected = True
-            held, self._held = self._held, []
-            for watch in held:
-                self._deliver(watch)
             self._tell(SessionEvent.CONNECTED)
 
     def create(self, path: str, data: bytes, done: Done, *, ephemeral: bool = False) -> None:

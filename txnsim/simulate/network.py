@@ -220,6 +220,10 @@ class Network:
         """Cut the link src -> dst until `heal`; cuts nest, so overlapping partitions heal one by one."""
         self._cuts[(src, dst)] += 1
 
+    def is_cut(self, src: str, dst: str) -> bool:
+        """Whether messages from `src` to `dst` are dropped by a partition now."""
+        return (src, dst) in self._cuts
+
     def heal(self, src: str, dst: str) -> None:
         link = (src, dst)
         if self._cuts[link] <= 1:

@@ -20,7 +20,7 @@ from typing import ClassVar
 from partitions.faulty_storage import FaultyStorage
 from partitions.producer_snapshot import SUFFIX as SNAPSHOT_SUFFIX
 from partitions.segment import INDEX_SUFFIX
-from proto.planted_bugs import DESCRIPTIONS, PlantedBug
+from proto.planted_bugs import DESCRIPTIONS, REPLICATION_BUGS, PlantedBug
 from proto.structs import IsolationLevel, TopicPartition
 from txnsim.chaos.checker import check
 from txnsim.chaos.history import History
@@ -54,7 +54,8 @@ class ClusterModel(Model):
     name = "cluster"
     description = ("3 nodes on the real transaction coordinator core and partition logs, 3 transactional producers, "
                    "a read_committed consumer, consumer groups, copiers, RocketMQ half messages with check-back")
-    BUGS: ClassVar[dict[str, str]] = {bug.value: description for bug, description in DESCRIPTIONS.items()}
+    BUGS: ClassVar[dict[str, str]] = {bug.value: description for bug, description in DESCRIPTIONS.items()
+                                      if bug not in REPLICATION_BUGS}
     WORKLOADS: ClassVar[dict[str, str]] = {
         "transactions": "transactional producers committing and aborting across 4 partitions; a read_committed "
                         "consumer; a consumer group of 3 members that leave and come back; 2 exactly-once "

@@ -1,31 +1,23 @@
-"""A simulated node's world: the I/O interface the shipping drivers run over (coordinator/runtime/io.py),
-carried out on the simulator's clock, network and disk.
-
-Timers are the node's simulated timers (a crash cancels them, a pause holds them); `soon` is a timer of no
-delay; a make-durable is the node's fsync time later, then the real PartitionLog.make_durable on the
-simulated disk (a power loss before it loses the write, unacknowledged); a call to another node is a
-simulated message with its latency and faults, and one to this node runs its handler at once, as a node
-process does. The planted bugs of acknowledging before the fsync live here, not in the drivers.
+"""The cluster model's nodes' world: the engine's I/O (txnsim/simulate/engine_io.py) with the planted bugs of
+acknowledging before the fsync (here, not in the drivers) and the model's invariant recorder told of every
+fsync; and the observer that notes what the drivers report in the run's trace.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from coordinator.observers import NoObserver
 from coordinator.rocketmq.log_format import HalfRecord
-from coordinator.runtime.io import Cancellable, Failures, Outcome
 from partitions import PartitionLog
-from proto.errors import KafkaError, KafkaTimeoutError
 from proto.planted_bugs import PlantedBug
 from proto.structs import CONSUMER_OFFSETS_TOPIC, HALF_TOPIC, INTERNAL_TOPICS, TopicPartition
-from txnsim.simulate.network import TIMED_OUT
+from txnsim.simulate.engine_io import EngineIO
 
 if TYPE_CHECKING:
     from txnsim.simulate.cluster.roles import NodeCluster
 
-#: a local call's handler: the request, and where its outcome goes
-LocalHandler = Callable[[Any, Callable[[Outcome], None]], None]
+
 
 
 def acknowledged_before_fsync(planted: PlantedBug | None, ends: Mapping[PartitionLog, int]) -> bool:
@@ -42,64 +34,18 @@ def acknowledged_before_fsync(planted: PlantedBug | None, ends: Mapping[Partitio
     return False
 
 
-class SimIO:
-    """NodeIO for one simulated node."""
+class SimIO(EngineIO):
+    """NodeIO for one node of the cluster model: the engine's, with its planted bugs and its recorder."""
 
     def __init__(self, name: str, node_id: int, model: NodeCluster) -> None:
-        self.name = name
-        self.node_id = node_id
+        super().__init__(name, node_id, model.network, lambda: model.fsync_ms)
         self._model = model
-        self._net = model.network
-        self.extra_fsync_ms = 0
-        self._local: LocalHandler | None = None
 
-    def serve_locally(self, handler: LocalHandler) -> None:
-        self._local = handler
+    def acknowledges_early(self, ends: Mapping[PartitionLog, int]) -> bool:
+        return acknowledged_before_fsync(self._model.planted, ends)
 
-    @property
-    def fsync_ms(self) -> int:
-        return self._model.fsync_ms + self.extra_fsync_ms
-
-    # ------------------------------------------------------------ NodeIO
-
-    def now_ms(self) -> int:
-        return self._net.now(self.name)
-
-    def after(self, delay_ms: int, work: Callable[[], None], label: str) -> Cancellable:
-        return self._net.set_timer(self.name, max(0, delay_ms), work, label=label)
-
-    def soon(self, work: Callable[[], None], label: str) -> None:
-        self._net.set_timer(self.name, 0, work, label=label)
-
-    def durable(self, ends: Mapping[PartitionLog, int], done: Callable[[Failures], None]) -> None:
-        """The fsync's time passes, then it happens (a power loss in between loses the writes), then `done`."""
-        ends = dict(ends)
-        early = acknowledged_before_fsync(self._model.planted, ends)
-        if early:  # a planted bug: acknowledged before the fsync
-            done({})
-
-        def fsync() -> None:
-            failures: Failures = {}
-            for plog, end in ends.items():
-                try:
-                    plog.make_durable(end)
-                except KafkaError as exc:
-                    failures[plog] = exc
-                    continue
-                self._model.recorder.appended(self.name, plog, -1, -1)
-            if not early:
-                done(failures)
-        self._net.set_timer(self.name, self.fsync_ms, fsync, label="fsync")
-
-    def call(self, node_id: int, request: Any, timeout_ms: int, done: Callable[[Outcome], None]) -> None:
-        if node_id == self.node_id and self._local is not None:
-            self._local(request, done)
-            return
-
-        def answered(response: object) -> None:
-            done(KafkaTimeoutError(f"node n{node_id} did not answer {type(request).__name__} within {timeout_ms} ms")
-                 if response is TIMED_OUT else response)
-        self._net.call(self.name, f"n{node_id}", request, timeout_ms, answered)
+    def fsynced(self, plog: PartitionLog) -> None:
+        self._model.recorder.appended(self.name, plog, -1, -1)
 
 
 class TraceObserver(NoObserver):

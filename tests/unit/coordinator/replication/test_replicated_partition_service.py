@@ -132,3 +132,16 @@ def test_a_follower_refuses_writes_and_a_marker_waits_for_the_isr() -> None:
     assert fetched.high_watermark == 1 and fetched.last_stable_offset == 0  # undecided below the ISR's mark
     cluster.run_until(lambda: bool(marked), within_ms=5_000)  # node 3 leaves the ISR, then the marker is in
     assert not marked[0].markers[0].partitions[0].error_code  # type: ignore[attr-defined]
+
+
+def test_a_node_that_keeps_no_replicas_refuses_a_replica_fetch_with_kafkas_error() -> None:
+    from coordinator.partition_service import PartitionsServicer
+    cluster = Cluster()
+    servicer = PartitionsServicer(cluster.servers[1])  # as a shared-directory node serves it: no replica fetch
+    response = servicer.ReplicaFetch(pb.ReplicaFetchRequest(replica_id=2, partitions=[
+        pb.ReplicaFetchPartition(topic=TP.topic, partition=TP.partition, fetch_offset=0)]), None)
+    assert [name_of(p.error_code) for p in response.partitions] == ["NOT_LEADER_OR_FOLLOWER"]
+    serving = PartitionsServicer(cluster.servers[1], replica_fetch=cluster.managers[1].handle_fetch)
+    answered = serving.ReplicaFetch(pb.ReplicaFetchRequest(replica_id=2, partitions=[
+        pb.ReplicaFetchPartition(topic=TP.topic, partition=TP.partition, fetch_offset=0)]), None)
+    assert answered.partitions[0].error_code == NONE and answered.partitions[0].high_watermark == 0
