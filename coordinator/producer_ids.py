@@ -21,12 +21,12 @@ from partitions.segment import fsync_directory
 _LEGACY_COUNTER = "next-block-start"  # the flock-guarded counter of earlier versions
 
 
-class ProducerIdAllocator:
-    def __init__(self, directory: Path, block_size: int = 1000) -> None:
-        self._directory = directory
-        self._blocks = directory / "blocks"
-        self._wanted_block_size = block_size
-        self._block_size = 0  # read or fixed at the first claim
+class BlockAllocator:
+    """Producer ids one at a time from the block claimed last, or a whole block: what the coordinators call.
+    Subclasses say how a block is claimed, durably, so that no id is handed out twice (here, files in the
+    shared directory; coordinator/controller/producer_id_blocks.py, the coordination store)."""
+
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._next = 0
         self._end = 0  # exclusive
@@ -44,6 +44,18 @@ class ProducerIdAllocator:
         core): ids first..end-1, durable before this returns."""
         with self._lock:
             return self._take_block()
+
+    def _take_block(self) -> tuple[int, int]:
+        raise NotImplementedError
+
+
+class ProducerIdAllocator(BlockAllocator):
+    def __init__(self, directory: Path, block_size: int = 1000) -> None:
+        super().__init__()
+        self._directory = directory
+        self._blocks = directory / "blocks"
+        self._wanted_block_size = block_size
+        self._block_size = 0  # read or fixed at the first claim
 
     def _take_block(self) -> tuple[int, int]:
         self._blocks.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -130,3 +131,22 @@ def kafka_round_trip(bootstrap_servers: str, request: Any, response_type: Any) -
         (size,) = struct.unpack(">i", exactly(4))
         return response_type.decode(exactly(size), version=request.version, header=True)
 
+
+
+class Serial:
+    """One event at a time, in order, never re-entered (a controller's event thread, run inline)."""
+
+    def __init__(self) -> None:
+        self._queue: deque[Callable[[], None]] = deque()
+        self._running = False
+
+    def __call__(self, work: Callable[[], None]) -> None:
+        self._queue.append(work)
+        if self._running:
+            return
+        self._running = True
+        try:
+            while self._queue:
+                self._queue.popleft()()
+        finally:
+            self._running = False

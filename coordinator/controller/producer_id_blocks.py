@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Callable
 
 from coordinator.controller.store import BadVersionError, CoordinationStore, NodeExistsError, NoNodeError, Znode
+from coordinator.producer_ids import BlockAllocator
 from coordinator.runtime.io import wait_for
 from proto.errors import CoordinatorLoadInProgressError, KafkaError
 
@@ -82,28 +82,14 @@ def _unavailable(error: object) -> KafkaError:
         f"reached ({error}); retry")
 
 
-class StoreProducerIds:
-    """A node's producer-id allocator over the store (the interface of coordinator/producer_ids.py's): ids one
-    at a time from the block claimed last, or a whole block. Blocks the calling thread while it claims (the
-    real world's coordinators call it from their own threads)."""
+class StoreProducerIds(BlockAllocator):
+    """A node's producer-id allocator over the store. Claiming blocks the calling thread (the real world's
+    coordinators call it from their own threads)."""
 
     def __init__(self, blocks: ProducerIdBlocks) -> None:
+        super().__init__()
         self._blocks = blocks
-        self._lock = threading.Lock()
-        self._next = self._end = 0
 
-    def allocate(self) -> int:
-        with self._lock:
-            if self._next >= self._end:
-                self._next, self._end = self._claim()
-            pid = self._next
-            self._next += 1
-            return pid
-
-    def reserve_block(self) -> tuple[int, int]:
-        with self._lock:
-            return self._claim()
-
-    def _claim(self) -> tuple[int, int]:
+    def _take_block(self) -> tuple[int, int]:
         claimed: tuple[int, int] = wait_for(self._blocks.claim)
         return claimed

@@ -21,6 +21,7 @@ from coordinator.controller.znodes import (
     topic_path,
 )
 from coordinator.runtime.io import wait_for
+from tests.helpers import Serial
 from tests.store_contract import CONTRACT
 from txnsim.simulate.coordination import SimStore, ZnodeTree
 
@@ -28,25 +29,6 @@ from txnsim.simulate.coordination import SimStore, ZnodeTree
 class Clock:
     def __init__(self) -> None:
         self.now = 0
-
-
-class Serial:
-    """One event at a time, in order, never re-entered (the controller's event thread, inline)."""
-
-    def __init__(self) -> None:
-        self._queue: deque[Callable[[], None]] = deque()
-        self._running = False
-
-    def __call__(self, work: Callable[[], None]) -> None:
-        self._queue.append(work)
-        if self._running:
-            return
-        self._running = True
-        try:
-            while self._queue:
-                self._queue.popleft()()
-        finally:
-            self._running = False
 
 
 @pytest.mark.parametrize("case", CONTRACT, ids=lambda case: case.__name__)

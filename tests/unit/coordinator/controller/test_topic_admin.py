@@ -4,9 +4,6 @@ partition its leader and ISR, describe says what kafka-topics --describe says (o
 and every refusal is Kafka's error."""
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable
-
 import pytest
 
 from coordinator.controller.controller import Controller
@@ -22,24 +19,8 @@ from proto.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from tests.helpers import Serial
 from txnsim.simulate.coordination import SimStore, ZnodeTree
-
-
-class Serial:
-    def __init__(self) -> None:
-        self._queue: deque[Callable[[], None]] = deque()
-        self._running = False
-
-    def __call__(self, work: Callable[[], None]) -> None:
-        self._queue.append(work)
-        if self._running:
-            return
-        self._running = True
-        try:
-            while self._queue:
-                self._queue.popleft()()
-        finally:
-            self._running = False
 
 
 class Cluster:

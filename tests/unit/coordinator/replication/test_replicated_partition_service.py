@@ -22,27 +22,12 @@ from proto.errors import NONE, name_of
 from proto.structs import TopicPartition
 from tests.replication_world import LATENCY_MS, Net, WorldIO
 from txnsim.simulate.coordination import SimStore, ZnodeTree
+from txnsim.simulate.replication.node import Topics, no_transactions
 from txnsim.simulate.world import World
 
 TP = TopicPartition("orders", 0)
 SETTINGS = ReplicationSettings(min_insync_replicas=2, max_lag_ms=1_000,
                                fetch=FetchSettings(max_wait_ms=200, backoff_ms=100, request_timeout_ms=1_000))
-
-
-class Topics:
-    def partitions(self, topic: str) -> int | None:
-        return 1 if topic == TP.topic else None
-
-    def configs(self, topic: str) -> dict[str, str]:
-        return {}
-
-    def configs_view(self, topic: str) -> dict[str, str]:
-        return {}
-
-
-def no_verification(tid: str, pid: int, epoch: int, tps: list[TopicPartition], add: bool,
-                    done: Callable[[dict[TopicPartition, int]], None]) -> None:
-    done({tp: 0 for tp in tps})
 
 
 class Cluster:
@@ -62,7 +47,7 @@ class Cluster:
                                               leader_epoch=0, storage=self.disk)
             self.servers[node] = PartitionServer(
                 io=io, logs=ReplicatedLeaderLogs(manager, LogConfig()), membership=Leadership(manager),
-                topics=Topics(), offsets_shards=1, txn_shards=1, verify=no_verification,
+                topics=Topics(TP.topic, 1), offsets_shards=1, txn_shards=1, verify=no_transactions,
                 on_offsets_marker=lambda *_args: None, replication=IsrReplication(manager, timeout_ms=5_000))
         path = partition_state_path(TP.topic, TP.partition)
         self.tree.ensure_path(path.rsplit("/", 1)[0])
