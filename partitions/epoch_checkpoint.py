@@ -54,6 +54,15 @@ def write(directory: PurePath, cache: EpochCache, storage: Storage = FILE_STORAG
     storage.fsync_directory(directory)
 
 
+def truncate_from(directory: PurePath, cache: EpochCache, end_offset: int, storage: Storage = FILE_STORAGE) -> None:
+    """The log was cut at `end_offset`: no epoch starts at or past it, in the cache and, if that changed it,
+    in the file."""
+    before = cache.entries()
+    cache.truncate_from(end_offset)
+    if cache.entries() != before:
+        write(directory, cache, storage)
+
+
 def rebuild(batches: Iterable[RecordBatch]) -> EpochCache:
     """The cache of a log from its batches: each one's partition leader epoch, where it first appears."""
     cache = EpochCache()
@@ -79,8 +88,5 @@ def load(directory: PurePath, name: str, log_end_offset: int, batches: Iterable[
         cache = rebuild(batches)
         write(directory, cache, storage)
         return cache
-    before = cache.entries()
-    cache.truncate_from(log_end_offset)
-    if cache.entries() != before:
-        write(directory, cache, storage)
+    truncate_from(directory, cache, log_end_offset, storage)
     return cache

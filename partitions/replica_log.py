@@ -286,10 +286,7 @@ class ReplicaLog(PartitionLog):
             self._high_watermark = min(self._high_watermark, end)
             self._replicated_hw = min(self._replicated_hw, end)
             self._state.on_high_watermark(self._high_watermark)
-            before = self._files.epochs.entries()
-            self._files.epochs.truncate_from(end)
-            if self._files.epochs.entries() != before:
-                epoch_checkpoint.write(self.directory, self._files.epochs, self.storage)
+            epoch_checkpoint.truncate_from(self.directory, self._files.epochs, end, self.storage)
             self._committer.cut_back(end)
             self._data_ready.notify_all()
         logger.info("%s-%s: cut back to offset %d to follow its leader's history", self.topic, self.partition, end)

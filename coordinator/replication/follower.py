@@ -80,8 +80,6 @@ class FetchSession:
         self._pending: dict[TopicPartition, object] = {}
         self._in_flight = False
         self._closed = False
-        #: rounds answered, for tests and the web view
-        self.rounds = 0
 
     def follow(self, tp: TopicPartition, replica_log: ReplicaLog, leader_epoch: int) -> None:
         """Follow `tp` at `leader_epoch` (its first fetch checks where the log parts from the leader's), once
@@ -115,11 +113,6 @@ class FetchSession:
         with self._lock:
             self._followed.pop(tp, None)
             self._pending.pop(tp, None)
-
-    @property
-    def partitions(self) -> frozenset[TopicPartition]:
-        with self._lock:
-            return frozenset(self._followed)
 
     def state_of(self, tp: TopicPartition) -> FetchState | None:
         with self._lock:
@@ -187,8 +180,6 @@ class FetchSession:
             followed = by_tp.get((data.topic, data.partition))
             if followed is not None and self._apply(followed, asked[followed], data, appended):
                 self._back_off([followed])
-        with self._lock:
-            self.rounds += 1
         if appended:
             self._io.durable(appended, lambda failures: self._durable(asked, failures))
         else:

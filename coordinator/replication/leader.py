@@ -113,13 +113,6 @@ class LeaderPartition:
         with self._lock:
             return self._core.isr
 
-    def replica_lag(self) -> dict[int, int]:
-        """How many offsets each follower is behind the leader's log end (unknown until it fetched: the whole)."""
-        with self._lock:
-            end = self._core.log_end_offset
-            return {replica: end - max(progress.log_end_offset, 0)
-                    for replica, progress in self._core.followers.items()}
-
     def update(self, state: PartitionState, version: int) -> None:
         """A newer word from the store with this node still the leader: a new leader epoch (the controller
         changed the ISR) is taken up in place, so waiting writes go on waiting, as Kafka's makeLeader keeps

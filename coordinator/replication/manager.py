@@ -49,11 +49,9 @@ class _Parked:
 @dataclass
 class _Replica:
     log: ReplicaLog
-    replicas: tuple[int, ...]
     state: PartitionState
     leader: LeaderPartition | None = None
     followed_from: int | None = None
-    min_insync_replicas: int = 2
 
 
 class ReplicaManager:
@@ -116,8 +114,8 @@ class ReplicaManager:
                 if kept is None:
                     return
             if kept is None:
-                replica = current or _Replica(replica_log, replicas, state, min_insync_replicas=required)
-                replica.state, replica.replicas, replica.min_insync_replicas = state, replicas, required
+                replica = current or _Replica(replica_log, state)
+                replica.state = state
                 self._replicas[tp] = replica
                 old_leader, replica.leader = replica.leader, None
                 old_session = (self._sessions.get(replica.followed_from) if replica.followed_from is not None

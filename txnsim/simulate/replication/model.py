@@ -12,7 +12,6 @@ acks-before-isr).
 from __future__ import annotations
 
 import functools
-import random
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
@@ -188,9 +187,6 @@ class ReplicationModel(Model):
 
     def slow_fsync(self, node: str, extra_ms: int) -> None:
         self.brokers[node].io.extra_fsync_ms = extra_ms
-
-    def flip_bit(self, node: str, rng: random.Random) -> None:
-        return None  # a replica's damage and its refetch are the partition tests' (test_partition_replica_log.py)
 
     def quiesce(self) -> None:
         for producer in self.producers:
