@@ -10,14 +10,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from client.transport import Stubs, call
-from coordinator.layout import ClusterSpec
-from coordinator.membership import Membership
+from coordinator.config import NodeConfig
 from coordinator.ownership_log import OwnershipLog
 from coordinator.rpc import answers_with
-from coordinator.topics import TopicStore
+from coordinator.topics import TopicCatalog
 from partitions import LogManager
 from partitions.leader_epochs import LeaderEpochs
 from proto import txnsim_pb2 as pb
@@ -42,19 +41,38 @@ EPOCH_CACHE_S = 1.0
 GROUP, TRANSACTION, HALF_MESSAGES = 0, 1, 100
 
 
+#: (leader epoch, replicas, ISR, offline replicas) of a partition
+PartitionInfo = Callable[[str, int], tuple[int, list[int], list[int], list[int]]]
+
+
+class LiveOwnership(Protocol):
+    """Who owns each log, and who lives (coordinator/membership.py; coordinator/zk_cluster.py)."""
+
+    @property
+    def live(self) -> frozenset[int]: ...
+
+    def owner(self, topic: str, partition: int) -> int: ...
+
+
 class ClusterServer:
-    def __init__(self, *, node_id: int, spec: ClusterSpec, membership: Membership, ownership_log: OwnershipLog,
-                 topics: TopicStore, owned_logs: Callable[[], list[tuple[str, int, int]]],
+    def __init__(self, *, node_id: int, nodes: Callable[[], dict[int, str]], config: NodeConfig,
+                 membership: LiveOwnership, ownership_log: OwnershipLog, topics: TopicCatalog,
+                 owned_logs: Callable[[], list[tuple[str, int, int]]],
                  ready: Callable[[], bool], logs: LogManager | None = None,
                  peer_stubs: Callable[[int], Stubs] | None = None,
-                 delete_topic_offsets: Callable[[str], int] | None = None) -> None:
+                 delete_topic_offsets: Callable[[str], int] | None = None,
+                 partition_info: PartitionInfo | None = None) -> None:
+        """`nodes()`: every node's address; `partition_info`: a replicated cluster's leader epoch, replicas, ISR
+        and offline replicas of a partition (a shared directory's come from its logs' epoch claims)."""
         self.node_id = node_id
+        self._nodes_of = nodes
+        self._config = config
+        self._partition_info = partition_info
         #: the group coordinator's removal of a deleted topic's committed offsets from the groups it has loaded
         self._delete_topic_offsets = delete_topic_offsets
         #: this node's open logs, and the stubs of a peer by node id (topic deletion)
         self._logs = logs
         self._peer_stubs = peer_stubs
-        self._spec = spec
         self._membership = membership
         self._ownership_log = ownership_log
         self._topics = topics
@@ -65,15 +83,15 @@ class ClusterServer:
 
     def _nodes(self) -> list[pb.NodeInfo]:
         live = self._membership.live
-        return [pb.NodeInfo(node_id=i, address=self._spec.nodes[i], alive=i in live) for i in self._spec.node_ids]
+        return [pb.NodeInfo(node_id=i, address=address, alive=i in live) for i, address in sorted(self._nodes_of().items())]
 
     def metadata(self, req: pb.MetadataRequest) -> pb.MetadataResponse:
         topics = self._topics.all()
         if req.include_internal:
-            topics[TRANSACTION_STATE_TOPIC] = self._spec.config.txn_shards
-            topics[CONSUMER_OFFSETS_TOPIC] = self._spec.config.offsets_shards
+            topics[TRANSACTION_STATE_TOPIC] = self._config.txn_shards
+            topics[CONSUMER_OFFSETS_TOPIC] = self._config.offsets_shards
             for name in HALF_MESSAGE_TOPICS:
-                topics[name] = self._spec.config.half_shards
+                topics[name] = self._config.half_shards
         names = list(req.topics) or sorted(topics)
         out = []
         for name in names:
@@ -83,28 +101,36 @@ class ClusterServer:
                                             error_message=f"[UNKNOWN_TOPIC_OR_PARTITION] topic {name!r} does not exist"))
                 continue
             out.append(pb.TopicMetadata(name=name, internal=name in INTERNAL_TOPICS, configs=self._topics.configs(name),
-                                        partitions=[pb.PartitionMetadata(partition=p, leader=self._membership.owner(name, p),
-                                                                         leader_epoch=self._leader_epoch(name, p))
-                                                    for p in range(count)]))
-        return pb.MetadataResponse(nodes=self._nodes(), topics=out, txn_shards=self._spec.config.txn_shards,
-                                   offsets_shards=self._spec.config.offsets_shards)
+                                        partitions=[self._partition(name, p) for p in range(count)]))
+        return pb.MetadataResponse(nodes=self._nodes(), topics=out, txn_shards=self._config.txn_shards,
+                                   offsets_shards=self._config.offsets_shards)
+
+    def _partition(self, topic: str, partition: int) -> pb.PartitionMetadata:
+        leader = self._membership.owner(topic, partition)
+        if self._partition_info is None:
+            return pb.PartitionMetadata(partition=partition, leader=leader,
+                                        leader_epoch=self._leader_epoch(topic, partition))
+        epoch, replicas, isr, offline = self._partition_info(topic, partition)
+        return pb.PartitionMetadata(partition=partition, leader=leader, leader_epoch=epoch, replicas=replicas,
+                                    isr=isr, offline_replicas=offline)
 
     def find_coordinator(self, req: pb.FindCoordinatorRequest) -> pb.FindCoordinatorResponse:
         if not req.key:
             raise InvalidRequestError("[INVALID_REQUEST] FindCoordinator needs a key")
         if req.key_type == TRANSACTION:
-            topic, shard = TRANSACTION_STATE_TOPIC, partition_for(req.key, self._spec.config.txn_shards)
+            topic, shard = TRANSACTION_STATE_TOPIC, partition_for(req.key, self._config.txn_shards)
         elif req.key_type == GROUP:
-            topic, shard = CONSUMER_OFFSETS_TOPIC, partition_for(req.key, self._spec.config.offsets_shards)
+            topic, shard = CONSUMER_OFFSETS_TOPIC, partition_for(req.key, self._config.offsets_shards)
         elif req.key_type == HALF_MESSAGES:
-            topic, shard = HALF_TOPIC, partition_for(req.key, self._spec.config.half_shards)
+            topic, shard = HALF_TOPIC, partition_for(req.key, self._config.half_shards)
         else:
             raise InvalidRequestError(f"[INVALID_REQUEST] key_type must be 0 (group), 1 (transaction) or "
                                       f"100 (producer group's half messages), not {req.key_type}")
         owner = self._membership.owner(topic, shard)
-        if owner < 0:
+        address = self._nodes_of().get(owner) if owner >= 0 else None
+        if address is None:
             raise CoordinatorNotAvailableError("[COORDINATOR_NOT_AVAILABLE] no live node can coordinate this key")
-        return pb.FindCoordinatorResponse(node_id=owner, address=self._spec.nodes[owner], shard=shard)
+        return pb.FindCoordinatorResponse(node_id=owner, address=address, shard=shard)
 
     def _leader_epoch(self, topic: str, partition: int) -> int:
         """The epoch the partition's leader stamps on its batches (-1 before any leader opened it): the open log's
@@ -128,8 +154,9 @@ class ClusterServer:
         return latest.epoch
 
     def create_topic(self, req: pb.CreateTopicRequest) -> pb.CreateTopicResponse:
-        self._topics.create(req.name, req.partitions, dict(req.configs))
-        return pb.CreateTopicResponse()
+        factor = self._topics.create(req.name, req.partitions, dict(req.configs),
+                                     replication_factor=req.replication_factor or -1)
+        return pb.CreateTopicResponse(replication_factor=factor)
 
     def delete_topic(self, req: pb.DeleteTopicRequest) -> pb.DeleteTopicResponse:
         """Delete the topic: gone from metadata at once, its logs closed on every live node, then removed."""

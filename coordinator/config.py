@@ -67,6 +67,21 @@ class NodeConfig:
     half_message_timeout_ms: int = 6_000
     #: how topics without their own choice store undecided messages: "rocketmq" or "kafka"
     half_message_storage: str = "rocketmq"
+    # a replicated cluster (nodes on hosts of their own, a controller on ZooKeeper: `txnsim node start`)
+    #: how long a node's ZooKeeper session outlives its last heartbeat (Kafka's zookeeper.session.timeout.ms
+    #: is 18 s; txnsim's is shorter so a dead leader's partitions move within seconds)
+    zookeeper_session_timeout_ms: int = 6_000
+    #: acks=all writes of a topic without its own min.insync.replicas need this many in-sync replicas (Kafka: 1)
+    min_insync_replicas: int = 1
+    #: a follower this far behind its leader leaves the ISR (Kafka's replica.lag.time.max.ms)
+    replica_lag_time_max_ms: int = 30_000
+    #: copies of each __transaction_state shard, and the ISR its writes need (Kafka's
+    #: transaction.state.log.replication.factor and .min.isr); the shards are created once this many brokers live
+    transaction_state_log_replication_factor: int = 3
+    transaction_state_log_min_isr: int = 2
+    #: copies of each __consumer_offsets shard (Kafka's offsets.topic.replication.factor); the half-message
+    #: topics take the same
+    offsets_topic_replication_factor: int = 3
 
     def __post_init__(self) -> None:
         if self.half_message_storage not in ("rocketmq", "kafka"):

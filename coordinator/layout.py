@@ -67,6 +67,9 @@ class ClusterSpec:
     config: NodeConfig = field(default_factory=NodeConfig)
     #: node id -> host:port of its Kafka wire-protocol listener (absent in files written before it existed)
     kafka_nodes: dict[int, str] = field(default_factory=dict)
+    #: each node has a data directory of its own (DATA/node-<id>) and replicas of its logs, with a controller
+    #: on ZooKeeper (DATA/zookeeper); otherwise every node shares DATA and every log exists once
+    replicated: bool = False
 
     @property
     def node_ids(self) -> list[int]:
@@ -85,13 +88,16 @@ class ClusterSpec:
                                 "settings": self.config.as_settings()}
         if self.kafka_nodes:
             data["kafka_nodes"] = {str(k): v for k, v in sorted(self.kafka_nodes.items())}
+        if self.replicated:
+            data["replicated"] = True
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ClusterSpec:
         nodes = {int(k): str(v) for k, v in data["nodes"].items()}
         kafka_nodes = {int(k): str(v) for k, v in data.get("kafka_nodes", {}).items()}
-        return cls(nodes, NodeConfig.from_settings(data.get("settings", {})), kafka_nodes)
+        return cls(nodes, NodeConfig.from_settings(data.get("settings", {})), kafka_nodes,
+                   bool(data.get("replicated", False)))
 
 
 def write_atomically(path: Path, data: bytes) -> None:

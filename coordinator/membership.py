@@ -20,11 +20,30 @@ import struct
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from coordinator.layout import ClusterLayout
 from coordinator.placement import Placement
 
 log = logging.getLogger(__name__)
+
+
+class PreferredOwners(Protocol):
+    def owner(self, topic: str, partition: int) -> int: ...
+
+
+class ClusterOwnership(Protocol):
+    """Who owns each log and who lives, as one node sees it: Membership here, the coordination store's word on
+    a replicated cluster (coordinator/zk_cluster.py StoreOwnership)."""
+
+    @property
+    def live(self) -> frozenset[int]: ...
+    @property
+    def placement(self) -> PreferredOwners: ...
+
+    def owner(self, topic: str, partition: int) -> int: ...
+    def may_cut_off(self, node_id: int) -> bool: ...
+    def on_change(self, listener: Callable[[frozenset[int], frozenset[int]], None]) -> None: ...
 
 
 def node_is_alive(layout: ClusterLayout, node_id: int) -> bool:

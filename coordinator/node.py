@@ -11,7 +11,6 @@ Run: python -m coordinator.node --data-dir DIR --node-id N
 from __future__ import annotations
 
 import argparse
-import fcntl
 import logging
 import os
 import signal
@@ -25,19 +24,19 @@ from typing import Any
 from client.transport import SERVER_OPTIONS, NodeChannels
 from coordinator.broker_configs import BrokerConfigStore
 from coordinator.cluster_service import ClusterServer, ClusterServicer
+from coordinator.config import NodeConfig
+from coordinator.controller.store import StoreError
 from coordinator.group import GroupCoordinator, GroupService
 from coordinator.group.membership import join_request, join_response, sync_response
 from coordinator.grpc_server import PEER_USER_AGENT, NodeGrpcServer
 from coordinator.kafka.front_door import KafkaBackends, open_kafka_listener
 from coordinator.kafka.server import KafkaListener, ListenerLimits
 from coordinator.later import then
-from coordinator.layout import ClusterLayout, check_shard_counts, read_cluster_spec
+from coordinator.layout import ClusterLayout
 from coordinator.local_calls import serve_locally
-from coordinator.membership import Heartbeat, Membership
 from coordinator.metrics import NodeMetrics, NodeState, write_metrics_url
 from coordinator.ownership_log import OwnershipLog
 from coordinator.partition_service import PartitionServer, PartitionsServicer
-from coordinator.producer_ids import ProducerIdAllocator
 from coordinator.reconcile import ShardCounts, ShardReconciler
 from coordinator.rocketmq.coordinator import HalfMessageCoordinator
 from coordinator.rocketmq.front_door import MessagingFrontDoor
@@ -47,13 +46,15 @@ from coordinator.rocketmq.rmq_wire import rmq_service
 from coordinator.rocketmq.routing import OwnerRouter
 from coordinator.rocketmq.service import HalfMessagesServicer
 from coordinator.rpc import answer
+from coordinator.runtime.io import as_future
 from coordinator.runtime.real_io import RealIO
-from coordinator.topics import TopicStore
+from coordinator.shared_directory import SharedDirectory
 from coordinator.txn.coordinator import TransactionCoordinator
 from coordinator.txn.markers import MarkerWriter
 from coordinator.txn.service import TransactionServicer
 from coordinator.verification import TransactionVerifier
-from partitions import LogConfig, LogManager, PartitionLog
+from coordinator.zk_cluster import ZooKeeperCluster
+from partitions import LogManager, PartitionLog
 from proto import txnsim_pb2 as pb
 from proto.errors import (
     KafkaConfigurationError,
@@ -81,41 +82,32 @@ def now_ms() -> int:
 
 
 class Node:
-    def __init__(self, layout: ClusterLayout, node_id: int, metrics_port: int = 0) -> None:
+    def __init__(self, cluster: SharedDirectory | ZooKeeperCluster, layout: ClusterLayout,
+                 metrics_port: int = 0) -> None:
+        """`cluster`: what the node stands on (one shared data directory, or its own and ZooKeeper);
+        `layout`: where its own files go (metrics URL, ownership history, broker settings)."""
+        self.cluster = cluster
         self.layout = layout
-        self.node_id = node_id
+        self.node_id = node_id = cluster.node_id
         #: where /metrics is served on loopback (0: a free port, chosen at start)
         self.metrics_port = metrics_port
         self.metrics = NodeMetrics()
         self.metrics_url: str | None = None
-        self.spec = read_cluster_spec(layout)
-        if node_id not in self.spec.nodes:
-            raise KafkaConfigurationError(f"node {node_id} is not in {layout.cluster_file} "
-                                          f"(nodes: {self.spec.node_ids})")
-        self.config = self.spec.config
-        self.address = self.spec.nodes[node_id]
+        self.config = cluster.config
+        self.address = cluster.address
         layout.make_dirs()
-        check_shard_counts(layout, self.config)
-        self._lock_fd = self._take_node_lock()
-        self.heartbeat = Heartbeat(layout, node_id, self.config.broker_heartbeat_interval_ms / 1000)
-        self.membership = Membership(layout, self.spec.node_ids, node_id,
-                                     session_timeout_s=self.config.broker_session_timeout_ms / 1000)
+        self.membership = cluster.ownership
         self.ownership_log = OwnershipLog(layout.metadata)
         self._reconcile_lock = threading.Lock()
-        self.topics = TopicStore(layout.metadata, layout.logs)
-        self.logs = LogManager(
-            layout.logs,
-            LogConfig(segment_bytes=self.config.log_segment_bytes, message_max_bytes=self.config.message_max_bytes),
-            internal_config=LogConfig(segment_bytes=self.config.internal_log_segment_bytes,
-                                      message_max_bytes=self.config.message_max_bytes),
-            node_id=node_id)
-        earlier = self.logs.release_earlier_lives()
-        if earlier:
-            log.info("released %d logs this node led before it stopped: %s", len(earlier), ", ".join(earlier))
+        self.topics = cluster.topics
         self.channels = NodeChannels(user_agent=PEER_USER_AGENT)
         #: the node's world: clock, timers, pool, fsync, calls to peers (the simulator has its own)
-        self.io = RealIO(node_id, address_of=lambda n: self.spec.nodes[n], channels=self.channels)
+        self.io = RealIO(node_id, address_of=cluster.address_of, channels=self.channels)
         self.io.serve_locally(self._serve_locally)
+        cluster.attach(self.io)
+        self.logs = cluster.leader_logs
+        #: the coordinators' I/O: on a replicated cluster their writes wait for the ISR too
+        coordinator_io = cluster.coordinator_io
         self.stopped = threading.Event()
         self._ready = threading.Event()
         #: KIP-890's first-write check, asked of the transaction's coordinator (or a half shard's owner)
@@ -124,23 +116,25 @@ class Node:
             io=self.io, logs=self.logs, membership=self.membership, topics=self.topics,
             offsets_shards=self.config.offsets_shards, txn_shards=self.config.txn_shards,
             half_shards=self.config.half_shards,
-            verify=self.verifier.verify, on_offsets_marker=self._on_offsets_marker, observer=self.metrics)
+            verify=self.verifier.verify, on_offsets_marker=self._on_offsets_marker, observer=self.metrics,
+            replication=cluster.replication)
         self.markers = MarkerWriter(io=self.io, owner_of=lambda tp: self.membership.owner(tp.topic, tp.partition),
                                     observer=self.metrics)
         #: runs a call on the owner of a log, in process or over gRPC (the half shards and the RocketMQ front door)
         self.router = OwnerRouter(node_id=node_id, membership=self.membership, channels=self.channels,
-                                  address_of=lambda n: self.spec.nodes[n])
-        self.allocator = ProducerIdAllocator(layout.producer_ids, self.config.producer_id_block_size)
+                                  address_of=cluster.address_of)
+        self.allocator = cluster.allocator
         self.producers = ProducerRegistry()
         self.half = HalfMessageCoordinator(
-            io=self.io, half_shards=self.config.half_shards, check_interval_ms=self.config.transaction_check_interval_ms,
+            io=coordinator_io, half_shards=self.config.half_shards,
+            check_interval_ms=self.config.transaction_check_interval_ms,
             check_max=self.config.transaction_check_max, half_message_timeout_ms=self.config.half_message_timeout_ms,
             default_storage=self.config.half_message_storage, allocate_producer_id=self.allocator.allocate,
             topics=self.topics, owner_of=self.membership.owner, markers=self.markers, producers=self.producers,
             peers=lambda: sorted(self.membership.live), message_max_bytes=self.config.message_max_bytes,
             observer=self.metrics)
         self.txn = TransactionCoordinator(
-            io=self.io, txn_shards=self.config.txn_shards, offsets_shards=self.config.offsets_shards,
+            io=coordinator_io, txn_shards=self.config.txn_shards, offsets_shards=self.config.offsets_shards,
             transaction_max_timeout_ms=self.config.transaction_max_timeout_ms,
             transactional_id_expiration_ms=self.config.transactional_id_expiration_ms,
             allocator=self.allocator,
@@ -149,7 +143,7 @@ class Node:
             assigned_here=lambda shard: self.membership.owner(TRANSACTION_STATE_TOPIC, shard) == node_id,
             observer=self.metrics)
         self.groups = GroupCoordinator(
-            self.config.offsets_shards, io=self.io,
+            self.config.offsets_shards, io=coordinator_io,
             min_session_timeout_ms=self.config.group_min_session_timeout_ms,
             max_session_timeout_ms=self.config.group_max_session_timeout_ms,
             partitions_for=self.partitions.partition_count,
@@ -177,18 +171,24 @@ class Node:
         server = NodeGrpcServer(f"node{self.node_id}", client_slots=RPC_SLOTS, peer_slots=PEER_RPC_SLOTS,
                                 max_calls=MAX_RPC_CALLS, options=SERVER_OPTIONS)
         cluster = ClusterServer(
-            node_id=self.node_id, spec=self.spec, membership=self.membership, ownership_log=self.ownership_log,
-            topics=self.topics, owned_logs=self._owned_logs, ready=self._ready.is_set, logs=self.logs,
-            peer_stubs=lambda n: self.channels.stubs(self.spec.nodes[n]),
-            delete_topic_offsets=self.groups.delete_topic_offsets)
+            node_id=self.node_id, nodes=self.cluster.node_addresses, config=self.config, membership=self.membership,
+            ownership_log=self.ownership_log, topics=self.topics, owned_logs=self._owned_logs,
+            ready=self._ready.is_set, logs=self.logs if isinstance(self.logs, LogManager) else None,
+            peer_stubs=lambda n: self.channels.stubs(self.cluster.address_of(n)),
+            delete_topic_offsets=self.groups.delete_topic_offsets, partition_info=self.cluster.partition_info)
         services = pb.DESCRIPTOR.services_by_name
         server.add(services["Cluster"], ClusterServicer(cluster))
         slots = server.slots
         partitions, groups = self.partitions, self.groups
-        server.add(services["Partitions"], PartitionsServicer(self.partitions),
-                   waiting={"Fetch": lambda request, context: answer(
-                       lambda req: slots.wait_outside(context, lambda: partitions.fetch_future(req)), request,
-                       pb.FetchResponse)})
+        replica_fetch = self.cluster.replica_fetch
+        waiting = {"Fetch": lambda request, context: answer(
+            lambda req: slots.wait_outside(context, lambda: partitions.fetch_future(req)), request, pb.FetchResponse)}
+        if replica_fetch is not None:  # a follower's fetch waits up to its max wait for news, holding no slot
+            waiting["ReplicaFetch"] = lambda request, context: answer(
+                lambda req: slots.wait_outside(context, lambda: as_future(lambda done: replica_fetch(req, done))),
+                request, pb.ReplicaFetchResponse)
+        server.add(services["Partitions"], PartitionsServicer(self.partitions, replica_fetch=replica_fetch),
+                   waiting=waiting)
         server.add(services["TransactionCoordinator"], TransactionServicer(self.txn, self.node_id))
         server.add(services["GroupCoordinator"], GroupService(self.groups),
                    waiting={"JoinGroup": lambda request, context: answer(
@@ -209,7 +209,7 @@ class Node:
         pop = PopService(partitions=self.partitions, groups=self.groups, router=self.router,
                          offsets_shards=self.config.offsets_shards, now_ms=now_ms, stopped=self.stopped)
         server.add(rmq_service.DESCRIPTOR.services_by_name["MessagingService"], MessagingFrontDoor(
-            node_id=self.node_id, address_of=lambda n: self.spec.nodes[n], membership=self.membership,
+            node_id=self.node_id, address_of=self.cluster.address_of, membership=self.membership,
             topics=self.topics, partitions=self.partitions, half=self.half, producers=self.producers,
             router=self.router, half_shards=self.config.half_shards,
             message_max_bytes=self.config.message_max_bytes, stopped=self.stopped, now_ms=now_ms, pop=pop),
@@ -217,7 +217,7 @@ class Node:
         self._server = server
         if server.start(self.address) == 0:
             raise KafkaConfigurationError(f"node {self.node_id} cannot listen on {self.address}")
-        kafka_address = self.spec.kafka_nodes.get(self.node_id)
+        kafka_address = self.cluster.kafka_address
         if kafka_address is not None:  # Kafka's wire protocol, a second front door to the same objects
             try:
                 limits = ListenerLimits(
@@ -229,16 +229,15 @@ class Node:
                     queued_max_request_bytes=self.config.queued_max_request_bytes)
                 self._kafka = open_kafka_listener(kafka_address, limits=limits, backends=KafkaBackends(
                         node_id=self.node_id, cluster=cluster, partitions=self.partitions, txn=self.txn,
-                        groups=self.groups, topics=self.topics, kafka_address_of=self.spec.kafka_nodes.get,
+                        groups=self.groups, topics=self.topics, kafka_address_of=self.cluster.kafka_address_of,
                         config=self.config, broker_configs=BrokerConfigStore(self.layout.metadata)))
             except OSError as exc:
                 raise KafkaConfigurationError(
                     f"node {self.node_id} cannot listen for Kafka clients on {kafka_address}: {exc.strerror}") from None
         self.membership.on_change(lambda old, new: self.reconcile(f"live nodes {sorted(old)} -> {sorted(new)}"))
         self.reconcile("start-up")
-        threading.Thread(target=self.heartbeat.run, name="heartbeat", daemon=True).start()
+        self.cluster.start(self._tick)
         threading.Thread(target=self._retention_loop, name="retention", daemon=True).start()
-        threading.Thread(target=self.membership.run, args=(self._tick,), name="membership", daemon=True).start()
         threading.Thread(target=self._run_timers, name="timers", daemon=True).start()
         log.info("node %d serving on %s (Kafka: %s, metrics: %s)", self.node_id, self.address,
                  kafka_address or "no listener", self.metrics_url)
@@ -249,6 +248,9 @@ class Node:
         """After every probe: drop logs a later leader fenced us out of or that moved away (a data
         partition opened by a request that raced a membership change), and retry taking what we
         own but could not open yet (its leader was still letting go)."""
+        if isinstance(self.cluster, ZooKeeperCluster):  # leaderships come and go with the controller's word
+            self.reconcile("leaders changed")
+            return
         open_logs = self.logs.open_logs()
         if any(shard_log.fenced for shard_log in open_logs):
             self.reconcile("fenced by a later leader")
@@ -263,7 +265,7 @@ class Node:
             if self.stopped.is_set():
                 return
             missing = self.shards.run(reason)
-            if missing == 0 and not self._ready.is_set():
+            if missing == 0 and not self._ready.is_set() and self.cluster.ready():
                 self._ready.set()
                 log.info("node %d owns %d transaction shards, %d group shards and %d half-message shards",
                          self.node_id, len(self.shards.held(TRANSACTION_STATE_TOPIC)),
@@ -302,8 +304,7 @@ class Node:
 
     def stop(self) -> None:
         self.stopped.set()
-        self.membership.stop()
-        self.heartbeat.stop()
+        self.cluster.stop_watching()
         # before the servers stop, so the answers still reach their clients: long-polling fetches, calls held
         # for the previous markers and JoinGroups held at a barrier answer now instead of holding up the exit
         self.partitions.close()
@@ -316,28 +317,9 @@ class Node:
         self.markers.close()
         self.half.close()
         self.io.close()
-        self.logs.close_all()
+        self.cluster.stop()
         self.channels.close()
         self.metrics.stop()
-        os.close(self._lock_fd)
-
-    def _take_node_lock(self) -> int:
-        """Peers probe this lock for an instant to see whether we live, so retry briefly before refusing."""
-        fd = os.open(self.layout.node_lock(self.node_id), os.O_RDWR | os.O_CREAT, 0o644)
-        deadline = time.monotonic() + 2.0
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    os.close(fd)
-                    raise KafkaConfigurationError(
-                        f"node {self.node_id} is already running on {self.layout.root}") from None
-                time.sleep(0.01)  # a peer's liveness probe holds it for microseconds
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        return fd
 
     def _owned_logs(self) -> list[tuple[str, int, int]]:
         return [(log_.topic, log_.partition, log_.leader_epoch) for log_ in self.logs.open_logs()]
@@ -380,10 +362,42 @@ def _watch_stdin(stop: threading.Event) -> None:
     stop.set()
 
 
+def parse_settings(pairs: list[str]) -> dict[str, Any]:
+    """NAME=VALUE pairs as NodeConfig takes them: integers, true/false, or text."""
+    settings: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep:
+            raise KafkaConfigurationError(f"--setting takes NAME=VALUE, not {pair!r}")
+        settings[name.strip()] = (int(value) if value.lstrip("-").isdigit()
+                                  else value == "true" if value in ("true", "false") else value)
+    return settings
+
+
+def _cluster_of(args: argparse.Namespace) -> tuple[SharedDirectory | ZooKeeperCluster, ClusterLayout]:
+    layout = ClusterLayout(args.data_dir)
+    if args.zookeeper is None:
+        return SharedDirectory(layout, args.node_id), layout
+    if not args.listen:
+        raise KafkaConfigurationError("--zookeeper needs --listen HOST:PORT, the address other nodes reach this one at")
+    proposed = NodeConfig.from_settings(parse_settings(args.setting))
+    return ZooKeeperCluster(node_id=args.node_id, address=args.listen, kafka_address=args.kafka_listen,
+                            data_dir=args.data_dir, zookeeper=args.zookeeper, proposed=proposed), layout
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m coordinator.node", description=__doc__)
-    parser.add_argument("--data-dir", required=True, type=Path)
+    parser.add_argument("--data-dir", required=True, type=Path,
+                        help="the cluster's shared directory (cluster.json), or with --zookeeper this node's own")
     parser.add_argument("--node-id", required=True, type=int)
+    parser.add_argument("--zookeeper", metavar="HOST:PORT[,HOST:PORT][/CHROOT]",
+                        help="run as a node of a replicated cluster whose controller keeps its state in this ZooKeeper")
+    parser.add_argument("--listen", metavar="HOST:PORT", help="with --zookeeper: this node's gRPC address")
+    parser.add_argument("--kafka-listen", metavar="HOST:PORT",
+                        help="with --zookeeper: where this node serves Kafka's wire protocol (none if not given)")
+    parser.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
+                        help="with --zookeeper: a node setting (NodeConfig's names); the first node's become the "
+                             "cluster's")
     parser.add_argument("--exit-on-stdin-eof", action="store_true",
                         help="stop when standard input closes (used by LocalCluster: nodes die with their parent)")
     parser.add_argument("--log-level", default=os.environ.get("TXNSIM_LOG_LEVEL", "INFO"))
@@ -394,9 +408,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(),
                         format=f"%(asctime)s node{args.node_id} %(levelname)s %(name)s: %(message)s")
     try:
-        node = Node(ClusterLayout(args.data_dir), args.node_id, metrics_port=args.metrics_port)
+        node = Node(*_cluster_of(args), metrics_port=args.metrics_port)
         node.start()
-    except KafkaError as exc:
+    except (KafkaError, StoreError) as exc:
         log.error("%s", exc)
         return 2
     signal.signal(signal.SIGTERM, lambda *_: node.stopped.set())

@@ -107,6 +107,10 @@ class ShardReconciler:
         self._loaded = loaded
         #: (kind, shard) -> the logs it was loaded from
         self._held: dict[tuple[str, int], tuple[PartitionLog, ...]] = {}
+        #: the leader epoch of each log when its shard was loaded: a replica's log stays the same object when its
+        #: node stops leading it and later leads it again, at a higher epoch, with a history another leader
+        #: wrote meanwhile, so the shard is loaded again
+        self._epochs: dict[tuple[str, int], tuple[int, ...]] = {}
 
     def run(self, reason: str) -> int:
         """One pass; returns how many shards this node should serve but could not take yet."""
@@ -117,7 +121,8 @@ class ShardReconciler:
             self._logs.close(plog.topic, plog.partition)
             self._released(plog, action, reason)
         for (kind, shard), held in sorted(self._held.items()):
-            if tuple(self._logs.get(topic, shard) for topic in SHARD_LOGS[kind]) != held:
+            if tuple(self._logs.get(topic, shard) for topic in SHARD_LOGS[kind]) != held or any(
+                    plog.leader_epoch != epoch for plog, epoch in zip(held, self._epochs[(kind, shard)])):
                 del self._held[(kind, shard)]
                 self._holder(kind).unload_shard(shard)
         missing = 0
@@ -132,6 +137,7 @@ class ShardReconciler:
                     missing += 1
                     continue
                 self._held[(kind, shard)] = tuple(logs)
+                self._epochs[(kind, shard)] = tuple(plog.leader_epoch for plog in logs)
                 if kind == TRANSACTION_STATE_TOPIC:
                     ids, replayed = self._txn.load_shard(shard, logs[0])
                     what = (f"{ids} ids, {replayed} records replayed from offset {logs[0].log_start_offset} or its "

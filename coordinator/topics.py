@@ -22,13 +22,14 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import MappingProxyType
-from typing import NamedTuple, NotRequired, TypedDict
+from typing import NamedTuple, NotRequired, Protocol, TypedDict
 
 from coordinator.layout import write_atomically
 from coordinator.topic_configs import TOPIC_CONFIGS, check_configs
 from proto.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
+    InvalidReplicationFactorError,
     InvalidTopicError,
     KafkaStorageError,
     TopicAlreadyExistsError,
@@ -47,6 +48,25 @@ class TopicEntry(TypedDict):
 
 #: topics.json: topic -> its partition count, or its entry when it has settings
 TopicsFile = dict[str, int | TopicEntry]
+
+class TopicCatalog(Protocol):
+    """The cluster's topics as nodes serve them: topics.json here (TopicStore), the coordination store on a
+    replicated cluster (coordinator/controller/store_topics.py)."""
+
+    def all(self) -> dict[str, int]: ...
+    def partitions(self, topic: str) -> int | None: ...
+    def configs(self, topic: str) -> dict[str, str]: ...
+    def configs_view(self, topic: str) -> Mapping[str, str]: ...
+    def validate(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> dict[str, str]: ...
+    def create(self, name: str, partitions: int, configs: dict[str, str] | None = None,
+               replication_factor: int = -1) -> int: ...
+    def delete(self, name: str) -> int: ...
+    def alter(self, name: str, partitions: int, set_configs: dict[str, str], delete_configs: list[str]
+              ) -> tuple[int, dict[str, str]]: ...
+    def replace_configs(self, name: str, configs: dict[str, str], *, validate_only: bool = False
+                        ) -> dict[str, str]: ...
+    def remove_logs_if_deleted(self, name: str) -> list[str]: ...
+
 
 def _check_changeable(names: set[str]) -> None:
     fixed = sorted(name for name in names if name in TOPIC_CONFIGS and TOPIC_CONFIGS[name].fixed_after_create)
@@ -170,7 +190,15 @@ class TopicStore:
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
         return settings
 
-    def create(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> None:
+    def create(self, name: str, partitions: int, configs: dict[str, str] | None = None,
+               replication_factor: int = -1) -> int:
+        """`replication_factor`: 1 or -1 (the default); every log of a shared directory exists once. Returns
+        the copies of each partition: 1."""
+        if replication_factor not in (1, -1):
+            raise InvalidReplicationFactorError(
+                f"[INVALID_REPLICATION_FACTOR] a cluster on one shared directory keeps one copy of each partition; "
+                f"replication factor {replication_factor} needs a replicated cluster (LocalCluster(replicated=True), "
+                "or nodes started with --zookeeper)")
         settings = self.validate(name, partitions, configs)
         with self._locked() as current:
             if name in current:
@@ -179,6 +207,7 @@ class TopicStore:
                 remove_log_dirs(self._logs_dir, name)
             current[name] = {"partitions": partitions, "configs": settings} if settings else partitions
             write_atomically(self._path, json.dumps(current, indent=1, sort_keys=True).encode())
+        return 1
 
     def delete(self, name: str) -> int:
         """Remove the topic from the cluster's topics, durably; returns how many partitions it had.

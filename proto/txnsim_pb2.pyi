@@ -64,16 +64,22 @@ class NodeInfo(_message.Message):
     def __init__(self, node_id: _Optional[int] = ..., address: _Optional[str] = ..., alive: _Optional[bool] = ...) -> None: ...
 
 class PartitionMetadata(_message.Message):
-    __slots__ = ("partition", "leader", "leader_epoch", "error_code")
+    __slots__ = ("partition", "leader", "leader_epoch", "error_code", "replicas", "isr", "offline_replicas")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
     LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    ISR_FIELD_NUMBER: _ClassVar[int]
+    OFFLINE_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     partition: int
     leader: int
     leader_epoch: int
     error_code: int
-    def __init__(self, partition: _Optional[int] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., error_code: _Optional[int] = ...) -> None: ...
+    replicas: _containers.RepeatedScalarFieldContainer[int]
+    isr: _containers.RepeatedScalarFieldContainer[int]
+    offline_replicas: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, partition: _Optional[int] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., error_code: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ..., offline_replicas: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class TopicMetadata(_message.Message):
     __slots__ = ("name", "error_code", "error_message", "internal", "partitions", "configs")
@@ -137,7 +143,7 @@ class FindCoordinatorResponse(_message.Message):
     def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., node_id: _Optional[int] = ..., address: _Optional[str] = ..., shard: _Optional[int] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
-    __slots__ = ("name", "partitions", "configs")
+    __slots__ = ("name", "partitions", "configs", "replication_factor")
     class ConfigsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -148,18 +154,22 @@ class CreateTopicRequest(_message.Message):
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
     name: str
     partitions: int
     configs: _containers.ScalarMap[str, str]
-    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., configs: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    replication_factor: int
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., configs: _Optional[_Mapping[str, str]] = ..., replication_factor: _Optional[int] = ...) -> None: ...
 
 class CreateTopicResponse(_message.Message):
-    __slots__ = ("error_code", "error_message")
+    __slots__ = ("error_code", "error_message", "replication_factor")
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
     error_code: int
     error_message: str
-    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
+    replication_factor: int
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., replication_factor: _Optional[int] = ...) -> None: ...
 
 class DeleteTopicRequest(_message.Message):
     __slots__ = ("name",)

@@ -26,6 +26,7 @@ from coordinator.metrics import read_metrics_url
 from proto import txnsim_pb2 as pb
 from proto.errors import KafkaConfigurationError, KafkaError, KafkaTimeoutError
 from txnsim.ports import free_port
+from txnsim.zookeeper import ZooKeeperServer
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +36,11 @@ class LocalCluster:
 
     def __init__(self, nodes: int = 3, data_dir: str | os.PathLike[str] | None = None, txn_shards: int = 50,
                  offsets_shards: int | None = None, host: str = "127.0.0.1", startup_timeout_s: float = 60.0,
-                 kafka_port: int | None = None, metrics_port: int | None = None, **node_settings: Any) -> None:
-        """`kafka_port`: the first node's Kafka listener port, the next nodes' the ports after it; None keeps
+                 kafka_port: int | None = None, metrics_port: int | None = None, replicated: bool = False,
+                 **node_settings: Any) -> None:
+        """`replicated`: every node keeps its own data directory (DATA/node-<id>) and replicas of every log,
+        with a controller on a ZooKeeper this object starts (DATA/zookeeper); internal topics get min(3, nodes)
+        replicas and an ISR of min(2, nodes). `kafka_port`: the first node's Kafka listener port, the next nodes' the ports after it; None keeps
         the ports a restarted cluster had (or picks free ones), 0 picks free ones. `metrics_port`: the same
         for each node's Prometheus /metrics on 127.0.0.1 (None or 0: free ports, chosen by each node)."""
         if nodes < 1:
@@ -51,6 +55,11 @@ class LocalCluster:
         self.layout = ClusterLayout(self.data_dir)
         self.startup_timeout_s = startup_timeout_s
         settings = {"txn_shards": txn_shards, "offsets_shards": offsets_shards or txn_shards, **node_settings}
+        if replicated:
+            for name, value in (("transaction_state_log_replication_factor", min(3, nodes)),
+                                ("offsets_topic_replication_factor", min(3, nodes)),
+                                ("transaction_state_log_min_isr", min(2, nodes))):
+                settings.setdefault(name, value)
         config = NodeConfig.from_settings(settings)
         if self.layout.cluster_file.exists():  # a restart of a cluster keeps its nodes and ports
             previous = read_cluster_spec(self.layout)
@@ -58,6 +67,10 @@ class LocalCluster:
                 raise KafkaConfigurationError(
                     f"{self.data_dir} holds a {len(previous.nodes)}-node cluster; start it with nodes="
                     f"{len(previous.nodes)}")
+            if previous.replicated != replicated:
+                raise KafkaConfigurationError(
+                    f"{self.data_dir} holds a {'replicated' if previous.replicated else 'shared-directory'} cluster; "
+                    f"start it with replicated={previous.replicated}")
             nodes_by_id = previous.nodes
             kafka_nodes = previous.kafka_nodes
         else:
@@ -67,7 +80,8 @@ class LocalCluster:
             raise KafkaConfigurationError(f"kafka_port must leave room for {nodes} ports below 65536, not {kafka_port}")
         if kafka_port is not None or set(kafka_nodes) != set(nodes_by_id):  # asked for, or an older cluster file
             kafka_nodes = {i: f"{host}:{kafka_port + i if kafka_port else free_port(host)}" for i in sorted(nodes_by_id)}
-        self.spec = ClusterSpec(nodes_by_id, config, kafka_nodes)
+        self.spec = ClusterSpec(nodes_by_id, config, kafka_nodes, replicated)
+        self.zookeeper: ZooKeeperServer | None = ZooKeeperServer(self.data_dir / "zookeeper") if replicated else None
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._paused: set[int] = set()
         self._channels = NodeChannels()
@@ -145,7 +159,11 @@ class LocalCluster:
     def metrics_url(self, node_id: int) -> str | None:
         """Where the node serves its Prometheus metrics (http://127.0.0.1:PORT/metrics, chosen when it started);
         None while it is not running."""
-        return read_metrics_url(self.layout.nodes, node_id) if self.is_alive(node_id) else None
+        return read_metrics_url(self.node_layout(node_id).nodes, node_id) if self.is_alive(node_id) else None
+
+    def node_layout(self, node_id: int) -> ClusterLayout:
+        """Where a node keeps its files: the cluster's directory, or on a replicated cluster its own."""
+        return ClusterLayout(self.data_dir / f"node-{node_id}") if self.spec.replicated else self.layout
 
     # ------------------------------------------------------------ life cycle
 
@@ -154,6 +172,8 @@ class LocalCluster:
         self._check_metrics_ports_free()
         write_cluster_spec(self.layout, self.spec)
         check_shard_counts(self.layout, self.spec.config)
+        if self.zookeeper is not None:
+            self.zookeeper.start()
         for node_id in self.node_ids:
             self._spawn(node_id)
         self._wait_ready(self.node_ids)
@@ -177,6 +197,8 @@ class LocalCluster:
                 proc.kill()
                 proc.wait()
         self._procs.clear()
+        if self.zookeeper is not None:
+            self.zookeeper.stop()
         if self._client is not None:
             self._client.close()
             self._client = None
@@ -237,10 +259,20 @@ class LocalCluster:
         self.layout.make_dirs()
         out = open(self.layout.node_log(node_id), "ab")
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        command: list[str] = [sys.executable, "-m", "coordinator.node", "--node-id", str(node_id), "--exit-on-stdin-eof",
+                   "--metrics-port",
+                   str(self.metrics_port + node_id if self.metrics_port else self._free_metrics_port(node_id))]
+        if self.zookeeper is None:
+            command += ["--data-dir", str(self.data_dir)]
+        else:  # nothing shared but the network: its own directory, its addresses, ZooKeeper's, the settings
+            command += ["--data-dir", str(self.node_layout(node_id).root), "--zookeeper", self.zookeeper.address,
+                        "--listen", self.spec.nodes[node_id]]
+            if node_id in self.spec.kafka_nodes:
+                command += ["--kafka-listen", self.spec.kafka_nodes[node_id]]
+            for name, value in sorted(self.spec.config.as_settings().items()):
+                command += ["--setting", f"{name}={str(value).lower() if isinstance(value, bool) else value}"]
         self._procs[node_id] = subprocess.Popen(
-            [sys.executable, "-m", "coordinator.node", "--data-dir", str(self.data_dir), "--node-id", str(node_id),
-             "--exit-on-stdin-eof", "--metrics-port",
-             str(self.metrics_port + node_id if self.metrics_port else self._free_metrics_port(node_id))],
+            command,
             stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         out.close()
 

@@ -103,11 +103,13 @@ class TopicAdmin:
         self._store = store
 
     def create(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str] | None,
-               done: Done) -> None:
+               done: Done, *, internal: bool = False, placed_as: str | None = None) -> None:
         """Create `name` with `partitions` partitions of `replication_factor` replicas each (-1: the cluster's
-        default), spread over the live brokers as Kafka spreads them: done(the assignment) or done(error)."""
+        default), spread over the live brokers as Kafka spreads them: done(the assignment) or done(error).
+        `internal`: one of the cluster's own topics (__transaction_state, ...), created by the brokers;
+        `placed_as`: spread as that topic's partitions are (the three logs of a half-message shard lead together)."""
         try:
-            settings = check_new_topic(name, partitions, configs)
+            settings = dict(configs or {}) if internal else check_new_topic(name, partitions, configs)
         except KafkaError as error:
             done(error)
             return
@@ -119,7 +121,7 @@ class TopicAdmin:
             live = sorted(int(broker) for broker in outcome)
             factor = min(DEFAULT_REPLICATION_FACTOR, len(live)) if replication_factor == -1 else replication_factor
             try:
-                assignment = assign_replicas(partitions, factor, live, start_index=_start(name, live))
+                assignment = assign_replicas(partitions, factor, live, start_index=_start(placed_as or name, live))
             except KafkaError as error:
                 done(error)
                 return

@@ -35,7 +35,7 @@ from coordinator.kafka.apis import ApiKey, WireError
 from coordinator.kafka.dispatch import Handler
 from coordinator.partition_service import PartitionServer
 from coordinator.runtime.shard_status import ShardStatus
-from coordinator.topics import TopicStore
+from coordinator.topics import TopicCatalog
 from coordinator.txn.coordinator import TransactionCoordinator
 from proto import txnsim_pb2 as pb
 from proto.errors import (
@@ -61,7 +61,7 @@ DEAD = "Dead"
 
 class AdminApis:
     def __init__(self, *, cluster: ClusterServer, partitions: PartitionServer, txn: TransactionCoordinator,
-                 topics: TopicStore, node_id: int, now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                 topics: TopicCatalog, node_id: int, now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
                  default_partitions: int = DEFAULT_PARTITIONS) -> None:
         #: partitions of a topic created with num_partitions -1 (the node's num.partitions)
         self._default_partitions = default_partitions
@@ -152,10 +152,10 @@ class AdminApis:
 
     def _create(self, topic: CreateTopicsRequest.CreatableTopic, validate_only: bool) -> CreateTopicsResponse.CreatableTopicResult:
         name = topic.name or ""
-        if topic.replication_factor not in (1, -1):
+        if topic.replication_factor == 0 or topic.replication_factor < -1:
             return _created(name, WireError.INVALID_REPLICATION_FACTOR,
-                            f"txnsim keeps one copy of each log (no replicas): the replication factor must be 1 or "
-                            f"-1 (the default), not {topic.replication_factor}")
+                            f"the replication factor must be at least 1, or -1 (the cluster's default), not "
+                            f"{topic.replication_factor}")
         if topic.assignments:
             return _created(name, WireError.INVALID_REPLICA_ASSIGNMENT,
                             "txnsim places partitions itself (each on one live node); leave assignments empty "
@@ -171,13 +171,16 @@ class AdminApis:
                 raise InvalidPartitionsError(f"[INVALID_PARTITIONS] a topic needs at least 1 partition, "
                                              f"not {topic.num_partitions}")
             configs = self._topics.validate(name, partitions, configs)
+            factor = max(1, topic.replication_factor)
             if not validate_only:
-                self._cluster.create_topic(pb.CreateTopicRequest(name=name, partitions=partitions, configs=configs))
+                factor = self._cluster.create_topic(pb.CreateTopicRequest(
+                    name=name, partitions=partitions, configs=configs,
+                    replication_factor=max(0, topic.replication_factor))).replication_factor or factor
         except KafkaError as exc:
             return _created(name, code_of(exc), str(exc))
         Config = CreateTopicsResponse.CreatableTopicResult.CreatableTopicConfigs
         return CreateTopicsResponse.CreatableTopicResult(
-            name=name, error_code=0, error_message=None, num_partitions=partitions, replication_factor=1,
+            name=name, error_code=0, error_message=None, num_partitions=partitions, replication_factor=factor,
             configs=[Config(name=k, value=v, read_only=False, config_source=TOPIC_CONFIG_SOURCE, is_sensitive=False)
                      for k, v in sorted(configs.items())])
 

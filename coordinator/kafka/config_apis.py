@@ -27,7 +27,7 @@ from coordinator.config import NodeConfig
 from coordinator.kafka.apis import ApiKey
 from coordinator.kafka.dispatch import Handler
 from coordinator.topic_configs import TOPIC_CONFIGS, ConfigType, TopicConfig
-from coordinator.topics import TopicStore
+from coordinator.topics import TopicCatalog
 from proto.errors import InvalidConfigError, InvalidRequestError, KafkaError, UnknownTopicOrPartitionError, code_of
 from proto.structs import INTERNAL_TOPICS, validate_topic_name
 
@@ -92,7 +92,7 @@ def broker_configs(config: NodeConfig, node_id: int) -> dict[str, tuple[str, Con
 
 
 class ConfigApis:
-    def __init__(self, *, topics: TopicStore, config: NodeConfig, node_id: int, stored: BrokerConfigStore) -> None:
+    def __init__(self, *, topics: TopicCatalog, config: NodeConfig, node_id: int, stored: BrokerConfigStore) -> None:
         self._topics = topics
         self._stored = stored
         self._config = config

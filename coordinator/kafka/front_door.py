@@ -22,7 +22,7 @@ from coordinator.kafka.partition_apis import PartitionApis
 from coordinator.kafka.server import KafkaListener, ListenerLimits
 from coordinator.kafka.txn_apis import TxnApis
 from coordinator.partition_service import PartitionServer
-from coordinator.topics import TopicStore
+from coordinator.topics import TopicCatalog
 from coordinator.txn.coordinator import TransactionCoordinator
 
 
@@ -33,7 +33,7 @@ class KafkaBackends:
     partitions: PartitionServer
     txn: TransactionCoordinator
     groups: GroupCoordinator
-    topics: TopicStore
+    topics: TopicCatalog
     #: node id -> its Kafka listener's host:port (None: that node has none)
     kafka_address_of: Callable[[int], str | None]
     #: the node's settings (broker configs, topic defaults, auto-creation)

@@ -28,8 +28,14 @@ OnState = Callable[[TopicPartition, tuple[int, ...], PartitionState, int], None]
 
 class PartitionStateWatch:
     def __init__(self, broker_id: int, store: CoordinationStore, serial: Serial, *, on_state: OnState,
-                 on_session_expired: Callable[[], None]) -> None:
+                 on_session_expired: Callable[[], None], every_partition: bool = False,
+                 on_topic: Callable[[str], None] | None = None) -> None:
+        """`every_partition`: watch the state of every partition, not only those this broker holds a replica of
+        (a node answers Metadata for all of them); `on_topic(name)` hears of each topic the first time its
+        assignment is read."""
         self.broker_id = broker_id
+        self._every_partition = every_partition
+        self._on_topic = on_topic
         self._store = store
         self._serial = serial
         self._on_state = on_state
@@ -81,8 +87,10 @@ class PartitionStateWatch:
         before = self.assignments.get(topic, {})
         assignment = decode_assignment(outcome.data)
         self.assignments[topic] = assignment
+        if not before and self._on_topic is not None:
+            self._on_topic(topic)
         for partition, replicas in sorted(assignment.items()):
-            if self.broker_id in replicas and partition not in before:
+            if (self._every_partition or self.broker_id in replicas) and partition not in before:
                 self._watch_state(TopicPartition(topic, partition))
 
     def _watch_state(self, tp: TopicPartition) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from client.transport import Stubs, call
-from coordinator.membership import Membership
+from coordinator.membership import ClusterOwnership
 from coordinator.partition_service import PartitionServer
 from coordinator.rocketmq import rmq_messages
 from coordinator.rocketmq.coordinator import HalfMessageCoordinator
@@ -28,7 +28,7 @@ from coordinator.rocketmq.producers import ProducerRegistry
 from coordinator.rocketmq.rmq_wire import rmq, rmq_grpc, rmq_service, status, status_for
 from coordinator.rocketmq.routing import OwnerRouter
 from coordinator.rocketmq.telemetry import TelemetrySession
-from coordinator.topics import TopicStore
+from coordinator.topics import TopicCatalog
 from proto import txnsim_pb2 as pb
 from proto.errors import (
     IllegalInvisibleTimeError,
@@ -81,8 +81,8 @@ def client_id_of(context: Any) -> str:
 
 
 class MessagingFrontDoor(rmq_grpc.MessagingServiceServicer):  # type: ignore[misc]  # rocketmq ships no hints: Any
-    def __init__(self, *, node_id: int, address_of: Callable[[int], str], membership: Membership,
-                 topics: TopicStore, partitions: PartitionServer, half: HalfMessageCoordinator,
+    def __init__(self, *, node_id: int, address_of: Callable[[int], str], membership: ClusterOwnership,
+                 topics: TopicCatalog, partitions: PartitionServer, half: HalfMessageCoordinator,
                  producers: ProducerRegistry, router: OwnerRouter, half_shards: int, message_max_bytes: int,
                  stopped: threading.Event, now_ms: Callable[[], int], pop: PopService | None = None,
                  request_timeout_s: float = 5.0) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from client.transport import Deadline, NodeChannels, Stubs, retrying
-from coordinator.membership import Membership
+from coordinator.membership import ClusterOwnership
 from proto.errors import CoordinatorNotAvailableError
 
 T = TypeVar("T")
@@ -19,7 +19,7 @@ OnNode = Callable[[Stubs | None, float], T]
 
 
 class OwnerRouter:
-    def __init__(self, *, node_id: int, membership: Membership, channels: NodeChannels,
+    def __init__(self, *, node_id: int, membership: ClusterOwnership, channels: NodeChannels,
                  address_of: Callable[[int], str], request_timeout_s: float = 5.0) -> None:
         self.node_id = node_id
         self._membership = membership

@@ -62,10 +62,8 @@ class NodeIO(Protocol):
         ...
 
 
-def wait_for(start: Callable[[Callable[[Outcome], None]], None]) -> Any:
-    """Run a callback-style driver call and wait for its outcome on this thread: the response, or the error it
-    came back with, raised. For a node process's blocking front doors only: the real I/O completes the work on
-    its own threads, the simulator's never would while this thread waits."""
+def as_future(start: Callable[[Callable[[Outcome], None]], None]) -> Future[Any]:
+    """A callback-style driver call as a Future: its response, or the error it came back with."""
     answer: Future[Any] = Future()
 
     def done(outcome: Outcome) -> None:
@@ -74,4 +72,11 @@ def wait_for(start: Callable[[Callable[[Outcome], None]], None]) -> Any:
         else:
             answer.set_result(outcome)
     start(done)
-    return answer.result()
+    return answer
+
+
+def wait_for(start: Callable[[Callable[[Outcome], None]], None]) -> Any:
+    """Run a callback-style driver call and wait for its outcome on this thread: the response, or the error it
+    came back with, raised. For a node process's blocking front doors only: the real I/O completes the work on
+    its own threads, the simulator's never would while this thread waits."""
+    return as_future(start).result()

@@ -37,8 +37,9 @@ class FakeCluster:
         self.topics = topics
 
     def create_topic(self, req: pb.CreateTopicRequest) -> pb.CreateTopicResponse:
-        self.topics.create(req.name, req.partitions, dict(req.configs))
-        return pb.CreateTopicResponse()
+        factor = self.topics.create(req.name, req.partitions, dict(req.configs),
+                                    replication_factor=req.replication_factor or -1)
+        return pb.CreateTopicResponse(replication_factor=factor)
 
     def delete_topic(self, req: pb.DeleteTopicRequest) -> pb.DeleteTopicResponse:
         return pb.DeleteTopicResponse(partitions=self.topics.delete(req.name))
@@ -132,7 +133,7 @@ def test_create_topics_answers_kafkas_error_for_each_bad_topic(tmp_path):
     assert apis._topics.all() == {"orders": 3, "fine": 2, "dflt": 1, "conf": 1}
     assert apis._topics.configs("conf") == {"retention.ms": "1"}
     (_, message), = create(apis, topic("three", 1, 3)).values()
-    assert "no replicas" in message
+    assert "one copy of each partition" in message
 
 
 def test_create_topics_validate_only_creates_nothing_and_duplicates_are_invalid_request(tmp_path):

@@ -1,0 +1,81 @@
+"""The topics of a replicated cluster, behind the same interface as the shared directory's topics.json
+(coordinator/topics.py): read from the broker's ClusterView, created through TopicAdmin in the coordination
+store. A creation returns once this broker has seen every partition get its first leader, so a client that
+creates a topic and then produces to it finds a leader.
+
+Deleting topics, adding partitions and changing settings are not offered on a replicated cluster yet: each
+is refused with INVALID_REQUEST, saying so, and nothing changes.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from coordinator.controller.cluster_view import ClusterView
+from coordinator.controller.topic_admin import TopicAdmin
+from coordinator.runtime.io import wait_for
+from coordinator.topics import check_new_topic
+from proto.errors import InvalidRequestError, RequestTimedOutError, TopicAlreadyExistsError
+from proto.structs import INTERNAL_TOPICS
+
+#: how long a creation waits for the controller to give every new partition its first leader
+FIRST_LEADERS_TIMEOUT_S = 10.0
+
+
+class StoreTopics:
+    def __init__(self, view: ClusterView, admin: TopicAdmin) -> None:
+        self._view = view
+        self._admin = admin
+
+    def all(self) -> dict[str, int]:
+        """topic -> partition count, the cluster's own topics left out (as topics.json leaves them out)."""
+        return {name: count for name, count in self._view.topics().items() if name not in INTERNAL_TOPICS}
+
+    def partitions(self, topic: str) -> int | None:
+        return self._view.partitions(topic)
+
+    def configs_view(self, topic: str) -> Mapping[str, str]:
+        return self._view.configs(topic)
+
+    def configs(self, topic: str) -> dict[str, str]:
+        return dict(self._view.configs(topic))
+
+    def validate(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> dict[str, str]:
+        settings = check_new_topic(name, partitions, configs)
+        if self._view.partitions(name) is not None:
+            raise TopicAlreadyExistsError(f"[TOPIC_ALREADY_EXISTS] topic {name!r} already exists")
+        return settings
+
+    def create(self, name: str, partitions: int, configs: dict[str, str] | None = None,
+               replication_factor: int = -1) -> int:
+        """Create the topic (`replication_factor` -1: the cluster's default) and wait for its first leaders;
+        returns the copies of each partition."""
+        self.validate(name, partitions, configs)
+        assignment: dict[int, tuple[int, ...]] = wait_for(
+            lambda done: self._admin.create(name, partitions, replication_factor, configs, done))
+        if not self.wait_for_leaders(name, partitions, FIRST_LEADERS_TIMEOUT_S):
+            raise RequestTimedOutError(f"[REQUEST_TIMED_OUT] topic {name!r} was created, but not every partition "
+                                       f"had a leader within {FIRST_LEADERS_TIMEOUT_S:.0f} s; it will have soon")
+        return len(assignment[0])
+
+    def wait_for_leaders(self, name: str, partitions: int, timeout_s: float) -> bool:
+        view = self._view
+        return view.wait_for(lambda: view.partitions(name) == partitions and all(
+            view.owner(name, p) >= 0 for p in range(partitions)), timeout_s)
+
+    def delete(self, name: str) -> int:
+        raise _not_yet("deleting a topic")
+
+    def alter(self, name: str, partitions: int, set_configs: dict[str, str], delete_configs: list[str]
+              ) -> tuple[int, dict[str, str]]:
+        raise _not_yet("adding partitions or changing settings")
+
+    def replace_configs(self, name: str, configs: dict[str, str], *, validate_only: bool = False) -> dict[str, str]:
+        raise _not_yet("changing a topic's settings")
+
+    def remove_logs_if_deleted(self, name: str) -> list[str]:
+        return []
+
+
+def _not_yet(what: str) -> InvalidRequestError:
+    return InvalidRequestError(f"[INVALID_REQUEST] {what} is not offered on a replicated cluster yet; nothing "
+                               "was changed")

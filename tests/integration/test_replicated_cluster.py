@@ -1,0 +1,104 @@
+"""A replicated cluster of real node processes: each node its own data directory, a controller on a real
+ZooKeeper, every log (data partitions and the coordinators' shards) replicated to three nodes. A topic gets
+three replicas, a transaction commits over replicated __transaction_state and markers, and when the leader
+of a partition is SIGKILLed another replica serves every acknowledged record."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from client.transport import call
+from proto import txnsim_pb2 as pb
+from tests.helpers import wait_until
+from txnsim import Consumer, LocalCluster, Producer, TopicPartition
+from txnsim.zookeeper import zookeeper_available
+
+_MISSING = zookeeper_available()
+pytestmark = pytest.mark.skipif(_MISSING is not None, reason=f"ZooKeeper cannot run here: {_MISSING}")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    data: Path = tmp_path_factory.mktemp("replicated")
+    with LocalCluster(nodes=3, data_dir=data, replicated=True, txn_shards=4, half_shards=2,
+                      zookeeper_session_timeout_ms=2000) as started:
+        yield started
+
+
+def partition_metadata(cluster: LocalCluster, topic: str) -> list[pb.PartitionMetadata]:
+    response: pb.MetadataResponse = cluster.client.any_node(
+        lambda s: call(s.cluster.Metadata, pb.MetadataRequest(topics=[topic]), 5.0))
+    return list(response.topics[0].partitions)
+
+
+def read_all(cluster: LocalCluster, tp: TopicPartition, expected: int) -> list[bytes]:
+    consumer = Consumer(bootstrap_servers=cluster.bootstrap_servers, isolation_level="read_committed",
+                        auto_offset_reset="earliest", enable_auto_commit=False)
+    try:
+        consumer.assign([tp])
+        values: list[bytes] = []
+
+        def all_read() -> bool:
+            for records in consumer.poll(timeout_ms=500).values():
+                values.extend(record.value for record in records)
+            return len(values) >= expected
+        wait_until(all_read, 30, f"{expected} records from {tp}")
+        return values
+    finally:
+        consumer.close()
+
+
+def test_a_topic_gets_three_replicas_all_in_sync(cluster: LocalCluster) -> None:
+    cluster.create_topic("replicated-orders", partitions=3)
+    parts = partition_metadata(cluster, "replicated-orders")
+    assert len(parts) == 3
+    for part in parts:
+        assert sorted(part.replicas) == [0, 1, 2]
+        assert part.leader in part.replicas
+    # every partition leads from a different node: the first replicas are spread
+    assert sorted(part.replicas[0] for part in parts) == [0, 1, 2]
+    wait_until(lambda: all(sorted(p.isr) == [0, 1, 2] for p in partition_metadata(cluster, "replicated-orders")),
+               10, "every replica in sync")
+
+
+def test_a_transaction_commits_on_replicated_logs(cluster: LocalCluster) -> None:
+    cluster.create_topic("replicated-txn", partitions=1)
+    producer = Producer(bootstrap_servers=cluster.bootstrap_servers, transactional_id="replicated-tx")
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        for i in range(5):
+            producer.send("replicated-txn", value=b"committed-%d" % i, partition=0)
+        producer.commit_transaction()
+        producer.begin_transaction()
+        producer.send("replicated-txn", value=b"aborted", partition=0).get(timeout=10)
+        producer.abort_transaction()
+    finally:
+        producer.close()
+    values = read_all(cluster, TopicPartition("replicated-txn", 0), 5)
+    assert values == [b"committed-%d" % i for i in range(5)]
+
+
+def test_a_killed_leaders_acknowledged_records_are_served_by_the_next(cluster: LocalCluster) -> None:
+    cluster.create_topic("replicated-kill", partitions=1)
+    producer = Producer(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        for i in range(50):
+            producer.send("replicated-kill", value=b"r-%d" % i, partition=0)
+        producer.flush()
+    finally:
+        producer.close()
+    leader = partition_metadata(cluster, "replicated-kill")[0].leader
+    epoch = partition_metadata(cluster, "replicated-kill")[0].leader_epoch
+    cluster.kill(leader)
+    try:
+        moved = wait_until(lambda: next((p for p in [partition_metadata(cluster, "replicated-kill")[0]]
+                                         if p.leader not in (leader, -1)), None), 20, "a new leader")
+        assert moved.leader_epoch > epoch
+        assert leader in moved.offline_replicas
+        values = read_all(cluster, TopicPartition("replicated-kill", 0), 50)
+        assert values == [b"r-%d" % i for i in range(50)]
+    finally:
+        cluster.restart(leader)
