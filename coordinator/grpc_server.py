@@ -61,10 +61,12 @@ def _method_handler(method: MethodDescriptor, handler: Callable[..., Any]) -> gr
         if not isinstance(request, Malformed):
             return call(request, context)
         fields = response_class.DESCRIPTOR.fields_by_name
+        # the fields are the concrete message's; the stubs' Message takes no keywords
+        make: Callable[..., Any] = response_class
         if "status" in fields:  # RocketMQ's services
-            return response_class(status={"code": _ROCKETMQ_BAD_REQUEST, "message": request.text})
+            return make(status={"code": _ROCKETMQ_BAD_REQUEST, "message": request.text})
         if "error_code" in fields:
-            return response_class(error_code=InvalidRequestError.errno, error_message=request.text)
+            return make(error_code=InvalidRequestError.errno, error_message=request.text)
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.text)
 
     serialize = response_class.SerializeToString
