@@ -96,7 +96,8 @@ class ReplicaLogs:
 
     def __init__(self, logs_dir: Path, config: LogConfig, internal_config: LogConfig) -> None:
         self._dir = logs_dir
-        self._config = config
+        #: a data partition's log settings (the internal topics' roll smaller segments)
+        self.config = config
         self._internal_config = internal_config
         self._lock = threading.Lock()
         self._logs: dict[TopicPartition, ReplicaLog] = {}
@@ -105,7 +106,7 @@ class ReplicaLogs:
         with self._lock:
             opened = self._logs.get(tp)
             if opened is None:
-                config = self._internal_config if tp.topic in INTERNAL_TOPICS else self._config
+                config = self._internal_config if tp.topic in INTERNAL_TOPICS else self.config
                 opened = self._logs[tp] = ReplicaLog.open(self._dir / f"{tp.topic}-{tp.partition}", tp.topic,
                                                           tp.partition, leader_epoch=0, config=config)
             return opened
@@ -293,7 +294,7 @@ class ZooKeeperCluster:
     def attach(self, io: NodeIO) -> None:
         self.manager = ReplicaManager(io, IsrWriter(self.store), ReplicationSettings(
             min_insync_replicas=self.config.min_insync_replicas, max_lag_ms=self.config.replica_lag_time_max_ms))
-        self.leader_logs = ShardLeaderLogs(self.manager, self.replicas._config)
+        self.leader_logs = ShardLeaderLogs(self.manager, self.replicas.config)
         self.replication = IsrReplication(self.manager)
         self.coordinator_io = IsrDurableIO(io, self.manager, self.replication)
 
