@@ -107,8 +107,9 @@ class ClusterServer:
 
     def _partition(self, topic: str, partition: int) -> pb.PartitionMetadata:
         leader = self._membership.owner(topic, partition)
-        if self._partition_info is None:
-            return pb.PartitionMetadata(partition=partition, leader=leader,
+        if self._partition_info is None:  # one copy: the owner's, in sync with itself
+            copies = [leader] if leader >= 0 else []
+            return pb.PartitionMetadata(partition=partition, leader=leader, replicas=copies, isr=copies,
                                         leader_epoch=self._leader_epoch(topic, partition))
         epoch, replicas, isr, offline = self._partition_info(topic, partition)
         return pb.PartitionMetadata(partition=partition, leader=leader, leader_epoch=epoch, replicas=replicas,
@@ -154,6 +155,9 @@ class ClusterServer:
         return latest.epoch
 
     def create_topic(self, req: pb.CreateTopicRequest) -> pb.CreateTopicResponse:
+        if req.validate_only:
+            self._topics.validate(req.name, req.partitions, dict(req.configs), req.replication_factor or -1)
+            return pb.CreateTopicResponse(replication_factor=req.replication_factor)
         factor = self._topics.create(req.name, req.partitions, dict(req.configs),
                                      replication_factor=req.replication_factor or -1)
         return pb.CreateTopicResponse(replication_factor=factor)

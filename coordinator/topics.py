@@ -57,7 +57,8 @@ class TopicCatalog(Protocol):
     def partitions(self, topic: str) -> int | None: ...
     def configs(self, topic: str) -> dict[str, str]: ...
     def configs_view(self, topic: str) -> Mapping[str, str]: ...
-    def validate(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> dict[str, str]: ...
+    def validate(self, name: str, partitions: int, configs: dict[str, str] | None = None,
+                 replication_factor: int = -1) -> dict[str, str]: ...
     def create(self, name: str, partitions: int, configs: dict[str, str] | None = None,
                replication_factor: int = -1) -> int: ...
     def delete(self, name: str) -> int: ...
@@ -183,8 +184,15 @@ class TopicStore:
         """The topic's own settings (empty for none, or for a topic that does not exist)."""
         return dict(self._current().configs.get(topic, {}))
 
-    def validate(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> dict[str, str]:
-        """Check a topic could be created as asked (TOPIC_ALREADY_EXISTS included); its settings, checked."""
+    def validate(self, name: str, partitions: int, configs: dict[str, str] | None = None,
+                 replication_factor: int = -1) -> dict[str, str]:
+        """Check a topic could be created as asked (TOPIC_ALREADY_EXISTS included); its settings, checked.
+        `replication_factor`: 1 or -1 (the default); every log of a shared directory exists once."""
+        if replication_factor not in (1, -1):
+            raise InvalidReplicationFactorError(
+                f"[INVALID_REPLICATION_FACTOR] a cluster on one shared directory keeps one copy of each partition; "
+                f"replication factor {replication_factor} needs a replicated cluster (LocalCluster(replicated=True), "
+                "or nodes started with --zookeeper)")
         settings = check_new_topic(name, partitions, configs)
         if name in self.all():
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
@@ -192,14 +200,8 @@ class TopicStore:
 
     def create(self, name: str, partitions: int, configs: dict[str, str] | None = None,
                replication_factor: int = -1) -> int:
-        """`replication_factor`: 1 or -1 (the default); every log of a shared directory exists once. Returns
-        the copies of each partition: 1."""
-        if replication_factor not in (1, -1):
-            raise InvalidReplicationFactorError(
-                f"[INVALID_REPLICATION_FACTOR] a cluster on one shared directory keeps one copy of each partition; "
-                f"replication factor {replication_factor} needs a replicated cluster (LocalCluster(replicated=True), "
-                "or nodes started with --zookeeper)")
-        settings = self.validate(name, partitions, configs)
+        """`replication_factor`: as `validate` takes it. Returns the copies of each partition: 1."""
+        settings = self.validate(name, partitions, configs, replication_factor)
         with self._locked() as current:
             if name in current:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")

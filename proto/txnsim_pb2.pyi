@@ -143,7 +143,7 @@ class FindCoordinatorResponse(_message.Message):
     def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., node_id: _Optional[int] = ..., address: _Optional[str] = ..., shard: _Optional[int] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
-    __slots__ = ("name", "partitions", "configs", "replication_factor")
+    __slots__ = ("name", "partitions", "configs", "replication_factor", "validate_only")
     class ConfigsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -155,11 +155,13 @@ class CreateTopicRequest(_message.Message):
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     CONFIGS_FIELD_NUMBER: _ClassVar[int]
     REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
     name: str
     partitions: int
     configs: _containers.ScalarMap[str, str]
     replication_factor: int
-    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., configs: _Optional[_Mapping[str, str]] = ..., replication_factor: _Optional[int] = ...) -> None: ...
+    validate_only: bool
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., configs: _Optional[_Mapping[str, str]] = ..., replication_factor: _Optional[int] = ..., validate_only: _Optional[bool] = ...) -> None: ...
 
 class CreateTopicResponse(_message.Message):
     __slots__ = ("error_code", "error_message", "replication_factor")

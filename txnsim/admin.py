@@ -2,13 +2,14 @@
 find-hanging, abort). A client: it speaks only the wire protocol."""
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypedDict
 
 from client.cluster import GROUP, TRANSACTION, ClusterClient
-from client.transport import Deadline, call, retrying
+from client.transport import Deadline, Stubs, call, retrying
 from proto import txnsim_pb2 as pb
 from proto.errors import (
     IllegalArgumentError,
@@ -161,13 +162,20 @@ class Admin:
 
     # ------------------------------------------------------------ topics
 
-    def create_topic(self, name: str, partitions: int = 1, configs: dict[str, str] | None = None) -> None:
+    def create_topic(self, name: str, partitions: int = 1, configs: dict[str, str] | None = None,
+                     replication_factor: int | None = None) -> int:
         """`configs`: "message.type" (RocketMQ's NORMAL, FIFO, DELAY, TRANSACTION or MIXED, the default) and
-        "half.message.storage" ("rocketmq" or "kafka": how undecided transactional messages wait)."""
+        "half.message.storage" ("rocketmq" or "kafka": how undecided transactional messages wait).
+        `replication_factor`: copies of each partition (None: the cluster's default, 3 on a replicated cluster
+        of at least 3 nodes, as Kafka's default.replication.factor; a shared directory keeps 1). Returns the
+        replication factor the topic got."""
         validate_topic_name(name)
-        request = pb.CreateTopicRequest(name=name, partitions=partitions, configs=configs or {})
-        self._client.any_node(lambda s: call(s.cluster.CreateTopic, request, self._timeout_s))
+        request = pb.CreateTopicRequest(name=name, partitions=partitions, configs=configs or {},
+                                        replication_factor=replication_factor or 0)
+        response: pb.CreateTopicResponse = self._client.any_node(
+            lambda s: call(s.cluster.CreateTopic, request, self._timeout_s))
         self._client.refresh_metadata([name])
+        return response.replication_factor or 1
 
     def create_topics(self, new_topics: Iterable[NewTopic | KafkaPythonNewTopic | str] | dict[str, NewTopicOptions],
                       validate_only: bool = False) -> None:
@@ -180,10 +188,9 @@ class Admin:
         existing = self.list_topics(include_internal=True)
         for topic in topics:
             validate_topic_name(topic.name)
-            if topic.replication_factor not in (-1, 1):
+            if topic.replication_factor == 0 or topic.replication_factor < -1:
                 raise InvalidReplicationFactorError(
-                    f"[INVALID_REPLICATION_FACTOR] {topic.name!r}: replication factor {topic.replication_factor}; "
-                    "txnsim keeps one copy of every log (use 1 or -1)")
+                    f"[INVALID_REPLICATION_FACTOR] {topic.name!r}: replication factor {topic.replication_factor}")
             if topic.replica_assignments:
                 raise InvalidReplicaAssignmentError(
                     f"[INVALID_REPLICA_ASSIGNMENT] {topic.name!r}: partitions are placed by txnsim, not assigned")
@@ -192,10 +199,16 @@ class Admin:
                     f"[INVALID_PARTITIONS] {topic.name!r}: {topic.num_partitions} partitions")
             if topic.name in existing:
                 raise TopicAlreadyExistsError(f"[TOPIC_ALREADY_EXISTS] topic {topic.name!r} already exists")
+        for topic in topics:  # what only the cluster knows (how many brokers live), asked before anything is made
+            check = pb.CreateTopicRequest(name=topic.name, partitions=max(topic.num_partitions, 1),
+                                          configs=dict(topic.topic_configs),
+                                          replication_factor=max(topic.replication_factor, 0), validate_only=True)
+            self._client.any_node(functools.partial(_create_topic, request=check, timeout_s=self._timeout_s))
         if validate_only:
             return
         for topic in topics:
-            self.create_topic(topic.name, max(topic.num_partitions, 1), dict(topic.topic_configs) or None)
+            self.create_topic(topic.name, max(topic.num_partitions, 1), dict(topic.topic_configs) or None,
+                              topic.replication_factor if topic.replication_factor > 0 else None)
 
     def delete_topic(self, name: str) -> int:
         """Delete a topic and its data on every node; returns how many partitions it had.
@@ -521,3 +534,8 @@ def _as_new_topic(topic: NewTopic | KafkaPythonNewTopic | str) -> NewTopic:
     return NewTopic(topic.name, topic.num_partitions, topic.replication_factor,
                     dict(getattr(topic, "replica_assignments", None) or {}),
                     dict(getattr(topic, "topic_configs", None) or {}))
+
+
+def _create_topic(stubs: Stubs, request: pb.CreateTopicRequest, timeout_s: float) -> pb.CreateTopicResponse:
+    response: pb.CreateTopicResponse = call(stubs.cluster.CreateTopic, request, timeout_s)
+    return response

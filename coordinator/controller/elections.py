@@ -15,6 +15,14 @@ from coordinator.controller.znodes import NO_LEADER, PartitionState
 from proto.errors import InvalidPartitionsError, InvalidReplicationFactorError
 
 
+def check_replication_factor(replication_factor: int, live_brokers: Sequence[int]) -> None:
+    """INVALID_REPLICATION_FACTOR unless 1 <= factor <= the live brokers, as Kafka's CreateTopics checks it."""
+    if replication_factor < 1 or replication_factor > len(live_brokers):
+        raise InvalidReplicationFactorError(
+            f"[INVALID_REPLICATION_FACTOR] replication factor {replication_factor} with {len(live_brokers)} live "
+            f"broker(s) {sorted(live_brokers)}: it must be between 1 and the number of live brokers")
+
+
 def assign_replicas(partitions: int, replication_factor: int, brokers: Sequence[int], *, start_index: int = 0,
                     replica_shift: int = 0) -> dict[int, tuple[int, ...]]:
     """Kafka's rack-unaware assignment (AdminUtils.assignReplicasToBrokersRackUnaware) with a fixed start and
@@ -25,10 +33,7 @@ def assign_replicas(partitions: int, replication_factor: int, brokers: Sequence[
         raise InvalidPartitionsError(f"[INVALID_PARTITIONS] a topic needs at least 1 partition, not {partitions}")
     ordered = sorted(brokers)
     n = len(ordered)
-    if replication_factor < 1 or replication_factor > n:
-        raise InvalidReplicationFactorError(
-            f"[INVALID_REPLICATION_FACTOR] replication factor {replication_factor} with {n} live broker(s) "
-            f"{ordered}: it must be between 1 and the number of live brokers")
+    check_replication_factor(replication_factor, ordered)
     assignment: dict[int, tuple[int, ...]] = {}
     shift = replica_shift
     for p in range(partitions):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from coordinator.controller.cluster_view import ClusterView
+from coordinator.controller.elections import check_replication_factor
 from coordinator.controller.topic_admin import TopicAdmin
 from coordinator.runtime.io import wait_for
 from coordinator.topics import check_new_topic
@@ -39,8 +40,11 @@ class StoreTopics:
     def configs(self, topic: str) -> dict[str, str]:
         return dict(self._view.configs(topic))
 
-    def validate(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> dict[str, str]:
+    def validate(self, name: str, partitions: int, configs: dict[str, str] | None = None,
+                 replication_factor: int = -1) -> dict[str, str]:
         settings = check_new_topic(name, partitions, configs)
+        if replication_factor != -1:
+            check_replication_factor(replication_factor, sorted(self._view.live))
         if self._view.partitions(name) is not None:
             raise TopicAlreadyExistsError(f"[TOPIC_ALREADY_EXISTS] topic {name!r} already exists")
         return settings
@@ -49,7 +53,7 @@ class StoreTopics:
                replication_factor: int = -1) -> int:
         """Create the topic (`replication_factor` -1: the cluster's default) and wait for its first leaders;
         returns the copies of each partition."""
-        self.validate(name, partitions, configs)
+        self.validate(name, partitions, configs, replication_factor)
         assignment: dict[int, tuple[int, ...]] = wait_for(
             lambda done: self._admin.create(name, partitions, replication_factor, configs, done))
         if not self.wait_for_leaders(name, partitions, FIRST_LEADERS_TIMEOUT_S):

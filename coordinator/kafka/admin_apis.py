@@ -170,7 +170,7 @@ class AdminApis:
             if partitions < 1:
                 raise InvalidPartitionsError(f"[INVALID_PARTITIONS] a topic needs at least 1 partition, "
                                              f"not {topic.num_partitions}")
-            configs = self._topics.validate(name, partitions, configs)
+            configs = self._topics.validate(name, partitions, configs, topic.replication_factor)
             factor = max(1, topic.replication_factor)
             if not validate_only:
                 factor = self._cluster.create_topic(pb.CreateTopicRequest(

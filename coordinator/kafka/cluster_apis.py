@@ -100,11 +100,8 @@ class ClusterApis:
         partitions = []
         for p in topic.partitions:
             leader = p.leader if p.leader in brokers else -1
-            if p.replicas:  # a replicated cluster's: every replica, the ISR, and those on brokers that are down
-                replicas, isr, offline = list(p.replicas), list(p.isr), list(p.offline_replicas)
-            else:  # one copy: its owner's
-                replicas = isr = [leader] if leader >= 0 else []
-                offline = []
+            # every replica, the ISR, and those on brokers that are down (a shared directory's one copy: its owner's)
+            replicas, isr, offline = list(p.replicas), list(p.isr), list(p.offline_replicas)
             partitions.append(MetadataResponse.MetadataResponseTopic.MetadataResponsePartition(
                 error_code=WireError.LEADER_NOT_AVAILABLE if leader < 0 else 0, partition_index=p.partition,
                 leader_id=leader, leader_epoch=p.leader_epoch, replica_nodes=replicas, isr_nodes=isr,

@@ -218,12 +218,13 @@ def test_topics_create_list_describe(cli_cluster, orders):
     assert "__transaction_state" not in listed
     assert "__transaction_state" in ok("topics", "list", "--internal", *cli_cluster.cluster_args())
     described = ok("topics", "describe", "orders", *cli_cluster.cluster_args())
-    rows = [cells for cells in table_rows(described) if len(cells) == 5]
+    rows = [cells for cells in table_rows(described) if len(cells) == 8]
     assert [cells[0] for cells in rows] == ["0", "1", "2"], described
+    assert all(cells[2] == cells[3] == cells[1] and cells[4] == "-" for cells in rows), described  # one copy each
     # 3 committed and 2 aborted records, and a marker on each partition each transaction wrote to (each line
     # is sent as it is read, so the sticky partitioner may spread them); nothing undecided
-    assert 5 + 2 <= sum(int(cells[3]) for cells in rows) <= 5 + 3 + 2, described
-    assert all(cells[3] == cells[4] for cells in rows), described  # high watermark == last stable offset
+    assert 5 + 2 <= sum(int(cells[6]) for cells in rows) <= 5 + 3 + 2, described
+    assert all(cells[6] == cells[7] for cells in rows), described  # high watermark == last stable offset
     fails_cleanly(txnsim("topics", "create", "orders", "--partitions", "3", *cli_cluster.cluster_args()),
                   "TOPIC_ALREADY_EXISTS", "TopicAlreadyExists")
     line = fails_cleanly(txnsim("topics", "create", "bad/name", *cli_cluster.cluster_args()), "InvalidTopic")

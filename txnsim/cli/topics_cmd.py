@@ -15,6 +15,7 @@ from txnsim.cli.common import (
     console,
     exits_cleanly,
     partition_count_arg,
+    positive_int,
     print_data,
 )
 from txnsim.cli.output import new_table, print_json
@@ -26,6 +27,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     create = verbs.add_parser("create")
     create.add_argument("name")
     create.add_argument("--partitions", type=partition_count_arg, default=1)
+    create.add_argument("--replication-factor", type=positive_int, default=None,
+                        help="copies of each partition (default: the cluster's, 3 on a replicated cluster of at "
+                             "least 3 nodes; a shared directory keeps 1)")
     create.add_argument("--config", action="append", default=[], metavar="NAME=VALUE",
                         help="a topic setting, as kafka-topics.sh --config: message.type=NORMAL|FIFO|DELAY|"
                              "TRANSACTION|MIXED, half.message.storage=rocketmq|kafka (repeatable)")
@@ -71,8 +75,9 @@ def _configs(items: list[str]) -> dict[str, str]:
 def create_topic(args: argparse.Namespace) -> int:
     configs = _configs(args.config)
     with admin_client(args) as admin:
-        admin.create_topic(args.name, partitions=args.partitions, configs=configs)
-    console.print(f"created topic {args.name} with {args.partitions} partition(s)")
+        factor = admin.create_topic(args.name, partitions=args.partitions, configs=configs,
+                                    replication_factor=args.replication_factor)
+    console.print(f"created topic {args.name} with {args.partitions} partition(s) of {factor} replica(s) each")
     return 0
 
 
@@ -128,9 +133,11 @@ def describe_topic(args: argparse.Namespace) -> int:
     for d in described:
         configs = ", ".join(f"{k}={v}" for k, v in sorted(d["configs"].items()))
         table = new_table(f"topic {d['topic']}" + (f" ({configs})" if configs else ""), "partition", "leader",
-                          "log start", "high watermark", "last stable offset", justify="right")
+                          "replicas", "isr", "offline", "log start", "high watermark", "last stable offset",
+                          justify="right")
         for p in d["partitions"]:
-            table.add_row(str(p["partition"]), str(p["leader"]), str(p["log_start_offset"]), str(p["high_watermark"]),
+            table.add_row(str(p["partition"]), str(p["leader"]), _ids(p["replicas"]), _ids(p["isr"]),
+                          _ids(p["offline_replicas"]) or "-", str(p["log_start_offset"]), str(p["high_watermark"]),
                           str(p["last_stable_offset"]))
         console.print(table)
     if not described:
@@ -143,6 +150,9 @@ class PartitionDescription(TypedDict):
 
     partition: int
     leader: int
+    replicas: list[int]
+    isr: list[int]
+    offline_replicas: list[int]
     log_start_offset: int
     high_watermark: int
     last_stable_offset: int
@@ -160,5 +170,11 @@ def _describe(admin: Admin, topic: pb.TopicMetadata) -> TopicDescription:
     tps = [TopicPartition(topic.name, p.partition) for p in topic.partitions]
     start, end, stable = admin.beginning_offsets(tps), admin.end_offsets(tps), admin.last_stable_offsets(tps)
     return {"topic": topic.name, "configs": dict(topic.configs), "partitions": [
-        {"partition": p.partition, "leader": p.leader, "log_start_offset": start[tp], "high_watermark": end[tp],
+        {"partition": p.partition, "leader": p.leader, "replicas": list(p.replicas), "isr": list(p.isr),
+         "offline_replicas": list(p.offline_replicas), "log_start_offset": start[tp], "high_watermark": end[tp],
          "last_stable_offset": stable[tp]} for p, tp in zip(topic.partitions, tps)]}
+
+
+def _ids(nodes: list[int]) -> str:
+    """Node ids as kafka-topics --describe prints them: "1,2,3"."""
+    return ",".join(str(n) for n in nodes)
