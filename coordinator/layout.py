@@ -100,6 +100,12 @@ class ClusterSpec:
                    bool(data.get("replicated", False)))
 
 
+def node_layout(layout: ClusterLayout, spec: ClusterSpec, node_id: int) -> ClusterLayout:
+    """Where a node of the cluster in `layout` keeps its files (lock, metrics URL, logs): the cluster's own
+    directory, or on a replicated cluster the node's (DATA/node-<id>)."""
+    return ClusterLayout(layout.root / f"node-{node_id}") if spec.replicated else layout
+
+
 def write_atomically(path: Path, data: bytes) -> None:
     """Replace `path` with `data` durably: temp file, fsync, rename, fsync the directory."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")

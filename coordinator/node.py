@@ -83,14 +83,15 @@ def now_ms() -> int:
 
 class Node:
     def __init__(self, cluster: SharedDirectory | ZooKeeperCluster, layout: ClusterLayout,
-                 metrics_port: int = 0) -> None:
+                 metrics_port: int = 0, metrics_host: str = "127.0.0.1") -> None:
         """`cluster`: what the node stands on (one shared data directory, or its own and ZooKeeper);
-        `layout`: where its own files go (metrics URL, ownership history, broker settings)."""
+        `layout`: where its own files go (metrics URL, ownership history, broker settings); `metrics_host`:
+        the address /metrics is served on (a node on a host of its own serves it where it listens)."""
         self.cluster = cluster
         self.layout = layout
         self.node_id = node_id = cluster.node_id
-        #: where /metrics is served on loopback (0: a free port, chosen at start)
-        self.metrics_port = metrics_port
+        #: where /metrics is served (port 0: a free one, chosen at start)
+        self.metrics_host, self.metrics_port = metrics_host, metrics_port
         self.metrics = NodeMetrics()
         self.metrics_url: str | None = None
         self.config = cluster.config
@@ -164,7 +165,7 @@ class Node:
 
     def start(self) -> None:
         # metrics first: the URL is on disk before the node answers, so whoever waited for it finds it
-        self.metrics_url = self.metrics.serve("127.0.0.1", self.metrics_port)
+        self.metrics_url = self.metrics.serve(self.metrics_host, self.metrics_port)
         write_metrics_url(self.layout.nodes, self.node_id, self.metrics_url)
         # running calls take worker slots (other nodes' their own); waiting calls and streams hold none
         # (coordinator/grpc_server.py)
@@ -402,13 +403,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="stop when standard input closes (used by LocalCluster: nodes die with their parent)")
     parser.add_argument("--log-level", default=os.environ.get("TXNSIM_LOG_LEVEL", "INFO"))
     parser.add_argument("--metrics-port", type=int, default=0,
-                        help="serve Prometheus metrics on 127.0.0.1:PORT/metrics (default 0: a free port; "
-                             "DATA/nodes/ID.metrics records the URL)")
+                        help="serve Prometheus metrics on PORT/metrics, at 127.0.0.1 or the host of --listen "
+                             "(default 0: a free port; DATA/nodes/ID.metrics records the URL)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(),
                         format=f"%(asctime)s node{args.node_id} %(levelname)s %(name)s: %(message)s")
     try:
-        node = Node(*_cluster_of(args), metrics_port=args.metrics_port)
+        metrics_host = args.listen.rsplit(":", 1)[0] if args.zookeeper and args.listen else "127.0.0.1"
+        node = Node(*_cluster_of(args), metrics_port=args.metrics_port, metrics_host=metrics_host)
         node.start()
     except (KafkaError, StoreError) as exc:
         log.error("%s", exc)

@@ -33,6 +33,7 @@ from coordinator.controller.store_topics import StoreTopics
 from coordinator.controller.topic_admin import TopicAdmin
 from coordinator.controller.znodes import BrokerInfo, PartitionState
 from coordinator.controller.zookeeper_store import ZooKeeperStore
+from coordinator.layout import ClusterLayout
 from coordinator.node_lock import take_node_lock
 from coordinator.replication.isr_writes import IsrWriter
 from coordinator.replication.leader_logs import IsrReplication, ReplicatedLeaderLogs
@@ -234,8 +235,10 @@ class ZooKeeperCluster:
         self.address = address
         self.kafka_address = kafka_address
         self.data_dir = data_dir
-        data_dir.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = take_node_lock(data_dir / "node.lock", f"a node already runs on {data_dir}")
+        own = ClusterLayout(data_dir)
+        own.nodes.mkdir(parents=True, exist_ok=True)
+        # where a shared-directory node keeps its lock, so `node_is_alive` reads both alike
+        self._lock_fd = take_node_lock(own.node_lock(node_id), f"a node already runs on {data_dir}")
         self.store = ZooKeeperStore(zookeeper, session_timeout_ms=proposed.zookeeper_session_timeout_ms)
         self.config, first = cluster_settings(self.store, proposed)
         if not first and self.config != proposed:

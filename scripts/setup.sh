@@ -59,6 +59,16 @@ if [ ! -f /usr/share/java/zookeeper.jar ] && [ -z "${ZOOKEEPER_HOME:-}" ]; then
     echo "note: ZooKeeper is missing (apt-get install zookeeper as root, or set ZOOKEEPER_HOME); the ZooKeeper tests will be skipped" >&2
   fi
 fi
+# Hosts of their own on one machine: a replicated cluster's nodes can run in Linux network namespaces
+# (iproute2's `ip netns`), whose links are cut with nftables (Debian's nftables package); install it (as root)
+# only when missing. Without root or nft those tests skip and say why.
+if ! command -v nft >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get install -y -qq nftables >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq nftables; }
+  else
+    echo "note: nft is missing (apt-get install nftables as root); the network-partition tests will be skipped" >&2
+  fi
+fi
 # The Node.js client tests run KafkaJS and RocketMQ's Node.js client, pinned by tests/clients/node/package-lock.json:
 # npm ci there only when the lock changed since the last install (its copy in node_modules is the stamp).
 # --ignore-scripts: the one install script (protobufjs's postinstall) only warns about version schemes.

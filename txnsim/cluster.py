@@ -1,8 +1,13 @@
-"""LocalCluster: real node processes on loopback, sharing one data directory, that you can break.
+"""LocalCluster: real node processes that you can break, on one machine.
 
 Every node is its own OS process (`python -m coordinator.node`), started with exec; it
 watches its stdin, which this object holds, so nodes die with the process that started
 them. kill is SIGKILL, pause SIGSTOP, resume SIGCONT; all four are idempotent.
+
+Three shapes: nodes on loopback sharing one data directory (the default); `replicated`, each node
+with its own directory and replicas of every log, a controller on a ZooKeeper started here; and
+`namespaces`, the replicated cluster with every node and the ZooKeeper on a host of its own (a Linux
+network namespace, txnsim/hosts.py), whose links `partition`, `lose` and `heal` break and mend.
 """
 from __future__ import annotations
 
@@ -15,16 +20,25 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from client.cluster import TRANSACTION, ClusterClient
 from client.transport import NodeChannels, call
 from coordinator.config import NodeConfig
-from coordinator.layout import ClusterLayout, ClusterSpec, check_shard_counts, read_cluster_spec, write_cluster_spec
+from coordinator.layout import (
+    ClusterLayout,
+    ClusterSpec,
+    check_shard_counts,
+    node_layout,
+    read_cluster_spec,
+    write_cluster_spec,
+)
 from coordinator.metrics import read_metrics_url
 from proto import txnsim_pb2 as pb
 from proto.errors import KafkaConfigurationError, KafkaError, KafkaTimeoutError
+from txnsim.hosts import SUBNET_PREFIX, NetworkHosts, namespaces_unavailable
 from txnsim.ports import free_port
 from txnsim.zookeeper import ZooKeeperServer
 
@@ -37,14 +51,17 @@ class LocalCluster:
     def __init__(self, nodes: int = 3, data_dir: str | os.PathLike[str] | None = None, txn_shards: int = 50,
                  offsets_shards: int | None = None, host: str = "127.0.0.1", startup_timeout_s: float = 60.0,
                  kafka_port: int | None = None, metrics_port: int | None = None, replicated: bool = False,
-                 **node_settings: Any) -> None:
+                 namespaces: bool = False, **node_settings: Any) -> None:
         """`replicated`: every node keeps its own data directory (DATA/node-<id>) and replicas of every log,
         with a controller on a ZooKeeper this object starts (DATA/zookeeper); internal topics get min(3, nodes)
-        replicas and an ISR of min(2, nodes). `kafka_port`: the first node's Kafka listener port, the next nodes' the ports after it; None keeps
+        replicas and an ISR of min(2, nodes). `namespaces` (root, nftables): a replicated cluster whose nodes
+        and ZooKeeper each run in a network namespace of their own, at 10.213.n.x: nodes serve gRPC on port
+        7070, Kafka on `kafka_port` or 9092 and metrics on `metrics_port` or 9404 there. `kafka_port`: the first node's Kafka listener port, the next nodes' the ports after it; None keeps
         the ports a restarted cluster had (or picks free ones), 0 picks free ones. `metrics_port`: the same
         for each node's Prometheus /metrics on 127.0.0.1 (None or 0: free ports, chosen by each node)."""
         if nodes < 1:
             raise KafkaConfigurationError("a cluster needs at least one node")
+        replicated = replicated or namespaces
         if metrics_port and not 0 < metrics_port <= 65536 - nodes:
             raise KafkaConfigurationError(
                 f"metrics_port must leave room for {nodes} ports below 65536, not {metrics_port}")
@@ -73,6 +90,12 @@ class LocalCluster:
                     f"start it with replicated={previous.replicated}")
             nodes_by_id = previous.nodes
             kafka_nodes = previous.kafka_nodes
+            if namespaces != _on_hosts(previous):
+                raise KafkaConfigurationError(f"{self.data_dir} holds a cluster {'on' if _on_hosts(previous) else 'off'}"
+                                              f" hosts of its own; start it with namespaces={_on_hosts(previous)}")
+        elif namespaces:
+            nodes_by_id = {}
+            kafka_nodes = {}
         else:
             nodes_by_id = {i: f"{host}:{free_port(host)}" for i in range(nodes)}
             kafka_nodes = {}
@@ -80,6 +103,16 @@ class LocalCluster:
             raise KafkaConfigurationError(f"kafka_port must leave room for {nodes} ports below 65536, not {kafka_port}")
         if kafka_port is not None or set(kafka_nodes) != set(nodes_by_id):  # asked for, or an older cluster file
             kafka_nodes = {i: f"{host}:{kafka_port + i if kafka_port else free_port(host)}" for i in sorted(nodes_by_id)}
+        self.network: NetworkHosts | None = None
+        if namespaces:
+            problem = namespaces_unavailable()
+            if problem:
+                raise KafkaConfigurationError(f"nodes on hosts of their own: {problem}")
+            subnet = int(nodes_by_id[0].split(".")[2]) if nodes_by_id else None
+            self.network = NetworkHosts(["zookeeper", *(f"node-{i}" for i in range(nodes))], subnet=subnet)
+            # the addresses follow from the subnet, which `start` may have to move (taken meanwhile)
+            self._kafka_port = kafka_port or 9092
+            self.metrics_port = metrics_port or 9404
         self.spec = ClusterSpec(nodes_by_id, config, kafka_nodes, replicated)
         self.zookeeper: ZooKeeperServer | None = ZooKeeperServer(self.data_dir / "zookeeper") if replicated else None
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
@@ -163,13 +196,16 @@ class LocalCluster:
 
     def node_layout(self, node_id: int) -> ClusterLayout:
         """Where a node keeps its files: the cluster's directory, or on a replicated cluster its own."""
-        return ClusterLayout(self.data_dir / f"node-{node_id}") if self.spec.replicated else self.layout
+        return node_layout(self.layout, self.spec, node_id)
 
     # ------------------------------------------------------------ life cycle
 
     def start(self) -> LocalCluster:
-        self._check_kafka_ports_free()
-        self._check_metrics_ports_free()
+        if self.network is not None:
+            self._make_hosts()
+        else:
+            self._check_kafka_ports_free()
+            self._check_metrics_ports_free()
         write_cluster_spec(self.layout, self.spec)
         check_shard_counts(self.layout, self.spec.config)
         if self.zookeeper is not None:
@@ -203,6 +239,8 @@ class LocalCluster:
             self._client.close()
             self._client = None
         self._channels.close()
+        if self.network is not None:
+            self.network.destroy()
 
     def __enter__(self) -> LocalCluster:
         try:
@@ -225,7 +263,52 @@ class LocalCluster:
     def node_log(self, node_id: int) -> Path:
         return self.layout.node_log(node_id)
 
+    # ------------------------------------------------------------ the network (namespaces=True)
+
+    def partition(self, *groups: Iterable[int | str], one_way: bool = False) -> None:
+        """Cut every link between nodes of different groups: `partition([0], [1, 2])`. A group may also name
+        "zookeeper" (the controller's store) or "clients" (this process and every client it starts);
+        `one_way`: only what the first group sends is lost (TCP then fails both ways: replies are lost)."""
+        self._hosts().partition(*([_host_label(member) for member in group] for group in groups), one_way=one_way)
+
+    def lose(self, node: int | str, percent: int, toward: int | str | None = None) -> None:
+        """Drop `percent` of the packets that reach `node` (from `toward` only, if given), at random."""
+        self._hosts().lose(_host_label(node), percent, None if toward is None else _host_label(toward))
+
+    def delay(self, node: int | str, delay_ms: int) -> None:
+        """Delay every packet `node` sends (tc netem; an error on kernels without it)."""
+        self._hosts().delay(_host_label(node), delay_ms)
+
+    def heal(self) -> None:
+        """Every link whole again."""
+        self._hosts().heal()
+
+    @property
+    def faults(self) -> list[str]:
+        """What is broken in the network now, in words."""
+        return list(self.network.faults) if self.network is not None else []
+
     # ------------------------------------------------------------ internals
+
+    def _hosts(self) -> NetworkHosts:
+        if self.network is None:
+            raise KafkaConfigurationError("cutting links needs nodes on hosts of their own: "
+                                          "LocalCluster(namespaces=True), as root with nftables")
+        return self.network
+
+    def _make_hosts(self) -> None:
+        """The namespaces, then the addresses in them (their subnet is known once they exist)."""
+        assert self.network is not None
+        self.network.create()
+        self.spec.nodes.clear()
+        self.spec.kafka_nodes.clear()
+        for node_id in range(len(self.network.labels) - 1):
+            address = self.network.address(f"node-{node_id}")
+            self.spec.nodes[node_id] = f"{address}:{NAMESPACE_GRPC_PORT}"
+            self.spec.kafka_nodes[node_id] = f"{address}:{self._kafka_port}"
+        assert self.zookeeper is not None
+        self.zookeeper = ZooKeeperServer(self.data_dir / "zookeeper", host=self.network.address("zookeeper"),
+                                         port=ZOOKEEPER_PORT, launcher=self.network.command("zookeeper", []))
 
     def _check_kafka_ports_free(self) -> None:
         """A taken Kafka port is one clear line here, not a node that dies during start-up."""
@@ -261,7 +344,8 @@ class LocalCluster:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         command: list[str] = [sys.executable, "-m", "coordinator.node", "--node-id", str(node_id), "--exit-on-stdin-eof",
                    "--metrics-port",
-                   str(self.metrics_port + node_id if self.metrics_port else self._free_metrics_port(node_id))]
+                   str(self.metrics_port if self.network is not None  # each node has an address of its own
+                       else self.metrics_port + node_id if self.metrics_port else self._free_metrics_port(node_id))]
         if self.zookeeper is None:
             command += ["--data-dir", str(self.data_dir)]
         else:  # nothing shared but the network: its own directory, its addresses, ZooKeeper's, the settings
@@ -271,6 +355,8 @@ class LocalCluster:
                 command += ["--kafka-listen", self.spec.kafka_nodes[node_id]]
             for name, value in sorted(self.spec.config.as_settings().items()):
                 command += ["--setting", f"{name}={str(value).lower() if isinstance(value, bool) else value}"]
+        if self.network is not None:
+            command = self.network.command(f"node-{node_id}", command)
         self._procs[node_id] = subprocess.Popen(
             command,
             stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -314,3 +400,16 @@ class LocalCluster:
             return "\n".join(self.layout.node_log(node_id).read_text(errors="replace").splitlines()[-lines:])
         except FileNotFoundError:
             return "(no log)"
+
+
+#: where the nodes and the ZooKeeper listen on hosts of their own (each has its own address)
+NAMESPACE_GRPC_PORT = 7070
+ZOOKEEPER_PORT = 2181
+
+
+def _on_hosts(spec: ClusterSpec) -> bool:
+    return any(address.startswith(f"{SUBNET_PREFIX}.") for address in spec.nodes.values())
+
+
+def _host_label(member: int | str) -> str:
+    return f"node-{member}" if isinstance(member, int) else member

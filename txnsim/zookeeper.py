@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -69,11 +70,13 @@ class ZooKeeperServer:
     """One standalone ZooKeeper server on loopback, its data in `data_dir`."""
 
     def __init__(self, data_dir: Path, *, port: int = 0, host: str = "127.0.0.1",
-                 max_session_timeout_ms: int = 60_000) -> None:
+                 max_session_timeout_ms: int = 60_000, launcher: Sequence[str] = ()) -> None:
+        """`launcher`: what the java command runs under, as `ip netns exec NS` puts it on a host of its own."""
         self.data_dir = Path(data_dir)
         self.host = host
         self.port = port
         self.max_session_timeout_ms = max_session_timeout_ms
+        self.launcher = list(launcher)
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -107,7 +110,7 @@ class ZooKeeperServer:
         log = open(self.data_dir / "zookeeper.log", "ab")
         try:
             self._proc = subprocess.Popen(
-                ["java", "-Xmx256m", "-cp", classpath, f"-Dzookeeper.log.dir={self.data_dir}", MAIN_CLASS,
+                [*self.launcher, "java", "-Xmx256m", "-cp", classpath, f"-Dzookeeper.log.dir={self.data_dir}", MAIN_CLASS,
                  str(config)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         finally:

@@ -3,7 +3,8 @@
 Callbacks run on kazoo's event thread; a driver hands them on to its own I/O (they must not block). The
 session is kazoo's: a lost connection is retried for as long as the session lives (SUSPENDED, then
 CONNECTED again), an expired one is followed by a new session without the old one's ephemeral znodes
-(EXPIRED, then CONNECTED with a new session id), which the member must register again.
+(EXPIRED, then CONNECTED with a new session id), which the member must register again. A member cut off
+from every server for a whole session timeout is told EXPIRED then, not when it reaches a server again.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from coordinator.controller.store import (
     Watch,
     Znode,
 )
-from coordinator.timers import Timers
+from coordinator.timers import Timer, Timers
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,9 @@ class ZooKeeperStore:
                                    connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0),
                                    command_retry=None)
         self._listeners: list[Callable[[SessionEvent], None]] = []
+        self._session_lock = threading.Lock()
+        self._expiry: Timer | None = None  # armed while SUSPENDED: the session times out unheard
+        self._told_expired = False  # EXPIRED said before kazoo learnt it (its LOST then says nothing new)
         self._client.add_listener(self._state_changed)
         try:
             self._client.start(timeout=connect_timeout_s)
@@ -105,6 +109,35 @@ class ZooKeeperStore:
         event = _SESSION_EVENTS.get(state)
         if event is None:
             return
+        with self._session_lock:
+            if self._expiry is not None:
+                self._expiry.cancel()
+                self._expiry = None
+            if event is SessionEvent.SUSPENDED:
+                self._expiry = self._timers.call_later(self.session_timeout_ms / 1000, self._expired_locally)
+            elif event is SessionEvent.EXPIRED and self._told_expired:
+                self._told_expired = False
+                return  # said already, when the session timed out unheard
+            else:
+                self._told_expired = False
+        self._tell(event)
+
+    def _expired_locally(self) -> None:
+        """Cut off from every server for a whole session timeout: the ensemble has expired this session
+        (it would have heard from the member within that time otherwise), though kazoo learns so only when
+        it reaches a server again. Say so now, as ZooKeeper's own clients do ("session expired" after the
+        timeout without a server), so a leader cut off from the store stops leading instead of waiting for a
+        reconnect that may never come."""
+        with self._session_lock:
+            if self._expiry is None:
+                return  # connected again meanwhile
+            self._expiry = None
+            self._told_expired = True
+        log.warning("no ZooKeeper server answered for the session timeout (%d ms): the session has expired",
+                    self.session_timeout_ms)
+        self._tell(SessionEvent.EXPIRED)
+
+    def _tell(self, event: SessionEvent) -> None:
         for listener in list(self._listeners):
             try:
                 listener(event)
@@ -168,6 +201,7 @@ class ZooKeeperStore:
         self._call(transaction.commit_async, committed)
 
     def close(self) -> None:
+        self._listeners.clear()  # a session this member closes did not expire: nobody is told it did
         try:
             self._client.stop()
         finally:

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from client.cluster import ClusterClient
 from client.transport import call
-from coordinator.layout import ClusterLayout, read_cluster_spec
+from coordinator.layout import ClusterLayout, node_layout, read_cluster_spec
 from coordinator.membership import node_is_alive
 from coordinator.metrics import read_metrics_url
 from proto import txnsim_pb2 as pb
@@ -58,6 +58,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     start.add_argument("--num-partitions", type=positive_int, default=1,
                        help="partitions of a topic created without saying how many (Kafka's num.partitions, "
                             "default 1)")
+    start.add_argument("--replicated", action="store_true",
+                       help="give every node its own directory (DATA/node-<id>) and replicas of every log, with a "
+                            "controller on a ZooKeeper started in DATA/zookeeper; topics get 3 replicas by default "
+                            "(fewer with fewer nodes), as Kafka's default.replication.factor")
+    start.add_argument("--namespaces", action="store_true",
+                       help="a replicated cluster with every node and the ZooKeeper on a host of its own: a Linux "
+                            "network namespace with its own address (10.213.n.x), whose links `cluster.partition` "
+                            "cuts (needs root and nftables)")
     start.add_argument("--ui", nargs="?", type=port_number, const=8080, default=None, metavar="PORT",
                        help="also serve the live web view on 127.0.0.1:PORT (default 8080), as `txnsim ui` does")
     start.set_defaults(func=start_cluster)
@@ -77,7 +85,8 @@ def start_cluster(args: argparse.Namespace) -> int:
         error(problem)
         return 1
     if layout.cluster_file.exists():
-        running = [n for n in read_cluster_spec(layout).node_ids if node_is_alive(layout, n)]
+        spec = read_cluster_spec(layout)
+        running = [n for n in spec.node_ids if node_is_alive(node_layout(layout, spec, n), n)]
         if running:  # its nodes would refuse to start, and the old ones would answer for them
             raise SystemExit(f"error: a cluster is already running in {args.data_dir} (nodes {running}); "
                              "stop it with Ctrl-C where it runs, or pass another --data-dir")
@@ -89,7 +98,8 @@ def start_cluster(args: argparse.Namespace) -> int:
     cluster = LocalCluster(nodes=args.nodes, data_dir=args.data_dir, txn_shards=args.txn_shards,
                            offsets_shards=args.offsets_shards, kafka_port=args.kafka_port,
                            metrics_port=args.metrics_port, auto_create_topics_enable=args.auto_create_topics,
-                           num_partitions=args.num_partitions)
+                           num_partitions=args.num_partitions, replicated=args.replicated,
+                           namespaces=args.namespaces)
     try:
         with console.status(f"starting {args.nodes} nodes in {args.data_dir} ..."):
             cluster.start()
@@ -103,6 +113,8 @@ def start_cluster(args: argparse.Namespace) -> int:
         console.print(f"bootstrap servers: [bold]{cluster.bootstrap_servers}[/bold]")
         console.print(f"RocketMQ 5 endpoints: [bold]{cluster.rocketmq_endpoints}[/bold]")
         console.print(f"Kafka bootstrap servers: [bold]{cluster.kafka_bootstrap_servers}[/bold]")
+        if cluster.zookeeper is not None:
+            console.print(f"ZooKeeper (the controller's store): [bold]{cluster.zookeeper.address}[/bold]")
         console.print("Prometheus metrics: " + " ".join(str(cluster.metrics_url(n)) for n in cluster.node_ids),
                       soft_wrap=True)
         if ui_socket is not None:
@@ -197,7 +209,8 @@ def metrics_urls(args: argparse.Namespace, nodes: Iterable[pb.NodeInfo]) -> dict
     nodes = list(nodes)
     if any(spec.nodes.get(node.node_id) != node.address for node in nodes):
         return {}
-    return {node.node_id: read_metrics_url(layout.nodes, node.node_id) if node.alive else None for node in nodes}
+    return {node.node_id: read_metrics_url(node_layout(layout, spec, node.node_id).nodes, node.node_id)
+            if node.alive else None for node in nodes}
 
 
 def _print_metrics_urls(urls: dict[int, str | None]) -> None:

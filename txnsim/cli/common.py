@@ -19,7 +19,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from coordinator.layout import ClusterLayout, read_cluster_spec
+from coordinator.layout import ClusterLayout, node_layout, read_cluster_spec
 from coordinator.membership import node_is_alive
 from proto.errors import (
     BrokerResponseError,
@@ -126,7 +126,7 @@ def bootstrap_servers(args: argparse.Namespace) -> str:
                          f"--data-dir {args.data_dir}`, or pass --bootstrap-servers)")
     spec = read_cluster_spec(layout)
     # A live node holds its lock file; without this check a stopped cluster costs a full timeout.
-    if not any(node_is_alive(layout, node_id) for node_id in spec.node_ids):
+    if not any(node_is_alive(node_layout(layout, spec, node_id), node_id) for node_id in spec.node_ids):
         raise SystemExit(f"error: the cluster in {args.data_dir} is not running (no node process holds its lock); "
                          f"start it with `txnsim cluster start --data-dir {args.data_dir}`")
     return spec.bootstrap_servers

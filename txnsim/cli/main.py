@@ -19,7 +19,7 @@ COMMAND_MODULES = {
     "cluster": "cluster_cmd", "topics": "topics_cmd", "produce": "io_cmd", "consume": "io_cmd",
     "transactions": "transactions_cmd", "consumer-groups": "groups_cmd", "dump-log": "dump_log_cmd",
     "demo": "demo_cmd", "pipeline": "pipeline_cmd", "chaos": "chaos_cmd", "bench": "bench_cmd",
-    "simulate": "simulate_cmd", "ui": "ui_cmd",
+    "simulate": "simulate_cmd", "ui": "ui_cmd", "node": "node_cmd", "zookeeper": "node_cmd",
 }
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
