@@ -82,6 +82,15 @@ class NodeConfig:
     #: copies of each __consumer_offsets shard (Kafka's offsets.topic.replication.factor); the half-message
     #: topics take the same
     offsets_topic_replication_factor: int = 3
+    #: let a live replica outside the ISR lead when no ISR member lives (Kafka's
+    #: unclean.leader.election.enable, off by default): the partition serves again, and loses what only
+    #: the dead ISR members had
+    unclean_leader_election_enable: bool = False
+    #: the controller hands each partition back to its preferred replica (the first assigned) once that one
+    #: is in sync again, every leader_imbalance_check_interval_seconds (Kafka's auto.leader.rebalance.enable,
+    #: 300 s)
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
 
     def __post_init__(self) -> None:
         if self.half_message_storage not in ("rocketmq", "kafka"):

@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -307,18 +308,26 @@ class ZooKeeperCluster:
 
     def start(self, tick: Callable[[], None]) -> None:
         """Register, stand for controller, read and watch the cluster; `tick` every RETRY_S (a shard whose
-        leadership came before its log could be loaded is taken then)."""
+        leadership came before its log could be loaded is taken then); as the controller, hand partitions
+        back to their preferred leaders every leader_imbalance_check_interval_seconds."""
         self._tick = tick
-        threading.Thread(target=self._ticks, name="reconcile-retry", daemon=True).start()
         BrokerRegistration(BrokerInfo(self.node_id, self.address, self.kafka_address or ""), self.store,
                            self._serial).start()
-        Controller(self.node_id, self.store, self._serial, now_ms=lambda: 0).start()
+        self.controller = Controller(self.node_id, self.store, self._serial, now_ms=lambda: 0,
+                                     unclean_leader_election=self.config.unclean_leader_election_enable)
+        self.controller.start()
+        threading.Thread(target=self._ticks, name="reconcile-retry", daemon=True).start()
         self.view.start()
         self._serial(self._internal.create_missing)
 
     def _ticks(self) -> None:
+        rebalance_every_s = self.config.leader_imbalance_check_interval_seconds
+        next_rebalance = time.monotonic() + rebalance_every_s
         while not self._stopped.wait(RETRY_S):
             self._tick()
+            if self.config.auto_leader_rebalance_enable and time.monotonic() >= next_rebalance:
+                next_rebalance = time.monotonic() + rebalance_every_s
+                self._serial(self.controller.rebalance_leaders)
 
     def stop_watching(self) -> None:
         self._stopped.set()

@@ -602,11 +602,17 @@ class PartitionLog:
                                       timeout=max(0.0, timeout_s))
             return self._readable_end(isolation) > fetch_offset
 
-    def batches(self, start_offset: int = 0, *, up_to: int | None = None) -> Iterator[RecordBatch]:
-        """Durable batches in offset order, from the one holding `start_offset` to those ending below `up_to`."""
+    def batches(self, start_offset: int = 0, *, up_to: int | None = None,
+                to_log_end: bool = False) -> Iterator[RecordBatch]:
+        """Durable batches in offset order, from the one holding `start_offset` to those ending below `up_to`,
+        up to the high watermark, or with `to_log_end` up to all this copy has fsynced. A coordinator taking
+        a shard over reads to its log end, as Kafka's coordinators load theirs: a new leader's high
+        watermark trails until its followers fetch again, and a write the old leader had replicated but not
+        yet seen acknowledged is there (every decision a client sees after it waits for the ISR)."""
         with self._lock:
             self._check_open()
-            bound = self._high_watermark if up_to is None else min(up_to, self._high_watermark)
+            end = self._synced_end if to_log_end else self._high_watermark
+            bound = end if up_to is None else min(up_to, end)
             spans, _end = self._spans(max(start_offset, self.log_start_offset), bound, float("inf"))
         for segment, start, end in spans:
             yield from segment.iter_batches(start, end)

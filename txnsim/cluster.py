@@ -75,7 +75,9 @@ class LocalCluster:
         if replicated:
             for name, value in (("transaction_state_log_replication_factor", min(3, nodes)),
                                 ("offsets_topic_replication_factor", min(3, nodes)),
-                                ("transaction_state_log_min_isr", min(2, nodes))):
+                                ("transaction_state_log_min_isr", min(2, nodes)),
+                                # seconds, not Kafka's 5 minutes: a restarted node leads again while you watch
+                                ("leader_imbalance_check_interval_seconds", 10)):
                 settings.setdefault(name, value)
         config = NodeConfig.from_settings(settings)
         if self.layout.cluster_file.exists():  # a restart of a cluster keeps its nodes and ports

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from coordinator.controller.elections import after_brokers_changed, initial_state
+from coordinator.controller.elections import after_brokers_changed, initial_state, preferred_leader
 from coordinator.controller.store import (
     BadVersionError,
     Check,
@@ -191,6 +191,29 @@ class Controller:
                                         unclean=self.unclean_leader_election)
             if new is not None:
                 self._write_state(topic, partition, new, outcome.version)
+
+    # ------------------------------------------------------------ preferred leaders
+
+    def rebalance_leaders(self) -> None:
+        """Kafka's auto leader rebalance: each partition's state is read afresh (leaders change their ISRs
+        themselves) and handed to its preferred replica where that one is live and in sync. Kafka waits for
+        a broker's imbalance to pass leader.imbalance.per.broker.percentage (10%); txnsim moves every one."""
+        if not self.active:
+            return
+        for topic, partition in sorted(self.view.states):
+            self._store.get(partition_state_path(topic, partition),
+                            self._answered(functools.partial(self._rebalance, topic, partition)))
+
+    def _rebalance(self, topic: str, partition: int, outcome: object) -> None:
+        if not self.active or not isinstance(outcome, Znode):
+            return
+        state = PartitionState.decode(outcome.data)
+        self.view.states[(topic, partition)] = (state, outcome.version)
+        new = preferred_leader(self.view.assignments[topic][partition], state, self.view.live, self.epoch)
+        if new is not None:
+            log.info("controller %d: %s-%d back to its preferred leader %d", self.broker_id, topic, partition,
+                     new.leader)
+            self._write_state(topic, partition, new, outcome.version)
 
     # ------------------------------------------------------------ writes, fenced by the controller epoch
 

@@ -51,6 +51,17 @@ def initial_state(replicas: Sequence[int], live: Collection[int], controller_epo
     return PartitionState(isr[0] if isr else NO_LEADER, 0, isr or tuple(replicas[:1]), controller_epoch)
 
 
+def preferred_leader(replicas: Sequence[int], state: PartitionState, live: Collection[int],
+                     controller_epoch: int) -> PartitionState | None:
+    """Leadership back to the preferred replica (the first assigned) when it is live, in the ISR and not
+    leading; None otherwise (Kafka's PreferredReplicaPartitionLeaderElectionStrategy). The ISR stays: the
+    new leader is in it, so it holds every acknowledged record."""
+    preferred = replicas[0]
+    if state.leader == preferred or preferred not in live or preferred not in state.isr:
+        return None
+    return PartitionState(preferred, state.leader_epoch + 1, state.isr, controller_epoch)
+
+
 def after_brokers_changed(replicas: Sequence[int], state: PartitionState, live: Collection[int],
                           controller_epoch: int, *, unclean: bool = False) -> PartitionState | None:
     """A partition's new state once the live brokers are `live`, or None if nothing changes.

@@ -185,7 +185,7 @@ class GroupCoordinator(GroupMembership):
 
     def _replay(self, shard: Shard) -> ShardLoad:
         """Rebuild the shard's groups from its newest snapshot and the log after it (replay.py)."""
-        contents = snapshots.restore(shard.log, shard.number, self._now_ms())
+        contents = snapshots.restore(shard.log, shard.number, self._now_ms(), to_log_end=True)
         for group in contents.groups.values():
             self._configure(group)
         shard.groups, shard.txn_groups = contents.groups, contents.txn_groups

@@ -39,14 +39,16 @@ def decode(payload: bytes) -> list[OffsetsRecord]:
             for record in pb.OffsetsSnapshot.FromString(payload).records]
 
 
-def restore(shard_log: SnapshottedLog | FilelessLog, number: int, now_ms: int) -> ShardContents:
-    """Shard `number` as of the log's high watermark: its newest usable snapshot plus the log after it.
+def restore(shard_log: SnapshottedLog | FilelessLog, number: int, now_ms: int, *,
+            to_log_end: bool = False) -> ShardContents:
+    """Shard `number` as of the log's high watermark (or with `to_log_end` its fsynced end: a shard taken
+    over, see PartitionLog.batches): its newest usable snapshot plus the log after it.
 
     `replayed` on the result counts only the log records read after the snapshot.
     """
     contents = ShardContents(number, now_ms)
     if not isinstance(shard_log, SnapshottedLog):
-        contents.replay(shard_log.batches())
+        contents.replay(shard_log.batches())  # one copy, in memory: its end is its high watermark
         return contents
     found = shard_snapshots.newest(shard_log, KIND, decode)
     if found is not None:
@@ -55,7 +57,7 @@ def restore(shard_log: SnapshottedLog | FilelessLog, number: int, now_ms: int) -
         for record in records:
             contents.apply(record)
     contents.next_offset = max(contents.next_offset, shard_log.log_start_offset)  # nothing below is left
-    contents.replay(shard_log.batches(contents.next_offset))
+    contents.replay(shard_log.batches(contents.next_offset, to_log_end=to_log_end))
     return contents
 
 

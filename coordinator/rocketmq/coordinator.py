@@ -104,7 +104,8 @@ class HalfMessageCoordinator:
                              discard_log)
         with self._lock:  # requests meanwhile hear COORDINATOR_LOAD_IN_PROGRESS
             self._shards[shard] = loaded
-        core = load_half_shard(shard, self.check_interval_ms, self.check_max, half_log, op_log, discard_log)
+        core = load_half_shard(shard, self.check_interval_ms, self.check_max, half_log, op_log, discard_log,
+                               to_log_end=True)
         with loaded.lock:
             loaded.core, loaded.status = core, ShardStatus.SERVING
         log.info("half-message shard %d loaded: %d undecided, %d decisions, %d owing their copy", shard,

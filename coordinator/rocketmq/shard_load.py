@@ -12,15 +12,17 @@ from partitions import PartitionLog
 
 
 def load_half_shard(shard: int, check_interval_ms: int, check_max: int, half_log: PartitionLog,
-                    op_log: PartitionLog, discard_log: PartitionLog) -> HalfShard:
+                    op_log: PartitionLog, discard_log: PartitionLog, *, to_log_end: bool = False) -> HalfShard:
+    """The shard from its logs up to their high watermarks, or with `to_log_end` all they have fsynced (a
+    shard taken over: see PartitionLog.batches)."""
     core = HalfShard(shard, check_interval_ms, check_max)
-    for batch in half_log.batches(half_log.log_start_offset):
+    for batch in half_log.batches(half_log.log_start_offset, to_log_end=to_log_end):
         for record in batch.records():
             core.replay_half(record.offset, log_format.decode_half(record))
-    for batch in op_log.batches(op_log.log_start_offset):
+    for batch in op_log.batches(op_log.log_start_offset, to_log_end=to_log_end):
         for record in batch.records():
             core.replay_op(log_format.decode_op(record))
-    for batch in discard_log.batches(discard_log.log_start_offset):
+    for batch in discard_log.batches(discard_log.log_start_offset, to_log_end=to_log_end):
         for record in batch.records():
             core.replay_discard(record.offset, log_format.decode_half(record))
     return core

@@ -47,11 +47,12 @@ def append_entry(shard_log: PartitionLog, transactional_id: str, metadata: TxnMe
     return appended.last_offset + 1
 
 
-def advance(shard_log: PartitionLog, image: ShardImage) -> int:
-    """Apply the durable records from image.next_offset on to `image`; returns how many records it read."""
+def advance(shard_log: PartitionLog, image: ShardImage, *, to_log_end: bool = False) -> int:
+    """Apply the records from image.next_offset on to `image`, up to the high watermark (or with `to_log_end`
+    all the log has fsynced: a shard taken over); returns how many records it read."""
     count = 0
     image.next_offset = max(image.next_offset, shard_log.log_start_offset)  # below it nothing is left to read
-    for batch in shard_log.batches(image.next_offset):
+    for batch in shard_log.batches(image.next_offset, to_log_end=to_log_end):
         if not batch.header.is_control:
             for record in batch.records():
                 if record.offset < image.next_offset or record.key is None:
@@ -70,7 +71,7 @@ def load(shard_log: PartitionLog) -> tuple[dict[str, TxnMetadata | BatchTxn], in
     """Every live transactional id (and batch transaction id) of the shard, and how many log records
     the load replayed."""
     image = snapshots.read(shard_log) or ShardImage()  # a gap below the log start is logged there
-    replayed = advance(shard_log, image)
+    replayed = advance(shard_log, image, to_log_end=True)
     entries = {key: decode_entry(key, value) for key, value in image.values.items()}
     return entries, replayed
 

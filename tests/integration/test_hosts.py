@@ -5,6 +5,10 @@ link heals, losing nothing acknowledged; a leader cut off from the ZooKeeper alo
 session expires, then stops leading (as Kafka's brokers in ZooKeeper mode do)."""
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -175,3 +179,16 @@ def test_a_leader_cut_off_from_zookeeper_alone_serves_until_its_session_expires(
                f"node {leader} registered again and back in the ISR")
     produce(cluster.bootstrap_servers, "zk-cut", [b"w-%d" % i for i in range(5)])
     assert read_committed(cluster, "zk-cut", 10) == [b"v-%d" % i for i in range(5)] + [b"w-%d" % i for i in range(5)]
+
+
+@pytest.mark.slow
+def test_the_demo_runs_every_scene_on_three_hosts() -> None:
+    source = (Path(__file__).parents[2] / "txnsim" / "cli" / "demo_cmd.py").read_text()
+    scenes = re.findall(r'scene\((\d+), "([^"]+)"', source)
+    result = subprocess.run([sys.executable, "-m", "txnsim.cli.main", "demo", "--namespaces"], capture_output=True,
+                            text=True, timeout=300, env=dict(os.environ, COLUMNS="200", TERM="dumb", NO_COLOR="1"))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    for number, title in scenes:
+        assert f"Scene {number}: {title}" in result.stdout, title
+    assert "10.213." in result.stdout  # the nodes' own addresses, not loopback
+    assert "ProducerFencedError" in result.stdout and "all there, once" in result.stdout

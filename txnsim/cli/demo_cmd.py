@@ -38,6 +38,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                            "through librdkafka on the Kafka listeners; with `orders`, rocketmq: the official "
                            "RocketMQ 5 Python client")
     demo.add_argument("--data-dir", type=Path, default=None, help="keep the cluster's files here (default: a temp dir)")
+    shape = demo.add_mutually_exclusive_group()
+    shape.add_argument("--replicated", action="store_true",
+                       help="the Kafka-style scenes on a replicated cluster: each node its own directory and three "
+                            "replicas of every log, a controller on ZooKeeper")
+    shape.add_argument("--namespaces", action="store_true",
+                       help="the same, with every node and the ZooKeeper on a host of its own (a Linux network "
+                            "namespace; root and nftables)")
     demo.set_defaults(func=run_demo)
 
 
@@ -72,7 +79,11 @@ def offsets_table(admin: Admin, topic: str, partitions: int) -> Table:
 
 @exits_cleanly
 def run_demo(args: argparse.Namespace) -> int:
+    shape = {"replicated": args.replicated, "namespaces": args.namespaces}
     if args.which == "orders":
+        if args.replicated or args.namespaces:
+            raise SystemExit("error: `txnsim demo orders` runs on a shared-directory cluster; --replicated and "
+                             "--namespaces apply to the Kafka-style scenes")
         if args.client == "confluent-kafka":
             raise SystemExit("error: `txnsim demo orders` runs RocketMQ-style transactions: --client native or rocketmq")
         logging.getLogger().setLevel(logging.ERROR)  # nodes are killed on purpose: retry warnings are expected
@@ -83,16 +94,27 @@ def run_demo(args: argparse.Namespace) -> int:
     if args.client == "confluent-kafka":
         logging.getLogger().setLevel(logging.ERROR)
         with scratch_dir(args.data_dir, "txnsim-demo-", "demo cluster's files") as path:
-            return run_confluent_demo(path)
+            return run_confluent_demo(path, **shape)
     # the clients' retry warnings (a node was killed on purpose) would interrupt the tables
     logging.getLogger().setLevel(logging.ERROR)
     with scratch_dir(args.data_dir, "txnsim-demo-", "demo cluster's files") as data_dir:
-        return _run_demo(data_dir)
+        return _run_demo(data_dir, **shape)
 
 
-def _run_demo(data_dir: Path) -> int:
-    with console.status("starting an embedded cluster: 3 node processes, 50 transaction shards ..."):
-        cluster = LocalCluster(nodes=3, data_dir=data_dir, txn_shards=50)
+def cluster_kind(replicated: bool, namespaces: bool) -> str:
+    """How the demo's cluster is built, in words."""
+    if namespaces:
+        return "3 nodes and a ZooKeeper, each on a host of its own (network namespaces), 3 replicas of every log"
+    if replicated:
+        return "3 node processes with a directory each, 3 replicas of every log, a controller on ZooKeeper"
+    return "3 node processes on one shared directory"
+
+
+def _run_demo(data_dir: Path, replicated: bool = False, namespaces: bool = False) -> int:
+    with console.status(f"starting an embedded cluster: {cluster_kind(replicated, namespaces)}, 50 transaction "
+                        "shards ..."):
+        cluster = LocalCluster(nodes=3, data_dir=data_dir, txn_shards=50, replicated=replicated,
+                               namespaces=namespaces)
         cluster.start()
     try:
         bs = cluster.bootstrap_servers
@@ -105,7 +127,7 @@ def _run_demo(data_dir: Path) -> int:
         _held_back(bs, admin)
         _zombie(bs, cluster)
         _consume_transform_produce(bs)
-        _on_disk(data_dir)
+        _on_disk(cluster)
         _coordinator_crash(bs, cluster, admin)
         admin.close()
         console.print(Rule("done"))
@@ -213,7 +235,8 @@ def _coordinator_crash(bs: str, cluster: LocalCluster, admin: Admin) -> None:
     scene(6, "the coordinator is killed mid-transaction",
           "Producer 'survivor' writes 300 records across 'ledger' and, before it commits, its coordinator node "
           "gets SIGKILL. Another node takes the shard over, the commit is retried there and completes; then the "
-          "killed node restarts and takes its shard back. The totals are checked with read_committed.")
+          "killed node restarts (and takes its shard back, at once or, replicated, once it is in sync again). "
+          "The totals are checked with read_committed.")
     admin.create_topic("ledger", partitions=3)
     with Producer(bootstrap_servers=bs, transactional_id="survivor") as p:
         p.init_transactions()
@@ -229,7 +252,7 @@ def _coordinator_crash(bs: str, cluster: LocalCluster, admin: Admin) -> None:
         console.print(f"commit acknowledged {1000 * (time.monotonic() - started):.0f} ms after the kill, "
                       f"by node {cluster.coordinator_for('survivor')}")
         cluster.restart(victim)
-        console.print(f"node {victim} restarted; coordinator of 'survivor' is node {cluster.coordinator_for('survivor')} again")
+        console.print(f"node {victim} restarted; coordinator of 'survivor': node {cluster.coordinator_for('survivor')}")
     values = [r.value for r in read_all(bs, "ledger", 3, "read_committed")]
     expected = {str(i).encode() for i in range(300)}
     table = Table(title="'ledger' checked with read_committed")
@@ -253,9 +276,10 @@ def _coordinator_crash(bs: str, cluster: LocalCluster, admin: Admin) -> None:
         raise SystemExit("the totals do not match: this is a bug, please report it")
 
 
-def _on_disk(data_dir: Path) -> None:
+def _on_disk(cluster: LocalCluster) -> None:
     scene(5, "the log on disk", "`txnsim dump-log orders 0`: data batches carry producer id, epoch and sequence;\n"
           "control batches are the COMMIT/ABORT markers the coordinator wrote.")
-    for _base, _epoch, segment in segment_files(data_dir / "logs" / "orders-0"):
+    # a replicated cluster's every node keeps a copy: node 0's is shown
+    for _base, _epoch, segment in segment_files(cluster.node_layout(cluster.node_ids[0]).logs / "orders-0"):
         for line in describe_segment(segment.read_bytes()):
             console.print(line, markup=False)

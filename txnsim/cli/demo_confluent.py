@@ -88,10 +88,11 @@ def _side_by_side(kafka: str, topic: str, partitions: int, title: str) -> None:
     show_side_by_side(title, lambda isolation: _read_all(kafka, topic, partitions, isolation), reader="librdkafka")
 
 
-def run_confluent_demo(data_dir: Path | None) -> int:
+def run_confluent_demo(data_dir: Path | None, replicated: bool = False, namespaces: bool = False) -> int:
     data_dir = data_dir or Path(tempfile.mkdtemp(prefix="txnsim-demo-"))
     with console.status("starting an embedded cluster: 3 node processes with Kafka listeners ..."):
-        cluster = LocalCluster(nodes=3, data_dir=data_dir, txn_shards=50, kafka_port=0)
+        cluster = LocalCluster(nodes=3, data_dir=data_dir, txn_shards=50, kafka_port=0, replicated=replicated,
+                               namespaces=namespaces)
         cluster.start()
     try:
         kafka = cluster.kafka_bootstrap_servers

@@ -36,6 +36,9 @@ ZK = "zk"
 #: ZooKeeper's answers take this long to reach a broker
 ZK_LATENCY_MS = 1
 FSYNC_MS = 1
+#: how often the controller hands partitions back to their preferred leaders (the nodes'
+#: leader_imbalance_check_interval_seconds, scaled to the simulated run)
+REBALANCE_MS = 2_000
 LOG_CONFIG = LogConfig(segment_bytes=16 * 1024)
 
 
@@ -107,6 +110,7 @@ class ReplicaNode:
                             on_session_expired=self.manager.resign_all).start()
         self.controller.start()
         self._heartbeat()
+        self.io.after(REBALANCE_MS, self._rebalance, "leader rebalance")
 
     def _from_store(self, life: object, work: Callable[[], None]) -> None:
         """A store answer or watch event reaches this broker a moment later, as its own event; one for a
@@ -118,6 +122,10 @@ class ReplicaNode:
         """Over the link to the store (a paused broker's connection stays up: its events wait in its queue)."""
         net = self.model.network
         return not net.is_cut(self.name, ZK) and not net.is_cut(ZK, self.name)
+
+    def _rebalance(self) -> None:
+        self.controller.rebalance_leaders()
+        self.io.after(REBALANCE_MS, self._rebalance, "leader rebalance")
 
     def _heartbeat(self) -> None:
         self.store.heartbeat()

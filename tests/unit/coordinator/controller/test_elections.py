@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from coordinator.controller.elections import after_brokers_changed, assign_replicas, initial_state
+from coordinator.controller.elections import after_brokers_changed, assign_replicas, initial_state, preferred_leader
 from coordinator.controller.znodes import NO_LEADER, BrokerInfo, PartitionState, decode_assignment, encode_assignment
 from proto.errors import InvalidReplicationFactorError
 
@@ -54,6 +54,15 @@ def test_an_out_of_sync_replica_never_leads_unless_unclean_election_is_on() -> N
 def test_the_last_isr_member_coming_back_leads_again() -> None:
     offline = PartitionState(NO_LEADER, 6, (0,), 1)
     assert after_brokers_changed((0, 1, 2), offline, live={0, 1, 2}, controller_epoch=3) == PartitionState(0, 7, (0,), 3)
+
+
+def test_leadership_goes_back_to_the_preferred_replica_only_once_it_is_live_and_in_sync() -> None:
+    moved = PartitionState(1, 4, (1, 2), 1)  # the preferred replica 0 died; 1 took over
+    assert preferred_leader((0, 1, 2), moved, live={0, 1, 2}, controller_epoch=2) is None  # back, not in sync yet
+    caught_up = PartitionState(1, 4, (1, 2, 0), 1)
+    assert preferred_leader((0, 1, 2), caught_up, live={1, 2}, controller_epoch=2) is None  # in the ISR, but dead
+    assert preferred_leader((0, 1, 2), caught_up, live={0, 1, 2}, controller_epoch=2) == PartitionState(0, 5, (1, 2, 0), 2)
+    assert preferred_leader((0, 1, 2), PartitionState(0, 5, (0, 1), 2), live={0, 1, 2}, controller_epoch=2) is None
 
 
 def test_znodes_round_trip_in_kafkas_json() -> None:
