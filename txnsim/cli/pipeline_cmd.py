@@ -34,6 +34,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cmd.add_argument("--no-kill-driver", dest="kill_driver", action="store_false",
                      help="do not SIGKILL the Spark driver")
     cmd.add_argument("--no-kill-node", dest="kill_node", action="store_false", help="do not SIGKILL a txnsim node")
+    shape = cmd.add_mutually_exclusive_group()
+    shape.add_argument("--replicated", action="store_true",
+                       help="run it on a replicated cluster (three replicas of every log, a controller on ZooKeeper)")
+    shape.add_argument("--namespaces", action="store_true",
+                       help="run it on a replicated cluster whose nodes and ZooKeeper each have a host of their own "
+                            "(Linux network namespaces; root and nftables)")
     cmd.add_argument("--data-dir", type=Path, default=None,
                      help="an empty directory for the cluster, checkpoint and driver log (default: a temp dir)")
     cmd.add_argument("--report", type=Path, default=None,
@@ -68,7 +74,7 @@ def _run(args: argparse.Namespace, data_dir: Path, report_file: Path) -> Pipelin
     """The run's result if it held; _KeepFiles otherwise, so that its files stay for a look."""
     config = PipelineConfig(orders=args.orders, minutes=args.minutes, rate=args.rate, seed=args.seed,
                             master=args.master, data_dir=data_dir, kill_driver=args.kill_driver,
-                            kill_node=args.kill_node)
+                            kill_node=args.kill_node, replicated=args.replicated, namespaces=args.namespaces)
     if args.log_level.upper() == "WARNING":
         logging.getLogger().setLevel(logging.ERROR)  # clients warn at every retry while a node is down
     console.print(f"[bold]txnsim pipeline[/]: {config.orders} orders over {config.minutes} event-time minutes "

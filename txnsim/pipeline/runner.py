@@ -41,6 +41,9 @@ class PipelineConfig:
     timeout_s: float = 300.0     # for the whole run after the orders are written
     kill_driver: bool = True
     kill_node: bool = True
+    #: the cluster's shape: replicas of every log on ZooKeeper, or that on hosts of its own (LocalCluster's)
+    replicated: bool = False
+    namespaces: bool = False
 
 
 @dataclass
@@ -89,12 +92,15 @@ def run_pipeline(config: PipelineConfig, on_progress: Callable[[Progress], None]
         on_progress(progress)
 
     work = Path(config.data_dir) if config.data_dir else Path(tempfile.mkdtemp(prefix="txnsim-pipeline-"))
-    with LocalCluster(nodes=config.nodes, data_dir=work / "cluster") as cluster:
+    with LocalCluster(nodes=config.nodes, data_dir=work / "cluster", replicated=config.replicated,
+                      namespaces=config.namespaces) as cluster:
         bs = cluster.bootstrap_servers
         with Admin(bs) as admin:
             admin.create_topic(ORDERS, partitions=3)
             admin.create_topic(INCOME, partitions=2)
-        event(f"cluster of {config.nodes} nodes up; topics {ORDERS} (3 partitions) and {INCOME} (2)")
+        shape = (" on hosts of their own" if config.namespaces else
+                 ", replicated" if config.replicated else "")
+        event(f"cluster of {config.nodes} nodes{shape} up; topics {ORDERS} (3 partitions) and {INCOME} (2)")
         writer = OrderWriter(bs, ORDERS, orders, rate=config.rate)
         writer.start()
 
