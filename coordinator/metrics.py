@@ -65,6 +65,10 @@ class NodeState:
     open_transactions: Callable[[], Mapping[str, int]]
     open_logs: Callable[[], Iterable[OpenLog]]
     undecided_half_messages: Callable[[], int]
+    #: (partition, follower, records it has yet to fetch) of every partition this node leads (a replicated cluster)
+    follower_lags: Callable[[], Iterable[tuple[TopicPartition, int, int]]] = lambda: ()
+    #: (partition, log end) of every replica this node holds, leading or following (a replicated cluster)
+    replica_log_ends: Callable[[], Iterable[tuple[TopicPartition, int]]] = lambda: ()
 
 
 class NodeMetrics:
@@ -234,6 +238,18 @@ class _StateCollector(Collector):
         for kind in ("transaction_state", "consumer_offsets", "half_messages", "data"):
             owned.add_metric([kind], kinds[kind])
         yield from (lag, hw, lso, owned)
+        followers = GaugeMetricFamily(
+            "txnsim_replica_follower_lag_records", "Records a follower of a partition this node leads has yet to "
+            "fetch: the leader's log end minus the follower's (a replicated cluster)",
+            labels=["topic", "partition", "follower"])
+        for tp, follower, behind in self._state.follower_lags():
+            followers.add_metric([tp.topic, str(tp.partition), str(follower)], behind)
+        yield followers
+        ends = GaugeMetricFamily("txnsim_replica_log_end_offset", "Log end of every replica this node holds, "
+                                 "leading or following (a replicated cluster)", labels=["topic", "partition"])
+        for tp, end in self._state.replica_log_ends():
+            ends.add_metric([tp.topic, str(tp.partition)], end)
+        yield ends
         yield GaugeMetricFamily("txnsim_rocketmq_half_messages_undecided", "Half messages on this node's shards "
                                 "awaiting their producer's decision or a check-back",
                                 value=self._state.undecided_half_messages())

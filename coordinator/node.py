@@ -152,7 +152,9 @@ class Node:
             initial_rebalance_delay_ms=self.config.group_initial_rebalance_delay_ms, observer=self.metrics,
             add_to_transaction=self.verifier.verify)
         self.metrics.watch(NodeState(open_transactions=self.txn.open_transactions, open_logs=self.logs.open_logs,
-                                     undecided_half_messages=self.half.undecided_count))
+                                     undecided_half_messages=self.half.undecided_count,
+                                     follower_lags=self.cluster.follower_lags,
+                                     replica_log_ends=self.cluster.replica_log_ends))
         #: which coordinator shards this node serves, kept in line with the placement
         self.shards = ShardReconciler(
             node_id=node_id, logs=self.logs, owner_of=self.membership.owner,

@@ -22,6 +22,7 @@ from coordinator.runtime.io import NodeIO
 from coordinator.topics import TopicStore
 from partitions import LogConfig, LogManager
 from proto.errors import KafkaConfigurationError
+from proto.structs import TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,14 @@ class SharedDirectory:
         self.replication: Replication = NO_REPLICATION
         self.replica_fetch = None
         self.partition_info = None
+
+    def follower_lags(self) -> list[tuple[TopicPartition, int, int]]:
+        """No followers: every log exists once."""
+        return []
+
+    def replica_log_ends(self) -> list[tuple[TopicPartition, int]]:
+        """No replicas: the logs' ends are their high watermarks, in txnsim_partition_high_watermark."""
+        return []
 
     def address_of(self, node_id: int) -> str:
         return self.spec.nodes[node_id]

@@ -113,6 +113,12 @@ class ReplicaLogs:
                                                           tp.partition, leader_epoch=0, config=config)
             return opened
 
+    def log_ends(self) -> list[tuple[TopicPartition, int]]:
+        """Each replica's log end (leading or following), for the metrics."""
+        with self._lock:
+            logs = list(self._logs.items())
+        return [(tp, replica_log.log_end_offset) for tp, replica_log in logs]
+
     def close_all(self) -> None:
         with self._lock:
             logs, self._logs = list(self._logs.values()), {}
@@ -358,6 +364,17 @@ class ZooKeeperCluster:
             done(NotLeaderOrFollowerError(f"[NOT_LEADER_OR_FOLLOWER] node {self.node_id} is starting"))
             return
         manager.handle_fetch(request, done)
+
+    def replica_log_ends(self) -> list[tuple[TopicPartition, int]]:
+        """(partition, log end) of every replica this node holds."""
+        return self.replicas.log_ends()
+
+    def follower_lags(self) -> list[tuple[TopicPartition, int, int]]:
+        """(partition, follower, records it has yet to fetch) for every follower of a partition this node leads."""
+        if self.manager is None:
+            return []
+        return [(leader.tp, follower, lag) for leader in self.manager.leaders()
+                for follower, lag in sorted(leader.follower_lags().items())]
 
     def partition_info(self, topic: str, partition: int) -> tuple[int, list[int], list[int], list[int]]:
         """(leader epoch, replicas, ISR, offline replicas) as Metadata answers them."""

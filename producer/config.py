@@ -36,7 +36,8 @@ class ProducerConfig:
     transaction_timeout_ms: int = 60_000
     #: pid/epoch/sequence on every batch so retries never duplicate (implied by transactional_id)
     enable_idempotence: bool = True
-    #: -1 ("all"), 1 or 0; idempotence requires -1. txnsim nodes treat -1 and 1 alike
+    #: -1 ("all"), 1 or 0; idempotence requires -1. -1 waits for every in-sync replica (on a cluster of one
+    #: copy per log, the leader alone: there -1 and 1 are alike)
     acks: int = -1
     #: how long a batch may wait for more records before it is sent
     linger_ms: int = 5

@@ -33,6 +33,7 @@ from coordinator.controller.znodes import (
     CONTROLLER_EPOCH,
     TOPICS,
     PartitionState,
+    broker_path,
     decode_assignment,
     decode_controller,
     encode_controller,
@@ -51,6 +52,9 @@ class ControllerView:
     znode version it was read or written at."""
 
     live: frozenset[int] = frozenset()
+    #: the session each live broker's registration belongs to: a new one means the broker restarted
+    #: (Kafka's broker epoch, the registration znode's czxid)
+    sessions: dict[int, int] = field(default_factory=dict)
     assignments: dict[str, dict[int, tuple[int, ...]]] = field(default_factory=dict)
     states: dict[tuple[str, int], tuple[PartitionState, int]] = field(default_factory=dict)
 
@@ -149,13 +153,45 @@ class Controller:
                              watch=lambda: self._serial(self._watch_brokers))
 
     def _brokers(self, outcome: object) -> None:
+        """The registered brokers changed: read each registration's session, then elect."""
         if not self.active or not isinstance(outcome, list):
             return
-        self.view.live = frozenset(int(name) for name in outcome)
+        ids = sorted(int(name) for name in outcome)
+        if not ids:
+            self._registered({})
+            return
+        sessions: dict[int, int] = {}
+        unread = set(ids)
+
+        def read(broker_id: int, znode: object) -> None:
+            if isinstance(znode, Znode):
+                sessions[broker_id] = znode.ephemeral_owner
+            unread.discard(broker_id)  # gone since it was listed: it is not live
+            if not unread:
+                self._registered(sessions)
+        for broker_id in ids:
+            self._store.get(broker_path(broker_id), self._answered(functools.partial(read, broker_id)))
+
+    def _registered(self, sessions: dict[int, int]) -> None:
+        """A broker registered under a new session restarted, whether or not its old registration was seen to
+        go (a kill and restart within one watch's round trip shows as no change at all): it leaves every ISR
+        and leadership first, as a dead broker does, and rejoins the ISRs once it has caught up again (Kafka's
+        KafkaController handles its "bounced brokers" so). A restarted replica may have lost what it had
+        (a damaged segment cut on open) and must not be elected on the strength of its old ISR membership."""
+        if not self.active:
+            return
+        bounced = {b for b, session in sessions.items() if self.view.sessions.get(b, session) != session}
+        self.view.sessions = dict(sessions)
+        self.view.live = frozenset(sessions)
+        if bounced:
+            log.info("controller %d: broker(s) %s restarted; out of every ISR until caught up", self.broker_id,
+                     sorted(bounced))
+        self._elect(self.view.live - bounced)
+
+    def _elect(self, live: frozenset[int]) -> None:
         for (topic, partition), (state, version) in sorted(self.view.states.items()):
             replicas = self.view.assignments[topic][partition]
-            new = after_brokers_changed(replicas, state, self.view.live, self.epoch,
-                                        unclean=self.unclean_leader_election)
+            new = after_brokers_changed(replicas, state, live, self.epoch, unclean=self.unclean_leader_election)
             if new is not None:
                 self._write_state(topic, partition, new, version)
 

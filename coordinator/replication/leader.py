@@ -104,6 +104,14 @@ class LeaderPartition:
     def leader_epoch(self) -> int:
         return self.state.leader_epoch
 
+    def follower_lags(self) -> dict[int, int]:
+        """Records each follower has yet to fetch: this log's end minus the end its last fetch asked from (the
+        whole log for one that has not fetched since this replica began leading)."""
+        with self._lock:
+            end = self._core.log_end_offset
+            return {replica: end - max(progress.log_end_offset, 0)
+                    for replica, progress in self._core.followers.items()}
+
     @property
     def resigned(self) -> bool:
         return self._resigned

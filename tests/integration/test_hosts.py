@@ -192,3 +192,43 @@ def test_the_demo_runs_every_scene_on_three_hosts() -> None:
         assert f"Scene {number}: {title}" in result.stdout, title
     assert "10.213." in result.stdout  # the nodes' own addresses, not loopback
     assert "ProducerFencedError" in result.stdout and "all there, once" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("unclean", [False, True], ids=["clean", "unclean"])
+def test_unclean_election_loses_acknowledged_writes_and_a_clean_one_waits(tmp_path: Path, unclean: bool) -> None:
+    """Replica Y is cut off from the leader and falls out of the ISR; ten records are acknowledged by the two
+    left (acks=all, min.insync.replicas 2); both die. A clean controller leaves the partition offline until an
+    ISR member returns, then serves all ten; an unclean one lets Y lead, and the ten are gone for good."""
+    with LocalCluster(nodes=3, data_dir=tmp_path, namespaces=True, txn_shards=2, half_shards=1,
+                      zookeeper_session_timeout_ms=SESSION_TIMEOUT_MS, replica_lag_time_max_ms=2000,
+                      min_insync_replicas=2, unclean_leader_election_enable=unclean) as cluster:
+        cluster.create_topic("unclean", partitions=1)
+        state = metadata_of(cluster, "unclean", 0)
+        leader = state.leader
+        behind, other = [n for n in state.replicas if n != leader]
+        cluster.partition([behind], [leader, other])  # it still reaches the ZooKeeper: registered, alive
+        # acks=all: the first write waits until the leader drops the silent replica from the ISR
+        # (replica.lag.time.max.ms), then the two left have each record
+        acknowledged = [b"acked-%d" % i for i in range(10)]
+        produce(",".join(cluster.spec.nodes[n] for n in (leader, other)), "unclean", acknowledged)
+        assert sorted(metadata_of(cluster, "unclean", other).isr) == sorted([leader, other])
+        cluster.kill(leader)
+        cluster.kill(other)
+        cluster.heal()
+        if unclean:
+            wait_until(lambda: metadata_of(cluster, "unclean", behind).leader == behind,
+                       4 * SESSION_TIMEOUT_MS / 1000 + 10, f"node {behind} elected uncleanly")
+        else:
+            offline = wait_until(lambda: (m := metadata_of(cluster, "unclean", behind)).leader == -1 and m,
+                                 4 * SESSION_TIMEOUT_MS / 1000 + 10, "the partition offline")
+            assert list(offline.isr) == [other] or list(offline.isr) == [leader], offline  # the last ISR member
+        cluster.restart(leader)
+        cluster.restart(other)
+        wait_until(lambda: sorted(metadata_of(cluster, "unclean", behind).isr) == [0, 1, 2], 30, "every replica back")
+        produce(cluster.bootstrap_servers, "unclean", [b"after"])
+        values = read_committed(cluster, "unclean", 1 if unclean else 11)
+    if unclean:
+        assert values == [b"after"], "the acknowledged records outlived an unclean election"
+    else:
+        assert values == [*acknowledged, b"after"]

@@ -5,6 +5,7 @@ of a partition is SIGKILLed another replica serves every acknowledged record, an
 to it once it is restarted and in sync again."""
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,6 +33,19 @@ def partition_metadata(cluster: LocalCluster, topic: str) -> list[pb.PartitionMe
     response: pb.MetadataResponse = cluster.client.any_node(
         lambda s: call(s.cluster.Metadata, pb.MetadataRequest(topics=[topic]), 5.0))
     return list(response.topics[0].partitions)
+
+
+def replica_end(cluster: LocalCluster, node: int, topic: str) -> int | None:
+    """The log end of `node`'s replica of partition 0 of `topic`, as its /metrics says (None: not said)."""
+    url = cluster.metrics_url(node)
+    if url is None:
+        return None
+    with urllib.request.urlopen(url, timeout=5) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith("txnsim_replica_log_end_offset{") and f'topic="{topic}"' in line \
+                    and 'partition="0"' in line:
+                return int(float(line.rsplit(" ", 1)[1]))
+    return None
 
 
 def read_all(cluster: LocalCluster, tp: TopicPartition, expected: int) -> list[bytes]:
@@ -132,3 +146,35 @@ def test_a_transaction_open_when_its_coordinator_is_killed_commits_on_the_next(c
             cluster.restart(victim)
     values = [v for p in range(3) for v in read_all(cluster, TopicPartition("replicated-survivor", p), 20)]
     assert sorted(values) == sorted(b"s-%d" % i for i in range(60))
+
+
+def test_a_flipped_byte_in_a_replicas_sealed_segment_is_fetched_again_and_nothing_is_lost(tmp_path: Path) -> None:
+    with LocalCluster(nodes=3, data_dir=tmp_path, replicated=True, txn_shards=2, half_shards=1,
+                      zookeeper_session_timeout_ms=2000, log_segment_bytes=4096) as cluster:
+        cluster.create_topic("flipped", partitions=1)
+        values = [b"v-%03d-" % i + b"x" * 100 for i in range(300)]
+        with Producer(bootstrap_servers=cluster.bootstrap_servers, acks="all", linger_ms=0) as producer:
+            for value in values:
+                producer.send("flipped", value=value, partition=0).get(timeout=10)
+        state = partition_metadata(cluster, "flipped")[0]
+        follower = next(n for n in state.replicas if n != state.leader)
+        wait_until(lambda: sorted(partition_metadata(cluster, "flipped")[0].isr) == [0, 1, 2], 10, "a full ISR")
+        cluster.kill(follower)
+        segments = sorted((cluster.node_layout(follower).logs / "flipped-0").glob("*.log"))
+        assert len(segments) >= 4, segments
+        damaged = segments[len(segments) // 2]  # sealed, in the middle: everything after it depends on it
+        data = bytearray(damaged.read_bytes())
+        data[len(data) // 2] ^= 0x40
+        damaged.write_bytes(bytes(data))
+        cluster.restart(follower)
+        wait_until(lambda: "is damaged at byte" in cluster.node_log(follower).read_text(), 20,
+                   "the follower to find and report the damage")
+        wait_until(lambda: replica_end(cluster, follower, "flipped") == len(values)
+                   and follower in partition_metadata(cluster, "flipped")[0].isr, 30,
+                   f"node {follower} fetching the cut records again, and in the ISR")
+        # the only copy left: every acknowledged record is in the replica that was damaged
+        for other in [n for n in cluster.node_ids if n != follower]:
+            cluster.kill(other)
+        wait_until(lambda: partition_metadata(cluster, "flipped")[0].leader == follower, 20,
+                   f"node {follower} leading")
+        assert read_all(cluster, TopicPartition("flipped", 0), len(values)) == values

@@ -112,13 +112,14 @@ class AckCounter:
         self._pending.clear()
 
 
-def measure_throughput(bootstrap_servers: str, variant: Variant, seconds: float, run_id: str) -> ThroughputRun:
+def measure_throughput(bootstrap_servers: str, variant: Variant, seconds: float, run_id: str, *,
+                       topic: str = TOPIC, acks: int = -1) -> ThroughputRun:
     transactional_id = None if variant.commit_interval_s is None else f"bench-producer-{run_id}"
-    with Producer(bootstrap_servers=bootstrap_servers, transactional_id=transactional_id) as producer:
+    with Producer(bootstrap_servers=bootstrap_servers, transactional_id=transactional_id, acks=acks) as producer:
         if transactional_id is not None:
             producer.init_transactions()
             producer.begin_transaction()
-        producer.send(TOPIC, value=VALUE).get(timeout=30)  # metadata and connections before the clock starts
+        producer.send(topic, value=VALUE).get(timeout=30)  # metadata and connections before the clock starts
         if transactional_id is not None:
             producer.commit_transaction()
         counter = AckCounter()
@@ -128,7 +129,7 @@ def measure_throughput(bootstrap_servers: str, variant: Variant, seconds: float,
         end = start + seconds
         if variant.commit_interval_s is None:
             while clock() < end:
-                add(send(TOPIC, value=VALUE))
+                add(send(topic, value=VALUE))
             flushing = clock()
             producer.flush()
             in_commit = clock() - flushing
@@ -137,7 +138,7 @@ def measure_throughput(bootstrap_servers: str, variant: Variant, seconds: float,
                 producer.begin_transaction()
                 txn_end = min(now + variant.commit_interval_s, end)
                 while clock() < txn_end:
-                    add(send(TOPIC, value=VALUE))
+                    add(send(topic, value=VALUE))
                 committing = clock()
                 producer.commit_transaction()
                 in_commit += clock() - committing

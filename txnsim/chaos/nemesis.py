@@ -20,17 +20,24 @@ from txnsim.chaos.history import History
 log = logging.getLogger(__name__)
 
 #: kill: SIGKILL, restart after the heal delay; pause: SIGSTOP, SIGCONT after it;
-#: restart: SIGKILL and start again at once (a node that bounces)
-FAULT_KINDS = ("kill", "pause", "restart")
+#: restart: SIGKILL and start again at once (a node that bounces); partition: the node cut off from the
+#: other nodes and the ZooKeeper (its clients still reach it), mended after the delay; zookeeper: the node
+#: cut off from the ZooKeeper alone. The last two need nodes on hosts of their own (LocalCluster(namespaces=True)).
+FAULT_KINDS = ("kill", "pause", "restart", "partition", "zookeeper")
+NETWORK_FAULTS = ("partition", "zookeeper")
 
 
 class Breakable(Protocol):
     """What the nemesis needs of a cluster (LocalCluster has it)."""
 
+    @property
+    def node_ids(self) -> list[int]: ...
     def kill(self, node_id: int) -> None: ...
     def restart(self, node_id: int) -> None: ...
     def pause(self, node_id: int) -> None: ...
     def resume(self, node_id: int) -> None: ...
+    def partition(self, *groups: Sequence[int | str], one_way: bool = False) -> None: ...
+    def heal(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +74,8 @@ def plan_faults(seed: int, duration_s: float, node_ids: Sequence[int], kinds: Se
     while True:
         kind = rng.choice(kinds)
         node = rng.choice(nodes)
-        heal = 0.0 if kind == "restart" else rng.uniform(*(pause_s if kind == "pause" else heal_s))
+        long_ones = kind == "pause" or kind in NETWORK_FAULTS  # some outlast a session, some do not
+        heal = 0.0 if kind == "restart" else rng.uniform(*(pause_s if long_ones else heal_s))
         if t + heal > duration_s - quiet_tail_s:
             return faults
         # to the millisecond, down: rounding up could end a fault inside the quiet tail
@@ -113,6 +121,11 @@ class Nemesis(threading.Thread):
         try:
             if fault.kind == "pause":
                 self._cluster.pause(fault.node)
+            elif fault.kind == "partition":
+                others: list[int | str] = [n for n in self._cluster.node_ids if n != fault.node]
+                self._cluster.partition([fault.node], [*others, "zookeeper"])
+            elif fault.kind == "zookeeper":
+                self._cluster.partition([fault.node], ["zookeeper"])
             else:
                 self._cluster.kill(fault.node)
         except Exception as exc:  # recorded: a nemesis that dies would leave the run unbroken and unhealed
@@ -131,6 +144,8 @@ class Nemesis(threading.Thread):
         try:
             if kind == "pause":
                 self._cluster.resume(node)
+            elif kind in NETWORK_FAULTS:
+                self._cluster.heal()
             else:
                 self._cluster.restart(node)
         except Exception as exc:

@@ -104,6 +104,10 @@ def verdict(run: ChaosRun) -> Group:
     if not run.drained:
         lines.append("[yellow]the workers had not copied every committed input record when the run ended "
                      "(not an anomaly: lost-write only counts records below the committed offsets)[/yellow]")
+    if run.config.unclean_leader_election and not result.valid:
+        lines.append("[yellow]unclean leader election was on: a replica outside the ISR was let lead, and what "
+                     "only the ISR had (records acknowledged to acks=all) went with it, as Kafka warns of "
+                     "unclean.leader.election.enable[/yellow]")
     if result.valid:
         lines.append(f"[bold green]no anomalies[/bold green] in {run.config.duration_s:.0f} s, seed {run.config.seed}")
     else:

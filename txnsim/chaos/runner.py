@@ -19,7 +19,7 @@ from proto.structs import TopicPartition
 from txnsim.admin import Admin
 from txnsim.chaos.checker import CheckResult, check
 from txnsim.chaos.history import FinalRead, History, Observed
-from txnsim.chaos.nemesis import Fault, Nemesis, plan_faults
+from txnsim.chaos.nemesis import NETWORK_FAULTS, Fault, Nemesis, plan_faults
 from txnsim.chaos.workload import CONSUMER_SETTINGS, Generator, Worker, WorkloadSettings
 from txnsim.cluster import LocalCluster
 from txnsim.ownership import OwnershipChange, read_ownership_changes
@@ -46,12 +46,25 @@ class ChaosConfig:
     data_dir: Path | None = None
     #: after the faults: how long the workers may take to copy what is left, and the final read
     drain_timeout_s: float = 90.0
+    #: the cluster's shape: three replicas of every log, acks=all with min.insync.replicas 2, a controller on
+    #: ZooKeeper; `namespaces`: that, each node and the ZooKeeper on a host of its own (the network faults
+    #: need it); `unclean_leader_election`: Kafka's unclean.leader.election.enable on
+    replicated: bool = False
+    namespaces: bool = False
+    unclean_leader_election: bool = False
 
     def validate(self) -> None:
         if self.workers < 1 or self.partitions < 1 or self.nodes < 1:
             raise KafkaConfigurationError("a chaos run needs at least one node, one partition and one worker")
         if self.duration_s <= 0:
             raise KafkaConfigurationError(f"the duration must be positive, not {self.duration_s}")
+        network = sorted(set(self.faults) & set(NETWORK_FAULTS))
+        if network and not self.namespaces:
+            raise KafkaConfigurationError(f"{' and '.join(network)} faults cut links between hosts: run on hosts of "
+                                          "their own (--namespaces)")
+        if self.unclean_leader_election and not (self.replicated or self.namespaces):
+            raise KafkaConfigurationError("unclean leader election picks among replicas: run a replicated cluster "
+                                          "(--replicated or --namespaces)")
         if self.data_dir is not None and (Path(self.data_dir) / "cluster.json").exists():
             raise KafkaConfigurationError(f"{self.data_dir} already holds a cluster; a chaos run needs an empty "
                                           "--data-dir")
@@ -89,12 +102,23 @@ class Observer:
 def run_chaos(config: ChaosConfig, observer: Observer | None = None) -> ChaosRun:
     observer = observer or Observer()
     config.validate()
-    cluster = LocalCluster(nodes=config.nodes, data_dir=config.data_dir, **CLUSTER_SETTINGS)  # None: a temp dir
+    cluster = LocalCluster(nodes=config.nodes, data_dir=config.data_dir, **cluster_settings(config))  # None: temp
     run = ChaosRun(config, config.schedule(), History())
     with cluster:
         _run_on(cluster, run, observer)
         run.ownership = read_ownership_changes(cluster.layout.metadata, run.started_wall_s or 0.0)
     return run
+
+
+def cluster_settings(config: ChaosConfig) -> dict[str, Any]:
+    """The embedded cluster's settings; a replicated one's leaders move within a fault's length (a 2 s
+    session, followers out of the ISR after 3 s) and acks=all needs two in-sync replicas."""
+    if not (config.replicated or config.namespaces):
+        return dict(CLUSTER_SETTINGS)
+    return {**CLUSTER_SETTINGS, "replicated": True, "namespaces": config.namespaces,
+            "zookeeper_session_timeout_ms": 2_000, "replica_lag_time_max_ms": 3_000,
+            "min_insync_replicas": min(2, config.nodes), "leader_imbalance_check_interval_seconds": 5,
+            "unclean_leader_election_enable": config.unclean_leader_election}
 
 
 def _run_on(cluster: LocalCluster, run: ChaosRun, observer: Observer) -> None:
@@ -150,7 +174,9 @@ def _run_on(cluster: LocalCluster, run: ChaosRun, observer: Observer) -> None:
 
 
 def heal_everything(cluster: LocalCluster) -> None:
-    """Resume every paused node and start every dead one (both idempotent)."""
+    """Mend every link, resume every paused node and start every dead one (all idempotent)."""
+    if cluster.network is not None:
+        cluster.heal()
     for node in cluster.node_ids:
         cluster.resume(node)
         cluster.restart(node)

@@ -23,11 +23,11 @@ from txnsim.bench.report import BenchResult, replace_section, section_body, to_r
 from txnsim.cli.common import console, exits_cleanly
 
 BENCHMARKS = ("producer", "consumer", "failover", "spark", "rocketmq", "peer", "code", "rpw", "scaling", "commit",
-              "nodecpu", "sim")
+              "nodecpu", "sim", "replication")
 #: what `txnsim bench` (or `all`) runs, quickest first: every benchmark but `code`, which compares this tree with
 #: a git revision the user names; about 15 minutes on 2 CPUs, Spark's JVM last
-IN_ALL = ("producer", "consumer", "failover", "peer", "commit", "nodecpu", "rpw", "scaling", "sim", "rocketmq",
-          "spark")
+IN_ALL = ("producer", "consumer", "failover", "peer", "commit", "nodecpu", "rpw", "scaling", "sim", "replication",
+          "rocketmq", "spark")
 #: where the charts go unless --plot DIR or --no-plot says otherwise (criterion's habit: a report by default)
 DEFAULT_CHART_DIR = Path("txnsim-bench")
 HEADINGS = {"producer": "Producer throughput and commit cost", "consumer": "Consumer throughput",
@@ -36,7 +36,7 @@ HEADINGS = {"producer": "Producer throughput and commit cost", "consumer": "Cons
             "code": "Producer before and after", "rpw": "Read-process-write: exactly-once against at-least-once",
             "scaling": "Coordinator scaling: 100 transactional ids on 1, 2 and 3 nodes",
             "commit": "Commit latency vs partitions per transaction", "nodecpu": "Node CPU per record",
-            "sim": "Simulator speed"}
+            "sim": "Simulator speed", "replication": "Replication: three replicas against one, and failover"}
 DEFAULT_SECONDS = 2.0
 #: rocketmq's runs are shorter: it makes 9 of them per round, so 6 rounds stay within about 2 minutes
 DEFAULT_ROCKETMQ_SECONDS = 1.25
@@ -44,7 +44,7 @@ DEFAULT_ROCKETMQ_SECONDS = 1.25
 #: benchmark stays within a few minutes on 2 CPUs
 DEFAULT_REPEAT = {"producer": 6, "consumer": 7, "failover": 20, "spark": 7, "rocketmq": 6, "peer": 6, "code": 3,
                   "rpw": 3, "scaling": 3, "commit": 100, "nodecpu": 3,  # commit: transactions per partition count
-                  "sim": 5}  # sim: seeds
+                  "sim": 5, "replication": 5}  # sim: seeds
 DEFAULT_RECORDS = 300_000
 #: rows the spark benchmark copies per run, and its maxOffsetsPerTrigger: 10 micro-batches of about 0.35 s
 DEFAULT_SPARK_ROWS = 200_000
@@ -146,6 +146,11 @@ def _runner(name: str, args: argparse.Namespace) -> Callable[[RichProgress], Ben
         return lambda p: peer_bench.run(seconds=args.seconds or DEFAULT_SECONDS, repeat=repeat, progress=p)
     if name in ("rpw", "scaling", "commit", "nodecpu"):
         return _issue14_runner(name, args, repeat)
+    if name == "replication":
+        from txnsim.bench import replication_bench  # starts ZooKeeper: only when asked for
+
+        return lambda p: replication_bench.run(seconds=args.seconds or DEFAULT_SECONDS, repeat=repeat, progress=p,
+                                               kills=args.failover_rounds or DEFAULT_REPEAT["failover"])
     if name == "sim":
         from txnsim.bench import sim_bench  # imports the simulator: only when asked for
 

@@ -35,7 +35,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     chaos.add_argument("--nodes", type=positive_int, default=3, help="node processes (default 3)")
     chaos.add_argument("--seed", type=non_negative_int, default=None, help="seed of the fault schedule (default: random, printed)")
     chaos.add_argument("--faults", type=_fault_kinds, default=("kill", "pause"),
-                       help=f"comma-separated kinds from {','.join(FAULT_KINDS)}, or none (default kill,pause)")
+                       help=f"comma-separated kinds from {','.join(FAULT_KINDS)}, or none (default kill,pause); partition "
+                            "and zookeeper cut a node off from its peers and the ZooKeeper, or from the ZooKeeper "
+                            "alone (--namespaces)")
     chaos.add_argument("--fault-interval-ms", type=positive_int, default=3_000,
                        help="mean time between faults (default 3000); a kill keeps its node down 1-2 s, a "
                             "pause 1-4 s (past the 2 s session timeout its logs move and it is fenced)")
@@ -45,6 +47,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     chaos.add_argument("--workers", type=positive_int, default=2, help="read-process-write workers (default 2)")
     chaos.add_argument("--records", type=positive_int, default=None,
                        help="stop generating after this many input records (default: for the whole duration)")
+    chaos.add_argument("--replicated", action="store_true",
+                       help="a replicated cluster: three replicas of every log, acks=all with min.insync.replicas 2, "
+                            "a controller on ZooKeeper")
+    chaos.add_argument("--namespaces", action="store_true",
+                       help="that, with each node and the ZooKeeper on a host of its own (network namespaces; root "
+                            "and nftables): the partition and zookeeper faults need it")
+    chaos.add_argument("--unclean-leader-election", action="store_true",
+                       help="let a replica outside the ISR lead when no ISR member lives (Kafka's "
+                            "unclean.leader.election.enable): the run shows what that loses")
     chaos.add_argument("--data-dir", type=Path, default=None,
                        help="an empty directory for the cluster's files, kept afterwards (default: a temp dir)")
     chaos.add_argument("--report", type=Path, default=None,
@@ -74,7 +85,8 @@ def run_chaos_command(args: argparse.Namespace) -> int:
     config = ChaosConfig(duration_s=args.duration, nodes=args.nodes, seed=seed, faults=args.faults,
                          fault_interval_ms=args.fault_interval_ms, abort_ratio=args.abort_ratio,
                          partitions=args.partitions, workers=args.workers, records=args.records,
-                         data_dir=args.data_dir)
+                         data_dir=args.data_dir, replicated=args.replicated, namespaces=args.namespaces,
+                         unclean_leader_election=args.unclean_leader_election)
     config.validate()
     report = report_path(args.report, args.data_dir, "chaos-report.html")
     console.print(schedule_table(config.schedule(), seed))

@@ -19,8 +19,18 @@ def test_chaos_defaults_and_no_faults():
     assert build_parser().parse_args(["chaos", "--faults", "none"]).faults == ()
 
 
-@pytest.mark.parametrize("argv", [["chaos", "--faults", "kill,partition"], ["chaos", "--abort-ratio", "1.5"]])
+@pytest.mark.parametrize("argv", [["chaos", "--faults", "kill,split-brain"], ["chaos", "--abort-ratio", "1.5"]])
 def test_chaos_refuses_bad_options(argv, capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(argv)
     assert "error" in capsys.readouterr().err
+
+
+def test_network_faults_need_hosts_of_their_own_and_unclean_election_needs_replicas():
+    from proto.errors import KafkaConfigurationError
+    from txnsim.chaos.runner import ChaosConfig
+    with pytest.raises(KafkaConfigurationError, match="--namespaces"):
+        ChaosConfig(faults=("kill", "partition")).validate()
+    with pytest.raises(KafkaConfigurationError, match="replicated"):
+        ChaosConfig(unclean_leader_election=True).validate()
+    ChaosConfig(faults=("partition", "zookeeper"), namespaces=True, unclean_leader_election=True).validate()

@@ -49,7 +49,7 @@ def test_faults_never_overlap_and_all_heal_before_the_end(seed, duration, interv
 
 def test_unknown_fault_kinds_are_refused():
     with pytest.raises(ValueError, match="unknown fault kind"):
-        plan_faults(1, 10, [0], ["kill", "partition"], 1.0)
+        plan_faults(1, 10, [0], ["kill", "split-brain"], 1.0)
 
 
 class FakeCluster:
@@ -79,6 +79,20 @@ class FakeCluster:
     def resume(self, node: int) -> None:
         self._do("resume", node, False)
 
+    node_ids = [0, 1, 2]
+
+    def partition(self, *groups, one_way=False) -> None:
+        (node,), rest = groups[0], groups[1:]
+        self._do("zookeeper" if list(rest) == [["zookeeper"]] else "partition", node, True)
+        assert rest == (["zookeeper"],) or sorted(map(str, rest[0])) == sorted(
+            [*map(str, set(self.node_ids) - {node}), "zookeeper"]), "cut off from the others and the ZooKeeper"
+
+    def heal(self) -> None:
+        with self.lock:
+            down = sorted(self.down)
+        for node in down:
+            self._do("heal", node, False)
+
 
 def test_the_nemesis_carries_out_the_schedule_one_node_at_a_time():
     schedule = plan_faults(3, 2.0, [0, 1, 2], FAULT_KINDS, 0.1, heal_s=(0.01, 0.03), quiet_tail_s=0.1)
@@ -88,7 +102,7 @@ def test_the_nemesis_carries_out_the_schedule_one_node_at_a_time():
     nemesis.start()
     nemesis.join(timeout=30)
     assert not nemesis.is_alive()
-    heal = {"kill": "restart", "restart": "restart", "pause": "resume"}
+    heal = {"kill": "restart", "restart": "restart", "pause": "resume", "partition": "heal", "zookeeper": "heal"}
     expected = [step for f in schedule for step in ((f.kind if f.kind != "restart" else "kill", f.node),
                                                      (heal[f.kind], f.node))]
     assert cluster.calls == expected

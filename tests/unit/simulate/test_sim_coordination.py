@@ -142,3 +142,35 @@ def test_a_controller_cut_off_before_its_write_makes_it_once_back_within_its_ses
     store.heartbeat()  # back within its session
     pump()
     assert controller.active and state(admin, 0) == PartitionState(0, 1, (0, 1), 1)
+
+
+def test_a_broker_that_restarts_between_two_looks_still_leaves_every_isr() -> None:
+    tree, clock = ZnodeTree(), Clock()
+    inbox: deque[Callable[[], None]] = deque()
+    serial = Serial()
+    store = SimStore(tree, timeout_ms=1_000, now_ms=lambda: clock.now, deliver=inbox.append)
+
+    def pump() -> None:
+        while inbox:
+            serial(inbox.popleft())
+    controller = Controller(0, store, serial, now_ms=lambda: clock.now)
+    BrokerRegistration(BrokerInfo(0, "10.0.0.0:7000"), store, serial).start()
+    controller.start()
+    pump()
+    others = {i: SimStore(tree, timeout_ms=1_000, now_ms=lambda: clock.now) for i in (1, 2)}
+    for i, other in others.items():
+        BrokerRegistration(BrokerInfo(i, f"10.0.0.{i}:7000"), other, Serial()).start()
+    pump()
+    admin = SimStore(tree, timeout_ms=1_000, now_ms=lambda: clock.now)
+    wait_for(lambda done: admin.create(topic_path("orders"), encode_assignment(assign_replicas(1, 3, [0, 1, 2], start_index=1)),
+                                       done))
+    pump()
+    assert state(admin, 0) == PartitionState(1, 0, (1, 2, 0), 1)
+
+    # broker 1, the leader, restarts: its old registration goes and its new one is made before the controller
+    # reads the brokers again, so the list it reads is the same [0, 1, 2], under a new session for broker 1
+    others[1].close()
+    BrokerRegistration(BrokerInfo(1, "10.0.0.1:7000"), SimStore(tree, timeout_ms=1_000, now_ms=lambda: clock.now),
+                       Serial()).start()
+    pump()
+    assert state(admin, 0) == PartitionState(2, 1, (2, 0), 1)  # led by an ISR member that did not restart
