@@ -11,6 +11,7 @@ Run: python -m coordinator.node --data-dir DIR --node-id N
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import signal
@@ -417,6 +418,8 @@ def main(argv: list[str] | None = None) -> int:
     except (KafkaError, StoreError) as exc:
         log.error("%s", exc)
         return 2
+    # `kill -USR1 <pid>`: every thread's stack into the node's log, for a node that seems stuck
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     signal.signal(signal.SIGTERM, lambda *_: node.stopped.set())
     signal.signal(signal.SIGINT, lambda *_: node.stopped.set())
     if args.exit_on_stdin_eof:

@@ -58,7 +58,7 @@ FAILOVER_CHART = Bars(("p50 ms", "p99 ms", "max ms"), value_label="milliseconds"
                       targets=(Target(TARGET_FAILOVER_S * 1000, f"target: {TARGET_FAILOVER_S:g} s"),))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # told apart by identity: its settings are a dict
 class Setup:
     label: str
     replication_factor: int

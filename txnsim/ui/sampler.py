@@ -16,7 +16,7 @@ from typing import Any
 
 from client.cluster import ClusterClient
 from client.transport import call
-from coordinator.layout import ClusterLayout, ClusterSpec, read_cluster_spec
+from coordinator.layout import ClusterLayout, ClusterSpec, node_layout, read_cluster_spec
 from coordinator.membership import node_is_alive, read_heartbeat
 from proto import txnsim_pb2 as pb
 from proto.errors import KafkaError
@@ -90,9 +90,12 @@ class ClusterSampler:
         timeout_s = self.spec.config.broker_session_timeout_ms / 1000
         states = {}
         for node_id in self.spec.node_ids:
-            if not node_is_alive(self.layout, node_id):
+            if not node_is_alive(node_layout(self.layout, self.spec, node_id), node_id):
                 states[node_id] = "dead"
                 self._beats.pop(node_id, None)
+                continue
+            if self.spec.replicated:  # its session lives in ZooKeeper, not in a heartbeat file: alive is up
+                states[node_id] = "up"
                 continue
             count = read_heartbeat(self.layout, node_id)
             seen, since = self._beats.get(node_id, (None, now))
