@@ -8,12 +8,14 @@ machine would: it is the host named "clients".
 A fault is a rule in a host's own nftables table (`inet txnsim`): a partition drops the packets between two
 hosts, one way or both; loss drops a share of them at random (nftables' numgen). Delay needs the kernel's
 netem queueing discipline (`tc qdisc ... netem`), which some kernels lack: then asking for it is an error
-that says so. Namespaces, the bridge and the links are named after the process that made them (txs<pid>...),
-so what a killed run left behind is found and removed by the next one.
+that says so. Namespaces, the bridge and the links are named after the process that made them and a count
+of its hosts sets (txs<pid as 6 hex digits><count>...), so what a killed run left behind is found and removed
+by the next one, and one process may run several clusters at once.
 """
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import logging
 import os
 import re
@@ -32,6 +34,7 @@ CLIENTS = "clients"
 SUBNET_PREFIX = "10.213"
 _PREFIX = "txs"
 _TABLE = "txnsim"
+_made = itertools.count()
 
 
 def namespaces_unavailable() -> str | None:
@@ -41,7 +44,7 @@ def namespaces_unavailable() -> str | None:
     for tool, package in (("ip", "iproute2"), ("nft", "nftables")):
         if shutil.which(tool) is None:
             return f"{tool} is missing (apt-get install {package})"
-    probe = f"{_PREFIX}{os.getpid()}-probe"
+    probe = f"{_tag()}-probe"
     try:
         _run("ip", "netns", "add", probe)
         _run("ip", "netns", "exec", probe, "nft", "add", "table", "inet", _TABLE)
@@ -54,7 +57,7 @@ def namespaces_unavailable() -> str | None:
 
 def netem_unavailable() -> str | None:
     """Why `tc ... netem` (delay) does not work here, or None."""
-    probe = f"{_PREFIX}{os.getpid()}-netem"
+    probe = f"{_tag()}-netem"
     try:
         _run("ip", "netns", "add", probe)
         _run("ip", "netns", "exec", probe, "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms")
@@ -79,7 +82,7 @@ class NetworkHosts:
 
     def __init__(self, labels: Sequence[str], subnet: int | None = None) -> None:
         """`subnet`: n of 10.213.n.0/24 (None: the first free one from this process's id)."""
-        self._tag = f"{_PREFIX}{os.getpid()}"
+        self._tag = _tag()
         self.subnet = subnet
         self.labels = list(labels)
         self.hosts: dict[str, Host] = {}
@@ -240,12 +243,18 @@ def remove_leftovers() -> None:
     """Remove the namespaces and links of runs whose process is gone (a run killed before it cleaned up)."""
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=False).stdout
-    for name in re.findall(rf"^({_PREFIX}(\d+)-\S+)", listed, re.MULTILINE):
-        if not _alive(int(name[1])):
-            subprocess.run(["ip", "netns", "del", name[0]], capture_output=True, check=False)
-    for name in re.findall(rf"^\d+: ({_PREFIX}(\d+)[bv]\d*)[@:]", links, re.MULTILINE):
-        if not _alive(int(name[1])):
-            subprocess.run(["ip", "link", "del", name[0]], capture_output=True, check=False)
+    for name, pid in re.findall(rf"^({_PREFIX}([0-9a-f]{{6}})[0-9a-f]+-\S+)", listed, re.MULTILINE):
+        if not _alive(int(pid, 16)):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
+    for name, pid in re.findall(rf"^\d+: ({_PREFIX}([0-9a-f]{{6}})[0-9a-f](?:b|v\d+))[@:]", links, re.MULTILINE):
+        if not _alive(int(pid, 16)):
+            subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
+
+
+def _tag() -> str:
+    """A name no other hosts set on this machine has: this process's id and its count of sets (a link name
+    must stay within 15 characters: txs + 6 + 1 + "v" + 2)."""
+    return f"{_PREFIX}{os.getpid():06x}{next(_made) % 16:x}"
 
 
 def _alive(pid: int) -> bool:

@@ -21,8 +21,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from client.transport import call
 from proto import txnsim_pb2 as pb
 from proto.errors import NotLeaderOrFollowerError, raise_for
-from tests.helpers import wait_until
-from txnsim import Consumer, LocalCluster, Producer, TopicPartition
+from tests.helpers import read_all, wait_until
+from txnsim import LocalCluster, Producer
 from txnsim.hosts import namespaces_unavailable
 from txnsim.zookeeper import zookeeper_available
 
@@ -72,20 +72,12 @@ def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
 
 
 def read_committed(cluster: LocalCluster, topic: str, expected: int) -> list[bytes]:
-    consumer = Consumer(bootstrap_servers=cluster.bootstrap_servers, isolation_level="read_committed",
-                        auto_offset_reset="earliest", enable_auto_commit=False)
-    try:
-        consumer.assign([TopicPartition(topic, 0)])
-        values: list[bytes] = []
-
-        def all_read() -> bool:
-            for records in consumer.poll(timeout_ms=500).values():
-                values.extend(record.value for record in records)
-            return len(values) >= expected
-        wait_until(all_read, 30, f"{expected} records of {topic}")
-        return values
-    finally:
-        consumer.close()
+    """Every committed value of partition 0 of `topic`, up to its end (tests.helpers.read_all), once there are
+    `expected` of them: a new leader's high watermark trails until its followers fetch again."""
+    def enough() -> list[bytes] | None:
+        found = [record.value for record in read_all(cluster.bootstrap_servers, topic, partitions=1)]
+        return found if len(found) >= expected else None
+    return wait_until(enough, 30, f"{expected} records of {topic}")
 
 
 def test_each_node_has_a_host_and_confluent_kafka_transactions_commit_and_abort_on_it(cluster: LocalCluster) -> None:

@@ -13,8 +13,8 @@ import pytest
 
 from client.transport import call
 from proto import txnsim_pb2 as pb
-from tests.helpers import wait_until
-from txnsim import Consumer, LocalCluster, Producer, TopicPartition
+from tests.helpers import read_all, wait_until
+from txnsim import LocalCluster, Producer
 from txnsim.zookeeper import zookeeper_available
 
 _MISSING = zookeeper_available()
@@ -48,21 +48,13 @@ def replica_end(cluster: LocalCluster, node: int, topic: str) -> int | None:
     return None
 
 
-def read_all(cluster: LocalCluster, tp: TopicPartition, expected: int) -> list[bytes]:
-    consumer = Consumer(bootstrap_servers=cluster.bootstrap_servers, isolation_level="read_committed",
-                        auto_offset_reset="earliest", enable_auto_commit=False)
-    try:
-        consumer.assign([tp])
-        values: list[bytes] = []
-
-        def all_read() -> bool:
-            for records in consumer.poll(timeout_ms=500).values():
-                values.extend(record.value for record in records)
-            return len(values) >= expected
-        wait_until(all_read, 30, f"{expected} records from {tp}")
-        return values
-    finally:
-        consumer.close()
+def values(cluster: LocalCluster, topic: str, expected: int, partitions: int = 1) -> list[bytes]:
+    """Every committed value of `topic`, partition by partition, up to its end (tests.helpers.read_all), once
+    there are `expected` of them: a new leader's high watermark trails until its followers fetch again."""
+    def enough() -> list[bytes] | None:
+        found = [record.value for record in read_all(cluster.bootstrap_servers, topic, partitions=partitions)]
+        return found if len(found) >= expected else None
+    return wait_until(enough, 30, f"{expected} records of {topic}")
 
 
 def test_a_topic_gets_three_replicas_all_in_sync(cluster: LocalCluster) -> None:
@@ -92,8 +84,7 @@ def test_a_transaction_commits_on_replicated_logs(cluster: LocalCluster) -> None
         producer.abort_transaction()
     finally:
         producer.close()
-    values = read_all(cluster, TopicPartition("replicated-txn", 0), 5)
-    assert values == [b"committed-%d" % i for i in range(5)]
+    assert values(cluster, "replicated-txn", 5) == [b"committed-%d" % i for i in range(5)]
 
 
 def test_a_killed_leaders_acknowledged_records_are_served_by_the_next(cluster: LocalCluster) -> None:
@@ -113,8 +104,7 @@ def test_a_killed_leaders_acknowledged_records_are_served_by_the_next(cluster: L
                                          if p.leader not in (leader, -1)), None), 20, "a new leader")
         assert moved.leader_epoch > epoch
         assert leader in moved.offline_replicas
-        values = read_all(cluster, TopicPartition("replicated-kill", 0), 50)
-        assert values == [b"r-%d" % i for i in range(50)]
+        assert values(cluster, "replicated-kill", 50) == [b"r-%d" % i for i in range(50)]
     finally:
         cluster.restart(leader)
     # the preferred replica back: in sync again, then leading again (the controller's leader rebalance)
@@ -122,7 +112,7 @@ def test_a_killed_leaders_acknowledged_records_are_served_by_the_next(cluster: L
                                     if p.leader == leader and sorted(p.isr) == [0, 1, 2]), None), 30,
                       f"node {leader} leading again")
     assert back.leader_epoch > moved.leader_epoch and not back.offline_replicas
-    assert read_all(cluster, TopicPartition("replicated-kill", 0), 50) == [b"r-%d" % i for i in range(50)]
+    assert values(cluster, "replicated-kill", 50) == [b"r-%d" % i for i in range(50)]
 
 
 def test_a_transaction_open_when_its_coordinator_is_killed_commits_on_the_next(cluster: LocalCluster) -> None:
@@ -144,17 +134,16 @@ def test_a_transaction_open_when_its_coordinator_is_killed_commits_on_the_next(c
         producer.close()
         if victim >= 0:
             cluster.restart(victim)
-    values = [v for p in range(3) for v in read_all(cluster, TopicPartition("replicated-survivor", p), 20)]
-    assert sorted(values) == sorted(b"s-%d" % i for i in range(60))
+    assert sorted(values(cluster, "replicated-survivor", 60, partitions=3)) == sorted(b"s-%d" % i for i in range(60))
 
 
 def test_a_flipped_byte_in_a_replicas_sealed_segment_is_fetched_again_and_nothing_is_lost(tmp_path: Path) -> None:
     with LocalCluster(nodes=3, data_dir=tmp_path, replicated=True, txn_shards=2, half_shards=1,
                       zookeeper_session_timeout_ms=2000, log_segment_bytes=4096) as cluster:
         cluster.create_topic("flipped", partitions=1)
-        values = [b"v-%03d-" % i + b"x" * 100 for i in range(300)]
+        written = [b"v-%03d-" % i + b"x" * 100 for i in range(300)]
         with Producer(bootstrap_servers=cluster.bootstrap_servers, acks="all", linger_ms=0) as producer:
-            for value in values:
+            for value in written:
                 producer.send("flipped", value=value, partition=0).get(timeout=10)
         state = partition_metadata(cluster, "flipped")[0]
         follower = next(n for n in state.replicas if n != state.leader)
@@ -169,7 +158,7 @@ def test_a_flipped_byte_in_a_replicas_sealed_segment_is_fetched_again_and_nothin
         cluster.restart(follower)
         wait_until(lambda: "is damaged at byte" in cluster.node_log(follower).read_text(), 20,
                    "the follower to find and report the damage")
-        wait_until(lambda: replica_end(cluster, follower, "flipped") == len(values)
+        wait_until(lambda: replica_end(cluster, follower, "flipped") == len(written)
                    and follower in partition_metadata(cluster, "flipped")[0].isr, 30,
                    f"node {follower} fetching the cut records again, and in the ISR")
         # the only copy left: every acknowledged record is in the replica that was damaged
@@ -177,4 +166,4 @@ def test_a_flipped_byte_in_a_replicas_sealed_segment_is_fetched_again_and_nothin
             cluster.kill(other)
         wait_until(lambda: partition_metadata(cluster, "flipped")[0].leader == follower, 20,
                    f"node {follower} leading")
-        assert read_all(cluster, TopicPartition("flipped", 0), len(values)) == values
+        assert values(cluster, "flipped", len(written)) == written

@@ -16,6 +16,7 @@ from txnsim.chaos.nemesis import FAULT_KINDS
 from txnsim.chaos.report import LiveDisplay, schedule_table, verdict
 from txnsim.chaos.runner import ChaosConfig, run_chaos
 from txnsim.cli.common import (
+    add_cluster_shape_args,
     console,
     exits_cleanly,
     non_negative_int,
@@ -47,12 +48,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     chaos.add_argument("--workers", type=positive_int, default=2, help="read-process-write workers (default 2)")
     chaos.add_argument("--records", type=positive_int, default=None,
                        help="stop generating after this many input records (default: for the whole duration)")
-    chaos.add_argument("--replicated", action="store_true",
-                       help="a replicated cluster: three replicas of every log, acks=all with min.insync.replicas 2, "
-                            "a controller on ZooKeeper")
-    chaos.add_argument("--namespaces", action="store_true",
-                       help="that, with each node and the ZooKeeper on a host of its own (network namespaces; root "
-                            "and nftables): the partition and zookeeper faults need it")
+    add_cluster_shape_args(chaos, "the partition and zookeeper faults need it (on either, topics are written "
+                                  "with acks=all and min.insync.replicas 2)")
     chaos.add_argument("--unclean-leader-election", action="store_true",
                        help="let a replica outside the ISR lead when no ISR member lives (Kafka's "
                             "unclean.leader.election.enable): the run shows what that loses")

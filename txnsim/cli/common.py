@@ -109,6 +109,18 @@ def positive_float(text: str) -> float:
     return value
 
 
+def add_cluster_shape_args(parser: argparse.ArgumentParser, what: str = "") -> None:
+    """--replicated and --namespaces: the shape of the embedded cluster a command starts (LocalCluster's);
+    `what`: a last sentence for --namespaces (what needs it)."""
+    shape = parser.add_mutually_exclusive_group()
+    shape.add_argument("--replicated", action="store_true",
+                       help="a replicated cluster: each node its own directory and three replicas of every log, a "
+                            "controller on ZooKeeper")
+    shape.add_argument("--namespaces", action="store_true",
+                       help="a replicated cluster with every node and the ZooKeeper on a host of its own (a Linux "
+                            "network namespace; root and nftables)" + (f"; {what}" if what else ""))
+
+
 def port_arg(text: str) -> int:
     value = non_negative_int(text)
     if value > 65535:

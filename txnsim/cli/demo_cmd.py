@@ -20,7 +20,7 @@ from proto.errors import KafkaError, ProducerFencedError
 from proto.hashing import partition_for
 from proto.structs import ConsumerRecord, OffsetAndMetadata, TopicPartition
 from txnsim.admin import Admin
-from txnsim.cli.common import console, exits_cleanly, scratch_dir
+from txnsim.cli.common import add_cluster_shape_args, console, exits_cleanly, scratch_dir
 from txnsim.cli.demo_confluent import run_confluent_demo
 from txnsim.cli.demo_views import scene, show_side_by_side
 from txnsim.cli.dump_log_cmd import describe_segment
@@ -38,13 +38,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                            "through librdkafka on the Kafka listeners; with `orders`, rocketmq: the official "
                            "RocketMQ 5 Python client")
     demo.add_argument("--data-dir", type=Path, default=None, help="keep the cluster's files here (default: a temp dir)")
-    shape = demo.add_mutually_exclusive_group()
-    shape.add_argument("--replicated", action="store_true",
-                       help="the Kafka-style scenes on a replicated cluster: each node its own directory and three "
-                            "replicas of every log, a controller on ZooKeeper")
-    shape.add_argument("--namespaces", action="store_true",
-                       help="the same, with every node and the ZooKeeper on a host of its own (a Linux network "
-                            "namespace; root and nftables)")
+    add_cluster_shape_args(demo)  # the Kafka-style scenes only
     demo.set_defaults(func=run_demo)
 
 

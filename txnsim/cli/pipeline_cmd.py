@@ -14,7 +14,16 @@ from pathlib import Path
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 
-from txnsim.cli.common import console, error, exits_cleanly, non_negative_int, positive_float, positive_int, scratch_dir
+from txnsim.cli.common import (
+    add_cluster_shape_args,
+    console,
+    error,
+    exits_cleanly,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    scratch_dir,
+)
 from txnsim.pipeline.runner import PipelineConfig, PipelineResult, run_pipeline
 from txnsim.pipeline.runner import Progress as RunProgress
 from txnsim.report import pipeline_report, report_path, write_report
@@ -34,12 +43,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cmd.add_argument("--no-kill-driver", dest="kill_driver", action="store_false",
                      help="do not SIGKILL the Spark driver")
     cmd.add_argument("--no-kill-node", dest="kill_node", action="store_false", help="do not SIGKILL a txnsim node")
-    shape = cmd.add_mutually_exclusive_group()
-    shape.add_argument("--replicated", action="store_true",
-                       help="run it on a replicated cluster (three replicas of every log, a controller on ZooKeeper)")
-    shape.add_argument("--namespaces", action="store_true",
-                       help="run it on a replicated cluster whose nodes and ZooKeeper each have a host of their own "
-                            "(Linux network namespaces; root and nftables)")
+    add_cluster_shape_args(cmd)
     cmd.add_argument("--data-dir", type=Path, default=None,
                      help="an empty directory for the cluster, checkpoint and driver log (default: a temp dir)")
     cmd.add_argument("--report", type=Path, default=None,

@@ -106,71 +106,65 @@ def test_the_shipping_controller_runs_on_the_simulated_zookeeper() -> None:
     assert not controller0.active and controller0.controller_id == 1
 
 
-def test_a_controller_cut_off_before_its_write_makes_it_once_back_within_its_session() -> None:
-    tree, clock = ZnodeTree(), Clock()
-    cut_off = [False]
-    inbox: deque[Callable[[], None]] = deque()  # what reaches the controller, delivered one at a time below
-    serial = Serial()
-    store = SimStore(tree, timeout_ms=1_000, now_ms=lambda: clock.now, deliver=inbox.append,
-                     reachable=lambda: not cut_off[0])
+class Stepped:
+    """Broker 0 as the controller, every store answer and watch event queued in `inbox` until `pump`, brokers
+    1 and 2 registered in sessions of their own, and topic "orders" of one partition placed as `assignment`."""
 
-    def pump(events: int | None = None) -> None:
-        while inbox and (events is None or events > 0):
-            serial(inbox.popleft())
+    def __init__(self, assignment: dict[int, tuple[int, ...]]) -> None:
+        self.tree, self.clock = ZnodeTree(), Clock()
+        self.cut_off = False
+        self.inbox: deque[Callable[[], None]] = deque()  # what reaches the controller, delivered one at a time
+        self.serial = Serial()
+        self.store = SimStore(self.tree, timeout_ms=1_000, now_ms=self.now, deliver=self.inbox.append,
+                              reachable=lambda: not self.cut_off)
+        self.controller = Controller(0, self.store, self.serial, now_ms=self.now)
+        BrokerRegistration(BrokerInfo(0, "10.0.0.0:7000"), self.store, self.serial).start()
+        self.controller.start()
+        self.pump()
+        self.others = {i: self.session() for i in (1, 2)}
+        for i, other in self.others.items():
+            BrokerRegistration(BrokerInfo(i, f"10.0.0.{i}:7000"), other, Serial()).start()
+        self.pump()
+        self.admin = self.session()
+        wait_for(lambda done: self.admin.create(topic_path("orders"), encode_assignment(assignment), done))
+        self.pump()
+
+    def now(self) -> int:
+        return self.clock.now
+
+    def session(self) -> SimStore:
+        return SimStore(self.tree, timeout_ms=1_000, now_ms=self.now)
+
+    def pump(self, events: int | None = None) -> None:
+        while self.inbox and (events is None or events > 0):
+            self.serial(self.inbox.popleft())
             events = None if events is None else events - 1
-    controller = Controller(0, store, serial, now_ms=lambda: clock.now)
-    BrokerRegistration(BrokerInfo(0, "10.0.0.0:7000"), store, serial).start()
-    controller.start()
-    pump()
-    others = {i: SimStore(tree, timeout_ms=1_000, now_ms=lambda: clock.now) for i in (1, 2)}
-    for i, other in others.items():
-        BrokerRegistration(BrokerInfo(i, f"10.0.0.{i}:7000"), other, Serial()).start()
-    pump()
-    admin = SimStore(tree, timeout_ms=1_000, now_ms=lambda: clock.now)
-    wait_for(lambda done: admin.create(topic_path("orders"), encode_assignment(assign_replicas(1, 3, [0, 1, 2])),
-                                       done))
-    pump()
+
+
+def test_a_controller_cut_off_before_its_write_makes_it_once_back_within_its_session() -> None:
+    world = Stepped(assign_replicas(1, 3, [0, 1, 2]))
+    admin, others, pump, controller, store = world.admin, world.others, world.pump, world.controller, world.store
     assert state(admin, 0) == PartitionState(0, 0, (0, 1, 2), 1)
 
     others[2].close()  # broker 2 goes
     pump(1)  # the controller's watch fires: it reads the brokers (the read is answered below)
-    cut_off[0] = True  # ... and is cut off before it writes the new ISR
+    world.cut_off = True  # ... and is cut off before it writes the new ISR
     pump()
     assert state(admin, 0) == PartitionState(0, 0, (0, 1, 2), 1)  # the write did not reach ZooKeeper
-    clock.now = 500
-    cut_off[0] = False
+    world.clock.now = 500
+    world.cut_off = False
     store.heartbeat()  # back within its session
     pump()
     assert controller.active and state(admin, 0) == PartitionState(0, 1, (0, 1), 1)
 
 
 def test_a_broker_that_restarts_between_two_looks_still_leaves_every_isr() -> None:
-    tree, clock = ZnodeTree(), Clock()
-    inbox: deque[Callable[[], None]] = deque()
-    serial = Serial()
-    store = SimStore(tree, timeout_ms=1_000, now_ms=lambda: clock.now, deliver=inbox.append)
-
-    def pump() -> None:
-        while inbox:
-            serial(inbox.popleft())
-    controller = Controller(0, store, serial, now_ms=lambda: clock.now)
-    BrokerRegistration(BrokerInfo(0, "10.0.0.0:7000"), store, serial).start()
-    controller.start()
-    pump()
-    others = {i: SimStore(tree, timeout_ms=1_000, now_ms=lambda: clock.now) for i in (1, 2)}
-    for i, other in others.items():
-        BrokerRegistration(BrokerInfo(i, f"10.0.0.{i}:7000"), other, Serial()).start()
-    pump()
-    admin = SimStore(tree, timeout_ms=1_000, now_ms=lambda: clock.now)
-    wait_for(lambda done: admin.create(topic_path("orders"), encode_assignment(assign_replicas(1, 3, [0, 1, 2], start_index=1)),
-                                       done))
-    pump()
-    assert state(admin, 0) == PartitionState(1, 0, (1, 2, 0), 1)
+    world = Stepped(assign_replicas(1, 3, [0, 1, 2], start_index=1))
+    assert state(world.admin, 0) == PartitionState(1, 0, (1, 2, 0), 1)
 
     # broker 1, the leader, restarts: its old registration goes and its new one is made before the controller
     # reads the brokers again, so the list it reads is the same [0, 1, 2], under a new session for broker 1
-    others[1].close()
-    BrokerRegistration(BrokerInfo(1, "10.0.0.1:7000"), SimStore(tree, timeout_ms=1_000, now_ms=lambda: clock.now),
-                       Serial()).start()
-    pump()
-    assert state(admin, 0) == PartitionState(2, 1, (2, 0), 1)  # led by an ISR member that did not restart
+    world.others[1].close()
+    BrokerRegistration(BrokerInfo(1, "10.0.0.1:7000"), world.session(), Serial()).start()
+    world.pump()
+    assert state(world.admin, 0) == PartitionState(2, 1, (2, 0), 1)  # led by an ISR member that did not restart
