@@ -22,9 +22,16 @@ log = logging.getLogger(__name__)
 #: kill: SIGKILL, restart after the heal delay; pause: SIGSTOP, SIGCONT after it;
 #: restart: SIGKILL and start again at once (a node that bounces); partition: the node cut off from the
 #: other nodes and the ZooKeeper (its clients still reach it), mended after the delay; zookeeper: the node
-#: cut off from the ZooKeeper alone. The last two need nodes on hosts of their own (LocalCluster(namespaces=True)).
-FAULT_KINDS = ("kill", "pause", "restart", "partition", "zookeeper")
-NETWORK_FAULTS = ("partition", "zookeeper")
+#: cut off from the ZooKeeper alone; isr-loss: the node cut off from the other nodes (not the ZooKeeper) until
+#: it has left every ISR, then the others SIGKILLed and the link mended, so it is the only replica alive and
+#: in no ISR (a clean controller leaves its partitions offline until the others restart; an unclean one lets
+#: it lead, and loses what only they had). The last three need nodes on hosts of their own
+#: (LocalCluster(namespaces=True)).
+FAULT_KINDS = ("kill", "pause", "restart", "partition", "zookeeper", "isr-loss")
+NETWORK_FAULTS = ("partition", "zookeeper", "isr-loss")
+#: how long isr-loss keeps its node cut off before the kills: past the chaos cluster's replica.lag.time.max.ms
+#: (3 s), so its followers have left every ISR
+ISR_LOSS_CUT_S = 4.0
 
 
 class Breakable(Protocol):
@@ -76,6 +83,8 @@ def plan_faults(seed: int, duration_s: float, node_ids: Sequence[int], kinds: Se
         node = rng.choice(nodes)
         long_ones = kind == "pause" or kind in NETWORK_FAULTS  # some outlast a session, some do not
         heal = 0.0 if kind == "restart" else rng.uniform(*(pause_s if long_ones else heal_s))
+        if kind == "isr-loss":  # the cut, then the others down past the 2 s session: a controller elects meanwhile
+            heal = ISR_LOSS_CUT_S + rng.uniform(3.0, 5.0)
         if t + heal > duration_s - quiet_tail_s:
             return faults
         # to the millisecond, down: rounding up could end a fault inside the quiet tail
@@ -126,6 +135,13 @@ class Nemesis(threading.Thread):
                 self._cluster.partition([fault.node], [*others, "zookeeper"])
             elif fault.kind == "zookeeper":
                 self._cluster.partition([fault.node], ["zookeeper"])
+            elif fault.kind == "isr-loss":
+                survivors = [n for n in self._cluster.node_ids if n != fault.node]
+                self._cluster.partition([fault.node], survivors)
+                self._stop_event.wait(ISR_LOSS_CUT_S)  # a timed step of the fault: its replicas leave the ISRs
+                for other in survivors:
+                    self._cluster.kill(other)
+                self._cluster.heal()
             else:
                 self._cluster.kill(fault.node)
         except Exception as exc:  # recorded: a nemesis that dies would leave the run unbroken and unhealed
@@ -144,6 +160,10 @@ class Nemesis(threading.Thread):
         try:
             if kind == "pause":
                 self._cluster.resume(node)
+            elif kind == "isr-loss":
+                for other in self._cluster.node_ids:
+                    if other != node:
+                        self._cluster.restart(other)
             elif kind in NETWORK_FAULTS:
                 self._cluster.heal()
             else:

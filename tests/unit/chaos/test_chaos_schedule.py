@@ -82,10 +82,11 @@ class FakeCluster:
     node_ids = [0, 1, 2]
 
     def partition(self, *groups, one_way=False) -> None:
-        (node,), rest = groups[0], groups[1:]
-        self._do("zookeeper" if list(rest) == [["zookeeper"]] else "partition", node, True)
-        assert rest == (["zookeeper"],) or sorted(map(str, rest[0])) == sorted(
-            [*map(str, set(self.node_ids) - {node}), "zookeeper"]), "cut off from the others and the ZooKeeper"
+        (node,), (rest,) = groups[0], groups[1:]
+        others = sorted(map(str, set(self.node_ids) - {node}))
+        verb = {("zookeeper",): "zookeeper", (*others, "zookeeper"): "partition", tuple(others): "isr-loss"}[
+            tuple(sorted(map(str, rest)))]
+        self._do(verb, node, True)
 
     def heal(self) -> None:
         with self.lock:
@@ -95,7 +96,8 @@ class FakeCluster:
 
 
 def test_the_nemesis_carries_out_the_schedule_one_node_at_a_time():
-    schedule = plan_faults(3, 2.0, [0, 1, 2], FAULT_KINDS, 0.1, heal_s=(0.01, 0.03), quiet_tail_s=0.1)
+    one_node = [kind for kind in FAULT_KINDS if kind != "isr-loss"]  # isr-loss takes the two others down
+    schedule = plan_faults(3, 2.0, [0, 1, 2], one_node, 0.1, heal_s=(0.01, 0.03), quiet_tail_s=0.1)
     assert len(schedule) >= 5
     cluster, history = FakeCluster(), History()
     nemesis = Nemesis(cluster, schedule, history, history.now())
@@ -121,3 +123,15 @@ def test_a_stopped_nemesis_heals_the_node_it_broke():
     nemesis.join(timeout=10)
     assert not nemesis.is_alive() and not cluster.down
     assert cluster.calls == [("kill", schedule[0].node), ("restart", schedule[0].node)]
+
+
+def test_isr_loss_cuts_a_node_off_then_kills_the_others_and_restarts_them_at_the_heal(monkeypatch):
+    import txnsim.chaos.nemesis as nemesis_module
+    monkeypatch.setattr(nemesis_module, "ISR_LOSS_CUT_S", 0.01)
+    fault = nemesis_module.Fault(0.0, "isr-loss", 1, 0.05)
+    cluster, history = FakeCluster(), History()
+    nemesis = Nemesis(cluster, [fault], history, history.now())
+    nemesis.start()
+    nemesis.join(timeout=10)
+    assert cluster.calls[:3] == [("isr-loss", 1), ("kill", 0), ("kill", 2)]
+    assert ("heal", 1) in cluster.calls[3:] and cluster.calls[-2:] == [("restart", 0), ("restart", 2)]
