@@ -344,19 +344,17 @@ class LocalCluster:
         self.layout.make_dirs()
         out = open(self.layout.node_log(node_id), "ab")
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        command: list[str] = [sys.executable, "-m", "coordinator.node", "--node-id", str(node_id), "--exit-on-stdin-eof",
-                   "--metrics-port",
-                   str(self.metrics_port if self.network is not None  # each node has an address of its own
-                       else self.metrics_port + node_id if self.metrics_port else self._free_metrics_port(node_id))]
+        metrics_port = (self.metrics_port if self.network is not None  # each node has an address of its own
+                        else self.metrics_port + node_id if self.metrics_port else self._free_metrics_port(node_id))
         if self.zookeeper is None:
-            command += ["--data-dir", str(self.data_dir)]
+            command = node_command(node_id, self.data_dir, metrics_port)
         else:  # nothing shared but the network: its own directory, its addresses, ZooKeeper's, the settings
-            command += ["--data-dir", str(self.node_layout(node_id).root), "--zookeeper", self.zookeeper.address,
-                        "--listen", self.spec.nodes[node_id]]
-            if node_id in self.spec.kafka_nodes:
-                command += ["--kafka-listen", self.spec.kafka_nodes[node_id]]
-            for name, value in sorted(self.spec.config.as_settings().items()):
-                command += ["--setting", f"{name}={str(value).lower() if isinstance(value, bool) else value}"]
+            command = node_command(
+                node_id, self.node_layout(node_id).root, metrics_port, zookeeper=self.zookeeper.address,
+                listen=self.spec.nodes[node_id], kafka_listen=self.spec.kafka_nodes.get(node_id),
+                settings=[f"{name}={str(value).lower() if isinstance(value, bool) else value}"
+                          for name, value in sorted(self.spec.config.as_settings().items())])
+        command.append("--exit-on-stdin-eof")
         if self.network is not None:
             command = self.network.command(f"node-{node_id}", command)
         self._procs[node_id] = subprocess.Popen(
@@ -402,6 +400,21 @@ class LocalCluster:
             return "\n".join(self.layout.node_log(node_id).read_text(errors="replace").splitlines()[-lines:])
         except FileNotFoundError:
             return "(no log)"
+
+
+def node_command(node_id: int, data_dir: Path, metrics_port: int, *, zookeeper: str | None = None,
+                 listen: str | None = None, kafka_listen: str | None = None, settings: Iterable[str] = ()) -> list[str]:
+    """The command of one node process (`python -m coordinator.node`): on a shared directory, or with
+    `zookeeper` and `listen` a node of a replicated cluster on its own directory; `settings`: NAME=VALUE."""
+    command = [sys.executable, "-m", "coordinator.node", "--node-id", str(node_id), "--data-dir", str(data_dir),
+               "--metrics-port", str(metrics_port)]
+    if zookeeper is not None:
+        command += ["--zookeeper", zookeeper, "--listen", str(listen)]
+    if kafka_listen:
+        command += ["--kafka-listen", kafka_listen]
+    for setting in settings:
+        command += ["--setting", setting]
+    return command
 
 
 #: where the nodes and the ZooKeeper listen on hosts of their own (each has its own address)

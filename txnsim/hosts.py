@@ -44,25 +44,24 @@ def namespaces_unavailable() -> str | None:
     for tool, package in (("ip", "iproute2"), ("nft", "nftables")):
         if shutil.which(tool) is None:
             return f"{tool} is missing (apt-get install {package})"
-    probe = f"{_tag()}-probe"
-    try:
-        _run("ip", "netns", "add", probe)
-        _run("ip", "netns", "exec", probe, "nft", "add", "table", "inet", _TABLE)
-    except KafkaConfigurationError as exc:
-        return f"cannot make a network namespace with an nftables table here: {exc}"
-    finally:
-        subprocess.run(["ip", "netns", "del", probe], capture_output=True, check=False)
-    return None
+    problem = _fails_in_a_probe(["nft", "add", "table", "inet", _TABLE])
+    return f"cannot make a network namespace with an nftables table here: {problem}" if problem else None
 
 
 def netem_unavailable() -> str | None:
     """Why `tc ... netem` (delay) does not work here, or None."""
-    probe = f"{_tag()}-netem"
+    problem = _fails_in_a_probe(["tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"])
+    return f"this kernel cannot delay packets (tc netem: {problem})" if problem else None
+
+
+def _fails_in_a_probe(argv: list[str]) -> str | None:
+    """How `argv` fails in a new, empty namespace (removed afterwards), or None if it works."""
+    probe = f"{_tag()}-probe"
     try:
         _run("ip", "netns", "add", probe)
-        _run("ip", "netns", "exec", probe, "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms")
+        _run("ip", "netns", "exec", probe, *argv)
     except KafkaConfigurationError as exc:
-        return f"this kernel cannot delay packets (tc netem: {exc})"
+        return str(exc)
     finally:
         subprocess.run(["ip", "netns", "del", probe], capture_output=True, check=False)
     return None

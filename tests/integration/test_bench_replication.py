@@ -1,5 +1,5 @@
 """`txnsim bench replication` on a short run: three replicas against one side by side, the followers' lag
-sampled from the nodes' /metrics, leaders SIGKILLed and their partition served again, and the issue's three
+sampled from the nodes' /metrics, leaders SIGKILLed and their partition served again, and the three targets'
 verdicts printed through `txnsim bench` (--json). Speed is not judged here."""
 from __future__ import annotations
 

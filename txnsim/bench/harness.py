@@ -34,14 +34,15 @@ class NullProgress:
 
 
 @contextlib.contextmanager
-def bench_cluster(topics: dict[str, int] | None = None, nodes: int = NODES,
+def bench_cluster(topics: dict[str, int] | None = None, nodes: int = NODES, replication_factor: int | None = None,
                   **node_settings: Any) -> Iterator[LocalCluster]:
-    """A LocalCluster of `nodes` (3 unless told) in a temp dir of its own (deleted afterwards), `topics` created."""
+    """A LocalCluster of `nodes` (3 unless told) in a temp dir of its own (deleted afterwards), `topics` created
+    (with `replication_factor` copies of each partition; None: the cluster's default)."""
     with tempfile.TemporaryDirectory(prefix="txnsim-bench-") as tmp:
         with LocalCluster(nodes=nodes, data_dir=Path(tmp) / "cluster", txn_shards=TXN_SHARDS,
                           **node_settings) as cluster:
             if topics:
                 with Admin(cluster.bootstrap_servers) as admin:
                     for name, partitions in topics.items():
-                        admin.create_topic(name, partitions=partitions)
+                        admin.create_topic(name, partitions=partitions, replication_factor=replication_factor)
             yield cluster

@@ -113,9 +113,9 @@ class AckCounter:
 
 
 def measure_throughput(bootstrap_servers: str, variant: Variant, seconds: float, run_id: str, *,
-                       topic: str = TOPIC, acks: int = -1) -> ThroughputRun:
+                       topic: str = TOPIC) -> ThroughputRun:
     transactional_id = None if variant.commit_interval_s is None else f"bench-producer-{run_id}"
-    with Producer(bootstrap_servers=bootstrap_servers, transactional_id=transactional_id, acks=acks) as producer:
+    with Producer(bootstrap_servers=bootstrap_servers, transactional_id=transactional_id) as producer:
         if transactional_id is not None:
             producer.init_transactions()
             producer.begin_transaction()

@@ -15,7 +15,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +34,7 @@ from txnsim.cluster import LocalCluster
 
 TOPIC = "bench-replication"
 PARTITIONS = 3
-#: the issue's targets: commit p50 on three replicas at most this many times one replica's, and the producer
+#: the targets: commit p50 on three replicas at most this many times one replica's, and the producer
 #: committing every 100 ms keeping at least this share of its one-replica rate
 TARGET_COMMIT_RATIO = 2.0
 TARGET_THROUGHPUT_SHARE = 0.6
@@ -60,17 +60,18 @@ FAILOVER_CHART = Bars(("p50 ms", "p99 ms", "max ms"), value_label="milliseconds"
 
 @dataclass(frozen=True, slots=True, eq=False)  # told apart by identity: its settings are a dict
 class Setup:
+    """A cluster to measure. Its producers write with acks=all, as a transactional producer must (Kafka's
+    too); on one replica the ISR is the leader alone, so there that is acks=1."""
+
     label: str
     replication_factor: int
-    acks: int
     settings: dict[str, Any]
 
 
-THREE = Setup("3 replicas, acks=all, min.insync.replicas 2", 3, -1, {"min_insync_replicas": 2})
-# a transactional producer needs acks=all (as Kafka's); on one replica the ISR is the leader, so that is acks=1
-ONE = Setup("1 replica, acks=1 (baseline)", 1, -1, {"transaction_state_log_replication_factor": 1,
-                                                    "transaction_state_log_min_isr": 1,
-                                                    "offsets_topic_replication_factor": 1})
+THREE = Setup("3 replicas, acks=all, min.insync.replicas 2", 3, {"min_insync_replicas": 2})
+ONE = Setup("1 replica, acks=1 (baseline)", 1, {"transaction_state_log_replication_factor": 1,
+                                                "transaction_state_log_min_isr": 1,
+                                                "offsets_topic_replication_factor": 1})
 SETUPS = (ONE, THREE)
 
 
@@ -98,7 +99,7 @@ def run(seconds: float = 3.0, repeat: int = 5, progress: Progress | None = None,
         for round_ in range(repeat):
             for setup in rotated(SETUPS, round_):
                 cluster = clusters[setup]
-                with lag_sampler(cluster, lags) if setup is THREE else _nothing():
+                with lag_sampler(cluster, lags) if setup is THREE else nullcontext():
                     rounds[setup].append(measure_round(cluster, setup, seconds, f"{round_}"))
                 progress.advance()
     failovers = measure_failover(kills, progress)
@@ -106,30 +107,17 @@ def run(seconds: float = 3.0, repeat: int = 5, progress: Progress | None = None,
                                        failover_table(failovers)), verdicts(rounds, failovers))
 
 
-@contextmanager
-def replicated_cluster(setup: Setup, **extra: Any) -> Iterator[LocalCluster]:
-    with bench_cluster(replicated=True, **setup.settings, **extra) as cluster:
-        cluster_topic(cluster, setup.replication_factor)
-        yield cluster
-
-
-def cluster_topic(cluster: LocalCluster, replication_factor: int) -> None:
-    from txnsim.admin import Admin
-    with Admin(cluster.bootstrap_servers) as admin:
-        admin.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=replication_factor)
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
+def replicated_cluster(setup: Setup, **extra: Any) -> AbstractContextManager[LocalCluster]:
+    return bench_cluster({TOPIC: PARTITIONS}, replication_factor=setup.replication_factor, replicated=True,
+                         **setup.settings, **extra)
 
 
 def measure_round(cluster: LocalCluster, setup: Setup, seconds: float, run_id: str) -> Round:
     bs = cluster.bootstrap_servers
     throughput = measure_throughput(bs, COMMIT_EVERY_100_MS, seconds, f"{setup.replication_factor}-{run_id}",
-                                    topic=TOPIC, acks=setup.acks)
+                                    topic=TOPIC)
     commits = []
-    with Producer(bootstrap_servers=bs, transactional_id=f"bench-replication-{run_id}", acks=setup.acks) as p:
+    with Producer(bootstrap_servers=bs, transactional_id=f"bench-replication-{run_id}") as p:
         p.init_transactions()
         for _ in range(COMMITS_PER_ROUND):
             p.begin_transaction()
@@ -250,9 +238,18 @@ def produce_once(cluster: LocalCluster, channels: NodeChannels, exclude: int) ->
 
 # ------------------------------------------------------------ tables and verdicts
 
+def commit_ratios(rounds: dict[Setup, list[Round]]) -> list[float]:
+    """Round by round: three replicas' median commit over one replica's."""
+    return paired_ratios([median(r.commit_s) for r in rounds[THREE]], [median(r.commit_s) for r in rounds[ONE]])
+
+
+def rate_ratios(rounds: dict[Setup, list[Round]]) -> list[float]:
+    """Round by round: three replicas' producer rate over one replica's."""
+    return paired_ratios([r.records_per_s for r in rounds[THREE]], [r.records_per_s for r in rounds[ONE]])
+
+
 def cost_table(rounds: dict[Setup, list[Round]], seconds: float, repeat: int) -> ResultTable:
-    commit_pairs = paired_ratios([median(r.commit_s) for r in rounds[THREE]], [median(r.commit_s) for r in rounds[ONE]])
-    rate_pairs = paired_ratios([r.records_per_s for r in rounds[THREE]], [r.records_per_s for r in rounds[ONE]])
+    commit_pairs, rate_pairs = commit_ratios(rounds), rate_ratios(rounds)
     commit_one, commit_three = (median([median(r.commit_s) for r in rounds[s]]) for s in (ONE, THREE))
     rate_one, rate_three = (median([r.records_per_s for r in rounds[s]]) for s in (ONE, THREE))
     rows = (("commit_transaction() p50 ms", format_ms(commit_one), format_ms(commit_three),
@@ -305,8 +302,7 @@ def failover_table(failovers: list[float]) -> ResultTable:
 
 
 def verdicts(rounds: dict[Setup, list[Round]], failovers: list[float]) -> tuple[Verdict, ...]:
-    commit = median(paired_ratios([median(r.commit_s) for r in rounds[THREE]], [median(r.commit_s) for r in rounds[ONE]]))
-    share = median(paired_ratios([r.records_per_s for r in rounds[THREE]], [r.records_per_s for r in rounds[ONE]]))
+    commit, share = median(commit_ratios(rounds)), median(rate_ratios(rounds))
     p99 = Summary.of(failovers).p99
     return (
         Verdict(f"commit_transaction() p50 on 3 replicas (acks=all) at most {TARGET_COMMIT_RATIO:g}x 1 replica's "

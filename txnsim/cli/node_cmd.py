@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        help="this node's gRPC address, as the other nodes and clients reach it")
     start.add_argument("--kafka-listen", metavar="HOST:PORT", help="where to serve Kafka's wire protocol")
     start.add_argument("--metrics-port", type=port_arg, default=0,
-                       help="Prometheus /metrics on 127.0.0.1:PORT (default 0: a free port)")
+                       help="Prometheus /metrics on the host of --listen, at PORT (default 0: a free port)")
     start.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
                        help="a node setting (NodeConfig's names, e.g. min_insync_replicas=2, "
                             "zookeeper_session_timeout_ms=6000; repeatable)")
@@ -42,13 +42,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def start_node(args: argparse.Namespace) -> int:
     """Becomes the node process (exec), so signals, exit code and output are the node's own."""
-    command = [sys.executable, "-m", "coordinator.node", "--node-id", str(args.node_id), "--data-dir",
-               str(args.data_dir), "--zookeeper", args.zookeeper, "--listen", args.listen,
-               "--metrics-port", str(args.metrics_port)]
-    if args.kafka_listen:
-        command += ["--kafka-listen", args.kafka_listen]
-    for setting in args.setting:
-        command += ["--setting", setting]
+    from txnsim.cluster import node_command
+    command = node_command(args.node_id, args.data_dir, args.metrics_port, zookeeper=args.zookeeper,
+                           listen=args.listen, kafka_listen=args.kafka_listen, settings=args.setting)
     sys.stdout.flush()
     os.execv(sys.executable, command)
 
