@@ -125,11 +125,18 @@ class ReplicaLog(PartitionLog):
 
     def become_follower(self, leader_epoch: int) -> None:
         """This replica follows the leader of `leader_epoch`: client writes are refused from now on. What it
-        wrote as leader stays until its first fetch says where to cut (truncate_to)."""
+        wrote as leader stays until its first fetch says where to cut (truncate_to). An epoch it led without
+        writing anything (its start at the log end) goes from the epoch cache: it holds no batch to compare,
+        and the leader's batches of an older epoch at that offset must be taken (Kafka's cache drops such an
+        entry when an older epoch is assigned over it), not refused as an epoch going back."""
         with self._lock:
             self._check_open()
             self._check_epoch_grows(leader_epoch)
             self.leader_epoch, self._role = leader_epoch, ReplicaRole.FOLLOWER
+            epochs = self._files.epochs
+            if epochs.entries() and epochs.entries()[-1][1] >= self._log_end_offset:
+                epochs.truncate_from(self._log_end_offset)
+                epoch_checkpoint.write(self.directory, epochs, self.storage)
 
     def _check_epoch_grows(self, leader_epoch: int) -> None:
         if leader_epoch < self.leader_epoch:

@@ -133,6 +133,23 @@ def test_a_follower_that_takes_over_dedupes_and_fences_as_the_old_leader_would(o
     assert batch.header.partition_leader_epoch == 1
 
 
+def test_a_leader_that_wrote_nothing_in_its_epoch_follows_a_leader_of_an_older_epochs_batches(open_replica):
+    """Node b led epoch 3 without writing (cut off at once); the next leader kept writing at epoch 2's end
+    before its own epoch began: b must take those batches, not refuse them as an epoch going back (which
+    left it out of the ISR for good)."""
+    a, b = open_replica("a"), open_replica("b")
+    a.become_leader(2)
+    a.append(data(b"e2-0"))
+    replicate(a, b)
+    b.become_leader(3)  # the epoch starts at b's log end, durably, before any write
+    a.append(data(b"e2-1"))  # a, not yet told of epoch 3, still writes at epoch 2
+    b.become_follower(4)
+    assert b.epoch_cache().latest_epoch == 2
+    replicate(a, b)
+    assert [r.value for batch in records.iter_batches(b.read_for_follower(0, 1 << 20).records)
+            for r in batch.records()] == [b"e2-0", b"e2-1"]
+
+
 def test_roles_are_kept_apart(open_replica):
     leader, follower = open_replica("a"), open_replica("b")
     assert follower.role is ReplicaRole.FOLLOWER
