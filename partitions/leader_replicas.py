@@ -107,7 +107,13 @@ class LeaderReplicas:
     # ------------------------------------------------------------ inputs
 
     def appended(self, log_end_offset: int, now_ms: int) -> bool:
-        """The leader's log now ends at `log_end_offset`; True if the high watermark moved (an ISR of one)."""
+        """The leader's log now ends at `log_end_offset`; True if the high watermark moved (an ISR of one). A
+        follower that had the whole log was caught up until now: a fetch session does not fetch an idle
+        partition again, so this is the last time it is seen caught up before it fetches the new offsets."""
+        if log_end_offset > self.log_end_offset:
+            for progress in self.followers.values():
+                if progress.log_end_offset == self.log_end_offset:
+                    progress.last_caught_up_ms = max(progress.last_caught_up_ms, now_ms)
         self.log_end_offset = log_end_offset
         return self._advance_high_watermark(now_ms)
 

@@ -586,6 +586,20 @@ class NonEmptyGroupError(BrokerResponseError):
     name = "NON_EMPTY_GROUP"
 
 
+class FetchSessionIdNotFoundError(RetriableError, BrokerResponseError):
+    """The fetch names a session the leader does not hold (it restarted, or replaced it): fetch in full."""
+
+    errno = 70
+    name = "FETCH_SESSION_ID_NOT_FOUND"
+
+
+class InvalidFetchSessionEpochError(RetriableError, BrokerResponseError):
+    """The fetch's session epoch is not the one the leader expects next (a lost answer): fetch in full."""
+
+    errno = 71
+    name = "INVALID_FETCH_SESSION_EPOCH"
+
+
 class FencedLeaderEpochError(InvalidMetadataError, BrokerResponseError):
     """The request names a leader epoch older than the partition's (KIP-320): the asker's metadata is stale."""
 

@@ -424,16 +424,22 @@ class ReplicaFetchPartition(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., fetch_offset: _Optional[int] = ..., last_fetched_epoch: _Optional[int] = ..., current_leader_epoch: _Optional[int] = ...) -> None: ...
 
 class ReplicaFetchRequest(_message.Message):
-    __slots__ = ("replica_id", "max_wait_ms", "max_bytes", "partitions")
+    __slots__ = ("replica_id", "max_wait_ms", "max_bytes", "partitions", "session_id", "session_epoch", "forgotten")
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    FORGOTTEN_FIELD_NUMBER: _ClassVar[int]
     replica_id: int
     max_wait_ms: int
     max_bytes: int
     partitions: _containers.RepeatedCompositeFieldContainer[ReplicaFetchPartition]
-    def __init__(self, replica_id: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., max_bytes: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[ReplicaFetchPartition, _Mapping]]] = ...) -> None: ...
+    session_id: int
+    session_epoch: int
+    forgotten: _containers.RepeatedCompositeFieldContainer[TopicPartitionRef]
+    def __init__(self, replica_id: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., max_bytes: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[ReplicaFetchPartition, _Mapping]]] = ..., session_id: _Optional[int] = ..., session_epoch: _Optional[int] = ..., forgotten: _Optional[_Iterable[_Union[TopicPartitionRef, _Mapping]]] = ...) -> None: ...
 
 class ReplicaFetchPartitionData(_message.Message):
     __slots__ = ("topic", "partition", "error_code", "error_message", "diverging_epoch", "diverging_end_offset", "records", "records_end", "high_watermark", "log_start_offset")
@@ -460,14 +466,16 @@ class ReplicaFetchPartitionData(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., diverging_epoch: _Optional[int] = ..., diverging_end_offset: _Optional[int] = ..., records: _Optional[bytes] = ..., records_end: _Optional[int] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ...) -> None: ...
 
 class ReplicaFetchResponse(_message.Message):
-    __slots__ = ("partitions", "error_code", "error_message")
+    __slots__ = ("partitions", "error_code", "error_message", "session_id")
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     partitions: _containers.RepeatedCompositeFieldContainer[ReplicaFetchPartitionData]
     error_code: int
     error_message: str
-    def __init__(self, partitions: _Optional[_Iterable[_Union[ReplicaFetchPartitionData, _Mapping]]] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
+    session_id: int
+    def __init__(self, partitions: _Optional[_Iterable[_Union[ReplicaFetchPartitionData, _Mapping]]] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., session_id: _Optional[int] = ...) -> None: ...
 
 class ListOffsetsRequest(_message.Message):
     __slots__ = ("partitions", "timestamps", "isolation_level")

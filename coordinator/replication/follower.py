@@ -7,6 +7,11 @@ the leader epoch it follows; the leader answers at once when it has anything, el
 carried out in order on the partition's ReplicaLog: cut it, append the leader's batches as they are, move
 the high watermark. The appended batches are fsynced, all partitions at once, before the next round, so the
 offset a follower asks for next is one it has made durable: the leader counts it toward acks=all.
+
+The rounds run in a fetch session (KIP-227, Kafka's FetchSessionHandler): the first request lists every
+partition, each later one only those whose fetch state changed since the last request the leader answered,
+and those no longer fetched (unfollowed, or backing off); the leader remembers the rest and answers only
+partitions with news. Any failed round starts the session over with a full request.
 """
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from coordinator.replication.served_sessions import NEW_SESSION_EPOCH
 from coordinator.runtime.io import Failures, NodeIO, Outcome
 from partitions.epoch_cache import EpochEnd
 from partitions.follower_fetch import (
@@ -31,7 +37,7 @@ from partitions.follower_fetch import (
 from partitions.log import PartitionLog
 from partitions.replica_log import ReplicaLog
 from proto import txnsim_pb2 as pb
-from proto.errors import NONE, KafkaError, name_of
+from proto.errors import NONE, FetchSessionIdNotFoundError, InvalidFetchSessionEpochError, KafkaError, name_of
 from proto.planted_bugs import PlantedBug
 from proto.structs import TopicPartition
 
@@ -41,6 +47,7 @@ log = logging.getLogger(__name__)
 REPLICA_FETCH_WAIT_MAX_MS = 500
 REPLICA_FETCH_MAX_BYTES = 1024 * 1024
 REPLICA_FETCH_BACKOFF_MS = 1000
+_SESSION_ERRORS = frozenset({FetchSessionIdNotFoundError.errno, InvalidFetchSessionEpochError.errno})
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +68,8 @@ class _Followed:
     core: FollowerFetcher
     #: the high watermark the leader last gave, applied once what it covers here is fsynced
     pending_high_watermark: int = -1
+    #: the log start the leader last gave, applied with the high watermark
+    pending_log_start: int = -1
     #: not fetched again before this time (an error backs off this partition, not the others)
     retry_at_ms: int = 0
 
@@ -80,6 +89,11 @@ class FetchSession:
         self._pending: dict[TopicPartition, object] = {}
         self._in_flight = False
         self._closed = False
+        #: the fetch session: its id (0: the next request is a full one), the epoch the next request carries,
+        #: and what the leader holds of each partition (the fetch state last sent)
+        self._session_id = 0
+        self._session_epoch = NEW_SESSION_EPOCH
+        self._session_sent: dict[TopicPartition, FetchRequest] = {}
 
     def follow(self, tp: TopicPartition, replica_log: ReplicaLog, leader_epoch: int) -> None:
         """Follow `tp` at `leader_epoch` (its first fetch checks where the log parts from the leader's), once
@@ -136,44 +150,70 @@ class FetchSession:
     def _send(self) -> None:
         now = self._io.now_ms()
         with self._lock:
-            asked = {followed: wanted for followed in self._followed.values()
-                     if followed.retry_at_ms <= now and (wanted := followed.core.next_fetch()) is not None}
+            asked = {followed: next_fetch for followed in self._followed.values()
+                     if followed.retry_at_ms <= now and (next_fetch := followed.core.next_fetch()) is not None}
             later = [f.retry_at_ms for f in self._followed.values() if f.retry_at_ms > now]
             if not asked or self._closed:
                 self._in_flight = False
                 if later and not self._closed:
                     self._io.after(min(later) - now, self._kick, f"fetch from node {self.leader_id} after a backoff")
                 return
+        wanted = {f.tp: r for f, r in asked.items()}
+        with self._lock:
+            incremental = self._session_id != 0
+            listed = [(tp, r) for tp, r in wanted.items() if not incremental or self._session_sent.get(tp) != r]
+            forgotten = [tp for tp in self._session_sent if tp not in wanted] if incremental else []
+            session_id, session_epoch = self._session_id, self._session_epoch
         request = pb.ReplicaFetchRequest(
             replica_id=self._io.node_id, max_wait_ms=self._settings.max_wait_ms, max_bytes=self._settings.max_bytes,
-            partitions=[pb.ReplicaFetchPartition(topic=f.tp.topic, partition=f.tp.partition,
+            session_id=session_id, session_epoch=session_epoch,
+            partitions=[pb.ReplicaFetchPartition(topic=tp.topic, partition=tp.partition,
                                                  fetch_offset=r.fetch_offset, last_fetched_epoch=r.last_fetched_epoch,
                                                  current_leader_epoch=r.current_leader_epoch)
-                        for f, r in asked.items()])
+                        for tp, r in listed],
+            forgotten=[pb.TopicPartitionRef(topic=tp.topic, partition=tp.partition) for tp in forgotten])
         self._io.call(self.leader_id, request, self._settings.max_wait_ms + self._settings.request_timeout_ms,
-                      lambda outcome: self._answered(asked, outcome))
+                      lambda outcome: self._answered(asked, wanted, outcome))
 
-    def _answered(self, asked: dict[_Followed, FetchRequest], outcome: Outcome) -> None:
+    def _answered(self, asked: dict[_Followed, FetchRequest], wanted: dict[TopicPartition, FetchRequest],
+                  outcome: Outcome) -> None:
         try:
-            self._take_answer(asked, outcome)
+            self._take_answer(asked, wanted, outcome)
         except Exception:  # a bug must not end fetching for every partition of the session: back off, go on
             log.exception("fetch from node %d: handling its answer failed", self.leader_id)
+            self._start_session_over()
             self._back_off(asked)
             self._next_round()
 
-    def _take_answer(self, asked: dict[_Followed, FetchRequest], outcome: Outcome) -> None:
+    def _start_session_over(self) -> None:
+        with self._lock:
+            self._session_id, self._session_epoch, self._session_sent = 0, NEW_SESSION_EPOCH, {}
+
+    def _take_answer(self, asked: dict[_Followed, FetchRequest], wanted: dict[TopicPartition, FetchRequest],
+                     outcome: Outcome) -> None:
         if isinstance(outcome, BaseException):
             log.info("fetch from node %d failed (%s); again in %d ms", self.leader_id, outcome,
                      self._settings.backoff_ms)
+            self._start_session_over()
             self._back_off(asked)
             self._next_round()
             return
         assert isinstance(outcome, pb.ReplicaFetchResponse)
+        if outcome.error_code in _SESSION_ERRORS:  # the leader restarted, or an answer was lost: a full fetch now
+            log.info("fetch from node %d: %s; fetching in full", self.leader_id, outcome.error_message)
+            self._start_session_over()
+            self._next_round()
+            return
         if outcome.error_code != NONE:  # the whole request refused (a node that keeps no replicas, a node bug)
             log.info("fetch from node %d refused: %s", self.leader_id, outcome.error_message)
+            self._start_session_over()
             self._back_off(asked)
             self._next_round()
             return
+        with self._lock:
+            self._session_id = outcome.session_id
+            self._session_epoch = self._session_epoch + 1 if outcome.session_id else NEW_SESSION_EPOCH
+            self._session_sent = wanted if outcome.session_id else {}
         by_tp = {(f.tp.topic, f.tp.partition): f for f in asked}
         appended: dict[PartitionLog, int] = {}
         for data in outcome.partitions:
@@ -217,10 +257,8 @@ class FetchSession:
                 log.error("%s: following node %d failed: %s", followed.tp, self.leader_id, error)
                 self._on_error(followed.tp, error.message)
                 backoff = True
-            # records the leader deleted (retention, DeleteRecords) go here too, once below this replica's mark
-            start = min(data.log_start_offset, followed.log.high_watermark)
-            if not data.error_code and start > followed.log.log_start_offset:
-                followed.log.delete_records_before(start)
+            if not data.error_code:
+                followed.pending_log_start = data.log_start_offset
             # the core follows the log as it now is (a failed append left it where it was)
             followed.core.log_end_offset = followed.log.log_end_offset
             followed.core.epochs = followed.log.epoch_cache()
@@ -237,9 +275,16 @@ class FetchSession:
                     with self._lock:
                         if self._followed.get(followed.tp) is followed:
                             del self._followed[followed.tp]
-                elif followed.pending_high_watermark >= 0:
-                    followed.log.set_high_watermark(followed.pending_high_watermark)
-                    followed.pending_high_watermark = -1
+                else:
+                    if followed.pending_high_watermark >= 0:
+                        followed.log.set_high_watermark(followed.pending_high_watermark)
+                        followed.pending_high_watermark = -1
+                    # records the leader deleted (retention, DeleteRecords) go here too, up to this replica's
+                    # mark (the leader tells a log start once: the mark it came with is applied first)
+                    start = min(followed.pending_log_start, followed.log.high_watermark)
+                    if start > followed.log.log_start_offset:
+                        followed.log.delete_records_before(start)
+                    followed.pending_log_start = -1
         finally:
             self._next_round()
 

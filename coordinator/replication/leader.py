@@ -207,6 +207,13 @@ class LeaderPartition:
         return (asked.current_leader_epoch != self.leader_epoch or self._resigned
                 or self.log.log_end_offset > asked.fetch_offset)
 
+    def settled_for(self, replica_id: int, asked: pb.ReplicaFetchPartition) -> bool:
+        """Whether a fetch of `asked` by `replica_id` would neither bring it anything nor change anything here:
+        this leader at the epoch it follows, and it in the ISR with this whole log. A fetch session skips
+        such partitions (the core counts a follower at the log end as caught up until the next append)."""
+        return (not self._resigned and asked.current_leader_epoch == self.state.leader_epoch
+                and asked.fetch_offset == self.log.log_end_offset and replica_id in self._core.isr)
+
     # ------------------------------------------------------------ writes
 
     def check_enough_replicas(self) -> None:

@@ -17,11 +17,13 @@ from coordinator.controller.znodes import PartitionState
 from coordinator.replication.follower import FetchSession, FetchSettings
 from coordinator.replication.isr_writes import IsrWriter
 from coordinator.replication.leader import LeaderPartition, partition_error
+from coordinator.replication.served_sessions import CachedPartition, ServedSession, ServedSessions
 from coordinator.runtime.io import Cancellable, NodeIO, Outcome
+from partitions.epoch_cache import UNDEFINED_EPOCH
 from partitions.leader_replicas import REPLICA_LAG_TIME_MAX_MS
 from partitions.replica_log import ReplicaLog
 from proto import txnsim_pb2 as pb
-from proto.errors import NotLeaderOrFollowerError
+from proto.errors import KafkaError, NotLeaderOrFollowerError, code_of
 from proto.planted_bugs import PlantedBug
 from proto.structs import TopicPartition
 
@@ -40,6 +42,7 @@ class ReplicationSettings:
 @dataclass(eq=False)
 class _Parked:
     request: pb.ReplicaFetchRequest
+    session: ServedSession
     done: Callable[[Outcome], None]
     partitions: frozenset[TopicPartition]
     timer: Cancellable | None = None
@@ -63,6 +66,7 @@ class ReplicaManager:
         self._replicas: dict[TopicPartition, _Replica] = {}
         self._sessions: dict[int, FetchSession] = {}
         self._parked: list[_Parked] = []
+        self._served = ServedSessions()
         self._closed = False
         self._lost_listeners: list[Callable[[str, int], None]] = []
 
@@ -200,26 +204,36 @@ class ReplicaManager:
     # ------------------------------------------------------------ serving followers
 
     def handle_fetch(self, request: pb.ReplicaFetchRequest, done: Callable[[Outcome], None]) -> None:
-        """A follower's ReplicaFetch: answered now if any partition has news, else parked up to max_wait_ms."""
+        """A follower's ReplicaFetch in its fetch session: answered now if any partition has news, else parked
+        up to max_wait_ms. A session the leader lost (it restarted) or a request out of turn is refused, and
+        the follower starts over with a full fetch."""
+        try:
+            session = self._served.take(request)
+        except KafkaError as error:
+            done(pb.ReplicaFetchResponse(error_code=code_of(error), error_message=error.message))
+            return
         # answered at once even when parked: the fetch tells each leader how far the follower has fsynced
-        response = self._answer(request)
+        response, sent = self._answer(session, request, first=True)
         if request.max_wait_ms <= 0 or any(data.records or data.error_code or data.diverging_end_offset >= 0
                                            for data in response.partitions):
-            done(response)
+            done(_sent(response, sent))
             return
-        parked = _Parked(request, done, frozenset(TopicPartition(p.topic, p.partition) for p in request.partitions))
+        with session.lock:
+            partitions = frozenset(session.partitions)
+            cached = list(session.partitions.values())
+        parked = _Parked(request, session, done, partitions)
         with self._lock:
             if self._closed:
                 parked.answered = True
             else:
                 self._parked.append(parked)
         if parked.answered:
-            done(self._answer(request))
+            done(_sent(*self._answer(session, request, first=False)))
             return
         parked.timer = self._io.after(request.max_wait_ms, lambda: self._unpark(parked), "parked replica fetch")
         # an append between the check above and the parking would have found nothing to wake: look again
-        if any(leader is not None and leader.has_news_for(asked)
-               for asked, leader in zip(request.partitions, self._leaders_of(request))):
+        leaders = self._leaders_of([TopicPartition(c.asked.topic, c.asked.partition) for c in cached])
+        if any(leader is not None and leader.has_news_for(c.asked) for c, leader in zip(cached, leaders)):
             self._unpark(parked)
 
     def appended(self, tp: TopicPartition) -> None:
@@ -245,20 +259,50 @@ class ReplicaManager:
                 self._parked.remove(fetch)
         if fetch.timer is not None:
             fetch.timer.cancel()
-        fetch.done(self._answer(fetch.request))
+        fetch.done(_sent(*self._answer(fetch.session, fetch.request, first=False)))
 
-    def _leaders_of(self, request: pb.ReplicaFetchRequest) -> list[LeaderPartition | None]:
+    def _leaders_of(self, tps: list[TopicPartition]) -> list[LeaderPartition | None]:
         with self._lock:
-            return [replica.leader if (replica := self._replicas.get(TopicPartition(p.topic, p.partition)))
-                    else None for p in request.partitions]
+            return [replica.leader if (replica := self._replicas.get(tp)) else None for tp in tps]
 
-    def _answer(self, request: pb.ReplicaFetchRequest) -> pb.ReplicaFetchResponse:
-        response = pb.ReplicaFetchResponse()
-        for asked, leader in zip(request.partitions, self._leaders_of(request)):
-            tp = TopicPartition(asked.topic, asked.partition)
+    def _answer(self, session: ServedSession, request: pb.ReplicaFetchRequest,
+                first: bool) -> tuple[pb.ReplicaFetchResponse, list[tuple[CachedPartition, int, int]]]:
+        """The answer for every partition of the session with news (every one for a full fetch), and what it
+        tells each: recorded only once it is sent (a parked fetch's first answer is not). A partition the
+        request listed is fetched in full (the leader takes the follower's new offset); one it did not is
+        skipped, cheaply, while its follower is in sync at this leader's log end."""
+        with session.lock:
+            items = list(session.partitions.items())
+            listed = session.listed if first else frozenset()
+            full = session.full
+        response = pb.ReplicaFetchResponse(session_id=session.session_id)
+        sent: list[tuple[CachedPartition, int, int]] = []
+        for (tp, cached), leader in zip(items, self._leaders_of([tp for tp, _cached in items])):
+            asked = cached.asked
             if leader is None:
-                response.partitions.append(partition_error(tp, NotLeaderOrFollowerError(
-                    f"[NOT_LEADER_OR_FOLLOWER] node {self.node_id} does not lead {tp}")))
+                data = partition_error(tp, NotLeaderOrFollowerError(
+                    f"[NOT_LEADER_OR_FOLLOWER] node {self.node_id} does not lead {tp}"))
+            elif tp in listed or not leader.settled_for(session.replica_id, asked):
+                data = leader.fetch(session.replica_id, asked, request.max_bytes)
             else:
-                response.partitions.append(leader.fetch(request.replica_id, asked, request.max_bytes))
-        return response
+                high_watermark, log_start = leader.log.high_watermark, leader.log.log_start_offset
+                if not full and (high_watermark, log_start) == (cached.sent_high_watermark, cached.sent_log_start):
+                    continue
+                data = pb.ReplicaFetchPartitionData(
+                    topic=tp.topic, partition=tp.partition, records_end=asked.fetch_offset,
+                    high_watermark=high_watermark, log_start_offset=log_start, diverging_epoch=UNDEFINED_EPOCH,
+                    diverging_end_offset=-1)
+            if not full and not (data.records or data.error_code or data.diverging_end_offset >= 0) and (
+                    data.high_watermark, data.log_start_offset) == (cached.sent_high_watermark, cached.sent_log_start):
+                continue
+            response.partitions.append(data)
+            sent.append((cached, data.high_watermark, data.log_start_offset))
+        return response, sent
+
+
+def _sent(response: pb.ReplicaFetchResponse,
+          sent: list[tuple[CachedPartition, int, int]]) -> pb.ReplicaFetchResponse:
+    """Record what `response` tells the follower of each partition, as it goes out."""
+    for cached, high_watermark, log_start in sent:
+        cached.sent_high_watermark, cached.sent_log_start = high_watermark, log_start
+    return response

@@ -158,3 +158,14 @@ def test_an_isr_member_asking_from_below_the_high_watermark_leaves_the_isr_at_on
     assert damaged.propose_isr == frozenset({0, 1}) and state.high_watermark == 15
     state.isr_written(frozenset({0, 1}), now_ms=4)
     assert fetch(state, 2, 15, now_ms=5).propose_isr == frozenset({0, 1, 2})  # back once it has them
+
+
+def test_a_follower_idle_at_the_log_end_counts_as_caught_up_until_the_next_append() -> None:
+    """A fetch session does not fetch an idle partition again: a follower that had the whole log long before
+    an append was still caught up at it, and is out of sync only a lag after it without fetching."""
+    state = leader()
+    fetch(state, 1, 10, now_ms=100)
+    fetch(state, 2, 10, now_ms=100)
+    state.appended(11, now_ms=50_000)  # fifty lags without a fetch naming the partition, then a write
+    assert state.out_of_sync(now_ms=50_000 + LAG - 1) is None
+    assert state.out_of_sync(now_ms=50_000 + LAG + 1) == frozenset({0})
