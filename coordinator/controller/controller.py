@@ -9,6 +9,7 @@ the driver's state needs no lock (Kafka's controller event thread); the simulato
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Callable
@@ -177,7 +178,10 @@ class Controller:
         go (a kill and restart within one watch's round trip shows as no change at all): it leaves every ISR
         and leadership first, as a dead broker does, and rejoins the ISRs once it has caught up again (Kafka's
         KafkaController handles its "bounced brokers" so). A restarted replica may have lost what it had
-        (a damaged segment cut on open) and must not be elected on the strength of its old ISR membership."""
+        (a damaged segment cut on open) and must not be elected on the strength of its old ISR membership
+        while another member is live; the ISR's last one leads again, in a new epoch. A controller that took
+        over after the restart knows no earlier session: the one each leader was elected under, in its
+        partition's state, tells it (elections.after_brokers_changed)."""
         if not self.active:
             return
         bounced = {b for b, session in sessions.items() if self.view.sessions.get(b, session) != session}
@@ -186,12 +190,14 @@ class Controller:
         if bounced:
             log.info("controller %d: broker(s) %s restarted; out of every ISR until caught up", self.broker_id,
                      sorted(bounced))
-        self._elect(self.view.live - bounced)
+        self._elect(bounced)
 
-    def _elect(self, live: frozenset[int]) -> None:
+    def _elect(self, bounced: set[int]) -> None:
         for (topic, partition), (state, version) in sorted(self.view.states.items()):
             replicas = self.view.assignments[topic][partition]
-            new = after_brokers_changed(replicas, state, live, self.epoch, unclean=self.unclean_leader_election)
+            new = after_brokers_changed(replicas, state, self.view.live, self.epoch,
+                                        unclean=self.unclean_leader_election, restarted=bounced,
+                                        sessions=self.view.sessions)
             if new is not None:
                 self._write_state(topic, partition, new, version)
 
@@ -224,7 +230,7 @@ class Controller:
             state = PartitionState.decode(outcome.data)
             self.view.states[(topic, partition)] = (state, outcome.version)
             new = after_brokers_changed(replicas, state, self.view.live, self.epoch,
-                                        unclean=self.unclean_leader_election)
+                                        unclean=self.unclean_leader_election, sessions=self.view.sessions)
             if new is not None:
                 self._write_state(topic, partition, new, outcome.version)
 
@@ -253,7 +259,12 @@ class Controller:
 
     # ------------------------------------------------------------ writes, fenced by the controller epoch
 
+    def _stamped(self, state: PartitionState) -> PartitionState:
+        """`state` with the session its leader is registered under now (0 if none or not known)."""
+        return dataclasses.replace(state, leader_session=self.view.sessions.get(state.leader, 0))
+
     def _create_state(self, topic: str, partition: int, state: PartitionState) -> None:
+        state = self._stamped(state)
         path = partition_state_path(topic, partition)
         parent = path.rsplit("/", 1)[0]
 
@@ -267,6 +278,8 @@ class Controller:
             self._answered(created))))
 
     def _write_state(self, topic: str, partition: int, state: PartitionState, version: int) -> None:
+        state = self._stamped(state)
+
         def written(outcome: object) -> None:
             if isinstance(outcome, list):
                 self.view.states[(topic, partition)] = (state, int(outcome[1]))
