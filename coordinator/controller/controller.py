@@ -43,6 +43,8 @@ from coordinator.controller.znodes import (
 )
 
 log = logging.getLogger(__name__)
+#: partition states written in one commit at most (each ~150 bytes; ZooKeeper's default jute.maxbuffer is 1 MB)
+STATES_PER_COMMIT = 500
 
 Serial = Callable[[Callable[[], None]], None]
 
@@ -193,13 +195,16 @@ class Controller:
         self._elect(bounced)
 
     def _elect(self, bounced: set[int]) -> None:
+        writes: list[tuple[str, int, PartitionState, int]] = []
         for (topic, partition), (state, version) in sorted(self.view.states.items()):
             replicas = self.view.assignments[topic][partition]
             new = after_brokers_changed(replicas, state, self.view.live, self.epoch,
                                         unclean=self.unclean_leader_election, restarted=bounced,
                                         sessions=self.view.sessions)
             if new is not None:
-                self._write_state(topic, partition, new, version)
+                writes.append((topic, partition, new, version))
+        for start in range(0, len(writes), STATES_PER_COMMIT):
+            self._write_states(writes[start:start + STATES_PER_COMMIT])
 
     def _watch_topics(self) -> None:
         self._store.children(TOPICS, self._answered(self._topics), watch=lambda: self._serial(self._watch_topics))
@@ -289,6 +294,31 @@ class Controller:
                 self._write_refused(topic, partition, outcome)
         self._store.commit([Check(CONTROLLER_EPOCH, self._epoch_version),
                             SetData(partition_state_path(topic, partition), state.encode(), version)],
+                           self._answered(written))
+
+    def _write_states(self, writes: list[tuple[str, int, PartitionState, int]]) -> None:
+        """Several partitions' new states in one commit, fenced once by the controller epoch: one round trip
+        to the store for all of a dead broker's partitions instead of one each (Kafka's controller batches
+        its leader and ISR updates too), so the last of them, often a data partition after ~150 internal
+        ones, moves as soon as the first. If the commit is refused (a leader changed its ISR meanwhile, or
+        a newer controller wrote), each state is written alone, and those refused are decided afresh."""
+        if len(writes) == 1:
+            self._write_state(*writes[0])
+            return
+        stamped = [(topic, partition, self._stamped(state), version) for topic, partition, state, version in writes]
+
+        def written(outcome: object) -> None:
+            if isinstance(outcome, list):
+                for (topic, partition, state, _version), new_version in zip(stamped, outcome[1:]):
+                    self.view.states[(topic, partition)] = (state, int(new_version))
+                    log.info("controller %d: %s-%d leader %d epoch %d isr %s", self.broker_id, topic, partition,
+                             state.leader, state.leader_epoch, list(state.isr))
+            elif isinstance(outcome, BadVersionError):
+                for write in writes:
+                    self._write_state(*write)
+        self._store.commit([Check(CONTROLLER_EPOCH, self._epoch_version),
+                            *(SetData(partition_state_path(topic, partition), state.encode(), version)
+                              for topic, partition, state, version in stamped)],
                            self._answered(written))
 
     def _write_refused(self, topic: str, partition: int, outcome: object) -> None:
