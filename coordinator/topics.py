@@ -69,7 +69,7 @@ class TopicCatalog(Protocol):
     def remove_logs_if_deleted(self, name: str) -> list[str]: ...
 
 
-def _check_changeable(names: set[str]) -> None:
+def check_changeable(names: set[str]) -> None:
     fixed = sorted(name for name in names if name in TOPIC_CONFIGS and TOPIC_CONFIGS[name].fixed_after_create)
     if fixed:
         raise InvalidConfigError(f"[INVALID_CONFIG] {', '.join(fixed)} is chosen when a topic is created and cannot "
@@ -235,7 +235,7 @@ class TopicStore:
         """
         if name in INTERNAL_TOPICS or name.startswith("__"):
             raise InvalidTopicError(f"[INVALID_TOPIC_EXCEPTION] internal topic {name!r} cannot be altered")
-        _check_changeable(set(set_configs) | set(delete_configs))
+        check_changeable(set(set_configs) | set(delete_configs))
         for key in delete_configs:
             if key not in TOPIC_CONFIGS:
                 raise InvalidConfigError(f"[INVALID_CONFIG] unknown topic config name: {key}")
@@ -270,7 +270,7 @@ class TopicStore:
                 raise UnknownTopicOrPartitionError(f"[UNKNOWN_TOPIC_OR_PARTITION] topic {name!r} does not exist")
             count = int(entry["partitions"]) if isinstance(entry, dict) else int(entry)
             old = dict(entry.get("configs", {})) if isinstance(entry, dict) else {}
-            _check_changeable({key for key in set(old) | set(settings) if old.get(key) != settings.get(key)})
+            check_changeable({key for key in set(old) | set(settings) if old.get(key) != settings.get(key)})
             if not validate_only:
                 current[name] = {"partitions": count, "configs": settings} if settings else count
                 write_atomically(self._path, json.dumps(current, indent=1, sort_keys=True).encode())

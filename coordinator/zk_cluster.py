@@ -342,8 +342,10 @@ class ZooKeeperCluster:
     def _on_state(self, tp: TopicPartition, replicas: tuple[int, ...], state: PartitionState, version: int) -> None:
         manager = self.manager
         assert manager is not None, "the view starts after attach()"
-        configs = self.view.configs(tp.topic)
-        required = int(configs.get("min.insync.replicas", self.config.min_insync_replicas))
+        default, view = self.config.min_insync_replicas, self.view
+
+        def required() -> int:  # the topic's setting as it is now: a change applies to writes after it
+            return int(view.configs(tp.topic).get("min.insync.replicas", default))
         manager.apply(tp, self.replicas.log(tp), state, version, replicas, min_insync_replicas=required)
         for listener in self._state_listeners:
             listener(tp)

@@ -3,23 +3,35 @@
 store. A creation returns once this broker has seen every partition get its first leader, so a client that
 creates a topic and then produces to it finds a leader.
 
-Deleting topics, adding partitions and changing settings are not offered on a replicated cluster yet: each
-is refused with INVALID_REQUEST, saying so, and nothing changes.
+A topic's settings change in the store (its /config/topics znode, conditionally on its version); the call
+returns once this broker's view has them, so the next describe shows them and the next write obeys them.
+Deleting topics and adding partitions are not offered on a replicated cluster yet: each is refused with
+INVALID_REQUEST, saying so, and nothing changes.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from coordinator.controller.cluster_view import ClusterView
 from coordinator.controller.elections import check_replication_factor
 from coordinator.controller.topic_admin import TopicAdmin
 from coordinator.runtime.io import wait_for
-from coordinator.topics import check_new_topic
-from proto.errors import InvalidRequestError, RequestTimedOutError, TopicAlreadyExistsError
+from coordinator.topic_configs import TOPIC_CONFIGS, check_configs
+from coordinator.topics import check_changeable, check_new_topic
+from proto.errors import (
+    InvalidConfigError,
+    InvalidRequestError,
+    InvalidTopicError,
+    RequestTimedOutError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
 from proto.structs import INTERNAL_TOPICS
 
 #: how long a creation waits for the controller to give every new partition its first leader
 FIRST_LEADERS_TIMEOUT_S = 10.0
+#: how long a settings change waits for this node's view of the store to show it
+CONFIGS_SEEN_TIMEOUT_S = 10.0
 
 
 class StoreTopics:
@@ -71,10 +83,54 @@ class StoreTopics:
 
     def alter(self, name: str, partitions: int, set_configs: dict[str, str], delete_configs: list[str]
               ) -> tuple[int, dict[str, str]]:
-        raise _not_yet("adding partitions or changing settings")
+        """Changed settings (IncrementalAlterConfigs' SET and DELETE), durably; returns (partitions, settings).
+        More partitions are refused with INVALID_REQUEST, before anything changes."""
+        count = self._existing(name)
+        if partitions and partitions != count:
+            raise _not_yet("adding partitions")
+        check_changeable(set(set_configs) | set(delete_configs))
+        for key in delete_configs:
+            if key not in TOPIC_CONFIGS:
+                raise InvalidConfigError(f"[INVALID_CONFIG] unknown topic config name: {key}")
+        set_configs = check_configs(set_configs)
+
+        def change(current: dict[str, str]) -> dict[str, str]:
+            new = {**current, **set_configs}
+            for key in delete_configs:
+                new.pop(key, None)
+            return new
+        return count, self._change(name, change)
 
     def replace_configs(self, name: str, configs: dict[str, str], *, validate_only: bool = False) -> dict[str, str]:
-        raise _not_yet("changing a topic's settings")
+        """Kafka's AlterConfigs: the topic's settings become exactly `configs` (those not named return to their
+        defaults), durably; returns them. Settings fixed at creation must keep their values."""
+        self._existing(name)
+        settings = check_configs(configs)
+
+        def change(current: dict[str, str]) -> dict[str, str]:
+            check_changeable({key for key in set(current) | set(settings) if current.get(key) != settings.get(key)})
+            return dict(settings)
+        if validate_only:
+            change(dict(self._view.configs(name)))
+            return settings
+        return self._change(name, change)
+
+    def _existing(self, name: str) -> int:
+        """The partition count of `name`, a topic clients may change: INVALID_TOPIC_EXCEPTION for an internal
+        one, UNKNOWN_TOPIC_OR_PARTITION for one that does not exist."""
+        if name in INTERNAL_TOPICS or name.startswith("__"):
+            raise InvalidTopicError(f"[INVALID_TOPIC_EXCEPTION] internal topic {name!r} cannot be altered")
+        count = self._view.partitions(name)
+        if count is None:
+            raise UnknownTopicOrPartitionError(f"[UNKNOWN_TOPIC_OR_PARTITION] topic {name!r} does not exist")
+        return count
+
+    def _change(self, name: str, change: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
+        new: dict[str, str] = wait_for(lambda done: self._admin.change_configs(name, change, done))
+        if not self._view.wait_for(lambda: dict(self._view.configs(name)) == new, CONFIGS_SEEN_TIMEOUT_S):
+            raise RequestTimedOutError(f"[REQUEST_TIMED_OUT] the settings of topic {name!r} were changed, but this "
+                                       f"node had not seen them within {CONFIGS_SEEN_TIMEOUT_S:.0f} s; it will soon")
+        return new
 
     def remove_logs_if_deleted(self, name: str) -> list[str]:
         return []

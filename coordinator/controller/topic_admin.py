@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from coordinator.controller.elections import assign_replicas
 from coordinator.controller.store import (
+    BadVersionError,
     CoordinationStore,
     Create,
     NodeExistsError,
@@ -138,6 +139,34 @@ class TopicAdmin:
             else:
                 done(_kafka_error(outcome, f"cannot create topic {name!r}"))
         self._store.children(BROKER_IDS, brokers)
+
+    def change_configs(self, name: str, change: Callable[[dict[str, str]], dict[str, str]], done: Done) -> None:
+        """The topic's settings become `change(current)`, written conditionally on the settings znode's version
+        (a concurrent change makes this one read again and reapply, as Kafka's AdminZkClient retries):
+        done(new settings) or done(UNKNOWN_TOPIC_OR_PARTITION, a KafkaError `change` raised, or a store error)."""
+        def read(outcome: object) -> None:
+            if isinstance(outcome, NoNodeError):
+                done(UnknownTopicOrPartitionError(f"[UNKNOWN_TOPIC_OR_PARTITION] topic {name!r} does not exist"))
+                return
+            if not isinstance(outcome, Znode):
+                done(_kafka_error(outcome, f"cannot change the settings of topic {name!r}"))
+                return
+            try:
+                new = change(decode_topic_config(outcome.data))
+            except KafkaError as error:
+                done(error)
+                return
+            self._store.set(config_path(name), encode_topic_config(new),
+                            lambda result: written(result, new), version=outcome.version)
+
+        def written(outcome: object, new: dict[str, str]) -> None:
+            if isinstance(outcome, BadVersionError):
+                self._store.get(config_path(name), read)  # changed meanwhile: apply the change to the new one
+            elif isinstance(outcome, StoreError):
+                done(_kafka_error(outcome, f"cannot change the settings of topic {name!r}"))
+            else:
+                done(new)
+        self._store.get(config_path(name), read)
 
     def describe(self, name: str, done: Done) -> None:
         """done(TopicDescription) or done(UNKNOWN_TOPIC_OR_PARTITION / REQUEST_TIMED_OUT)."""

@@ -70,7 +70,8 @@ def partition_error(tp: TopicPartition, error: KafkaError, *, log_start_offset: 
 
 class LeaderPartition:
     def __init__(self, tp: TopicPartition, replica_log: ReplicaLog, *, io: NodeIO, state: PartitionState,
-                 version: int, replicas: tuple[int, ...], isr_writer: IsrWriter, min_insync_replicas: int,
+                 version: int, replicas: tuple[int, ...], isr_writer: IsrWriter,
+                 min_insync_replicas: int | Callable[[], int],
                  max_lag_ms: int = REPLICA_LAG_TIME_MAX_MS, planted_bug: PlantedBug | None = None) -> None:
         if state.leader != io.node_id:
             raise ValueError(f"{tp}: node {io.node_id} cannot lead at epoch {state.leader_epoch}: "
@@ -79,7 +80,8 @@ class LeaderPartition:
         self.log = replica_log
         self._io = io
         self._isr_writer = isr_writer
-        self.min_insync_replicas = min_insync_replicas
+        #: min.insync.replicas, or what reads the topic's setting as it is at each write
+        self._min_insync = min_insync_replicas if callable(min_insync_replicas) else lambda: min_insync_replicas
         self._lock = threading.Lock()
         replica_log.become_leader(state.leader_epoch)
         self.state = state
@@ -104,6 +106,10 @@ class LeaderPartition:
     @property
     def leader_epoch(self) -> int:
         return self.state.leader_epoch
+
+    @property
+    def min_insync_replicas(self) -> int:
+        return self._min_insync()
 
     def follower_lags(self) -> dict[int, int]:
         """Records each follower has yet to fetch: this log's end minus the end its last fetch asked from (the

@@ -101,7 +101,7 @@ class ReplicaManager:
     # ------------------------------------------------------------ the controller's word
 
     def apply(self, tp: TopicPartition, replica_log: ReplicaLog, state: PartitionState, version: int,
-              replicas: tuple[int, ...], *, min_insync_replicas: int | None = None) -> None:
+              replicas: tuple[int, ...], *, min_insync_replicas: int | Callable[[], int] | None = None) -> None:
         """The partition's state as the store holds it (`version`: its znode's): lead it, follow its leader,
         or (leader -1, the partition offline) wait. A state at an older leader epoch than the replica's is
         ignored (a stale word). While this node goes on leading, a newer state is taken up in place (a new

@@ -100,3 +100,25 @@ def test_refusals_are_kafkas_errors() -> None:
     cluster.reachable = False
     with pytest.raises(RequestTimedOutError, match="cannot be reached"):
         cluster.create("later", 1, 1)
+
+
+def test_a_topics_settings_change_in_the_store_and_a_concurrent_change_is_not_lost() -> None:
+    cluster = Cluster(3)
+    cluster.create("orders", 1, 3, {"retention.ms": "60000"})
+    changed = wait_for(lambda done: cluster.admin.change_configs(
+        "orders", lambda current: {**current, "min.insync.replicas": "3"}, done))
+    assert changed == {"retention.ms": "60000", "min.insync.replicas": "3"}
+    assert cluster.describe("orders").configs == changed
+    # another admin changes the settings between this change's read and its write: the write is refused
+    # (the znode's version moved) and the change is applied again to what the other wrote
+    other = TopicAdmin(cluster.stores[2])
+
+    def meanwhile(current: dict[str, str]) -> dict[str, str]:
+        if not raced:
+            raced.append(True)
+            wait_for(lambda done: other.change_configs("orders", lambda c: {**c, "retention.ms": "1000"}, done))
+        return {k: v for k, v in current.items() if k != "min.insync.replicas"}
+    raced: list[bool] = []
+    assert wait_for(lambda done: cluster.admin.change_configs("orders", meanwhile, done)) == {"retention.ms": "1000"}
+    with pytest.raises(UnknownTopicOrPartitionError):
+        wait_for(lambda done: cluster.admin.change_configs("missing", dict, done))
