@@ -90,6 +90,9 @@ class _Connection:
     unsent: bytearray = field(default_factory=bytearray)
     #: set when the connection must close once what is already answered has been sent
     closing: str | None = None
+    #: the client closed its side with requests still waiting: they are carried out (an acks=0 produce is
+    #: answered by nothing, and a Kafka broker takes every request that reached it), their answers dropped
+    peer_closed: bool = False
     #: the selector events it is registered for (0: not registered, paused)
     events: int = selectors.EVENT_READ
 
@@ -219,6 +222,9 @@ class KafkaListener:
                 got, of = ((len(conn.received), SIZE.size) if conn.expected is None
                            else (len(conn.received) - SIZE.size, conn.expected))
                 self._close(conn, f"the connection closed after {got} of {of} bytes of a request")
+            elif conn.waiting:  # closed by the client after requests still being carried out: finish them
+                conn.peer_closed, conn.closing = True, "closed by the client"
+                self._update_interest(conn)
             else:
                 self._close(conn, None)  # closed by the client between requests
             return
@@ -323,7 +329,7 @@ class KafkaListener:
                     conn.waiting.clear()
                     break
                 reply = request.answer.result()
-                if reply is not None:
+                if reply is not None and not conn.peer_closed:
                     conn.unsent += reply
             self._start_ready(conn)
             self._send(conn)
@@ -341,7 +347,7 @@ class KafkaListener:
             if sent:
                 conn.last_activity = time.monotonic()
         if conn.closing is not None and not conn.unsent and not conn.waiting:
-            self._close(conn, conn.closing)
+            self._close(conn, None if conn.peer_closed else conn.closing)
             return
         self._update_interest(conn)
 
