@@ -168,7 +168,9 @@ class LocalCluster:
         if proc is not None and proc.poll() is None:
             return
         self._spawn(node_id)
-        self._wait_ready([node_id])
+        # a replicated node serves once it is up, though its coordinators may wait for partitions whose only
+        # in-sync replicas are on nodes still down: waiting for those would wait for the next restart
+        self._wait_ready([node_id], serving_is_enough=self.spec.replicated)
 
     def pause(self, node_id: int) -> None:
         proc = self._procs.get(node_id)
@@ -375,7 +377,9 @@ class LocalCluster:
                 self._metrics_ports[node_id] = port
                 return port
 
-    def _wait_ready(self, node_ids: list[int]) -> None:
+    def _wait_ready(self, node_ids: list[int], *, serving_is_enough: bool = False) -> None:
+        """Until each node answers Status as ready (its shards loaded), or with `serving_is_enough` answers it
+        at all (COORDINATOR_LOAD_IN_PROGRESS too)."""
         deadline = time.monotonic() + self.startup_timeout_s
         for node_id in node_ids:
             stubs = self._channels.stubs(self.spec.nodes[node_id])
@@ -386,7 +390,7 @@ class LocalCluster:
                     raise KafkaConfigurationError(
                         f"node {node_id} exited with code {proc.returncode} during start-up:\n{self._log_tail(node_id)}")
                 try:
-                    call(stubs.cluster.Status, pb.ClusterStatusRequest(), 1.0)
+                    call(stubs.cluster.Status, pb.ClusterStatusRequest(), 1.0, check=not serving_is_enough)
                     break
                 except KafkaError:
                     if time.monotonic() > deadline:

@@ -5,8 +5,9 @@ of a partition is SIGKILLed another replica serves every acknowledged record, an
 to it once it is restarted and in sync again."""
 from __future__ import annotations
 
+import json
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,8 @@ import pytest
 from client.transport import call
 from proto import txnsim_pb2 as pb
 from tests.helpers import read_all, wait_until
-from txnsim import LocalCluster, Producer
+from txnsim import Admin, LocalCluster, Producer
+from txnsim.ui.server import BackgroundUI
 from txnsim.zookeeper import zookeeper_available
 
 _MISSING = zookeeper_available()
@@ -167,3 +169,51 @@ def test_a_flipped_byte_in_a_replicas_sealed_segment_is_fetched_again_and_nothin
         wait_until(lambda: partition_metadata(cluster, "flipped")[0].leader == follower, 20,
                    f"node {follower} leading")
         assert values(cluster, "flipped", len(written)) == written
+
+
+def test_the_web_view_shows_each_partitions_replicas_and_its_isr_shrinking_and_growing(cluster: LocalCluster) -> None:
+    with Admin(cluster.bootstrap_servers) as admin:
+        assert admin.create_topic("shown", partitions=1, replication_factor=3) == 3
+    ui = BackgroundUI(cluster.data_dir, 0, interval_s=0.3).start()
+
+    def shown_once(holds: Callable[[dict], bool], what: str, timeout_s: float = 30) -> dict:
+        """The page's row for partition shown-0 once `holds` is true of it."""
+        def row() -> dict | None:
+            with urllib.request.urlopen(ui.url + "api/partitions", timeout=5) as response:
+                found = [p for p in json.load(response)["partitions"] if p["topic"] == "shown"]
+            return found[0] if found and holds(found[0]) else None
+        return wait_until(row, timeout_s, what)
+    try:
+        first = shown_once(lambda p: len(p["isr"]) == 3, "three replicas in sync")
+        assert sorted(first["replicas"]) == [0, 1, 2] and first["offline_replicas"] == []
+        follower = next(n for n in first["replicas"] if n != first["leader"])
+        cluster.kill(follower)
+        try:
+            down = shown_once(lambda p: follower not in p["isr"], f"node {follower} out of the ISR on the page")
+            assert down["offline_replicas"] == [follower] and sorted(down["replicas"]) == [0, 1, 2]
+        finally:
+            cluster.restart(follower)
+        shown_once(lambda p: len(p["isr"]) == 3 and not p["offline_replicas"],
+                   f"node {follower} back in the ISR on the page", 60)
+    finally:
+        ui.stop()
+
+
+def test_a_node_restarted_while_the_only_in_sync_replicas_are_still_down_serves_at_once(tmp_path: Path) -> None:
+    """Nodes 0 and 1 go, one after the other, so node 2 is left the last in-sync replica of everything; then
+    node 2 goes too. Restarting node 0 first must not wait for partitions only node 2 can bring back (it did,
+    until the start-up timeout: the chaos nemesis then never restarted node 2, and the run stalled)."""
+    with LocalCluster(nodes=3, data_dir=tmp_path, replicated=True, txn_shards=2, half_shards=1,
+                      zookeeper_session_timeout_ms=2000, startup_timeout_s=20) as cluster:
+        cluster.create_topic("last-isr", partitions=1)
+
+        def isr() -> list[int]:
+            return sorted(partition_metadata(cluster, "last-isr")[0].isr)
+        for gone, left in ((0, [1, 2]), (1, [2])):
+            cluster.kill(gone)
+            wait_until(lambda: isr() == left, 30, f"the ISR down to {left}")
+        cluster.kill(2)
+        cluster.restart(0)  # serving, though its partitions wait for node 2 (raised KafkaTimeoutError before)
+        cluster.restart(2)
+        cluster.restart(1)
+        wait_until(lambda: isr() == [0, 1, 2], 60, "every replica back in sync")

@@ -37,6 +37,11 @@ class PartitionSample:
     last_stable_offset: int
     #: producer id -> first offset of its open transaction (what holds the LSO back)
     open_transactions: dict[int, int] = field(default_factory=dict)
+    #: the partition's leader, its replicas, the in-sync ones and those on brokers not live (Metadata's)
+    leader: int = -1
+    replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+    offline: tuple[int, ...] = ()
 
 
 class ClusterSampler:
@@ -133,9 +138,14 @@ class ClusterSampler:
             tps = [TopicPartition(t, p) for t, n in sorted(topics.items()) for p in range(n)]
             lsos = self.admin.last_stable_offsets(tps)
             hws = self.admin.end_offsets(tps)
+            placement = {TopicPartition(t.name, p.partition): p for t in self.admin.describe_cluster().topics
+                         for p in t.partitions}
             samples = {}
             for tp, lso in lsos.items():
                 sample = PartitionSample(now, max(hws.get(tp, lso), lso), lso)
+                if (where := placement.get(tp)) is not None:
+                    sample.leader, sample.replicas = where.leader, tuple(where.replicas)
+                    sample.isr, sample.offline = tuple(where.isr), tuple(where.offline_replicas)
                 if lso < sample.high_watermark:
                     try:
                         sample.open_transactions = {
@@ -166,7 +176,8 @@ class ClusterSampler:
         for tp, samples in sorted(history.items()):
             last = samples[-1]
             out.append({"topic": tp.topic, "partition": tp.partition, "high_watermark": last.high_watermark,
-                        "last_stable_offset": last.last_stable_offset,
+                        "last_stable_offset": last.last_stable_offset, "leader": last.leader,
+                        "replicas": list(last.replicas), "isr": list(last.isr), "offline_replicas": list(last.offline),
                         "open_transactions": [{"producer_id": pid, "first_offset": first}
                                               for pid, first in sorted(last.open_transactions.items())],
                         "history": {"time_ms": [s.time_ms for s in samples],

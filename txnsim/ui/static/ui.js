@@ -125,7 +125,12 @@ function drawPartitions(body) {
     legend: {orientation: "h"}}, {displaylogo: false, responsive: true});
   rows($("partition-table").tBodies[0], parts, (tr, p) => {
     tr.dataset.partition = p.topic + "-" + p.partition;
-    cell(tr, p.topic + "-" + p.partition); cell(tr, p.high_watermark); cell(tr, p.last_stable_offset);
+    cell(tr, p.topic + "-" + p.partition);
+    cell(tr, p.leader >= 0 ? "node " + p.leader : "none", p.leader >= 0 ? "" : "offline");
+    cell(tr, p.replicas.join(", "));
+    cell(tr, p.isr.join(", "), p.isr.length < p.replicas.length ? "under-replicated" : "");
+    cell(tr, p.offline_replicas.join(", "), p.offline_replicas.length ? "offline" : "");
+    cell(tr, p.high_watermark); cell(tr, p.last_stable_offset);
     cell(tr, p.open_transactions.map((o) => `${o.producer_id} @ ${o.first_offset}`).join(", "),
       p.open_transactions.length ? "txn-open" : "");
   });
