@@ -303,8 +303,7 @@ class ZooKeeperCluster:
 
     def attach(self, io: NodeIO) -> None:
         self.manager = ReplicaManager(io, IsrWriter(self.store), ReplicationSettings(
-            min_insync_replicas=self.config.min_insync_replicas, max_lag_ms=self.config.replica_lag_time_max_ms),
-            own_session=lambda: self.store.session_id)
+            min_insync_replicas=self.config.min_insync_replicas, max_lag_ms=self.config.replica_lag_time_max_ms))
         self.leader_logs = ShardLeaderLogs(self.manager, self.replicas.config)
         self.replication = IsrReplication(self.manager)
         self.coordinator_io = IsrDurableIO(io, self.manager, self.replication)

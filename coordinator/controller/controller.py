@@ -9,7 +9,6 @@ the driver's state needs no lock (Kafka's controller event thread); the simulato
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 from collections.abc import Callable
@@ -43,8 +42,6 @@ from coordinator.controller.znodes import (
 )
 
 log = logging.getLogger(__name__)
-#: partition states written in one commit at most (each ~150 bytes; ZooKeeper's default jute.maxbuffer is 1 MB)
-STATES_PER_COMMIT = 500
 
 Serial = Callable[[Callable[[], None]], None]
 
@@ -180,10 +177,7 @@ class Controller:
         go (a kill and restart within one watch's round trip shows as no change at all): it leaves every ISR
         and leadership first, as a dead broker does, and rejoins the ISRs once it has caught up again (Kafka's
         KafkaController handles its "bounced brokers" so). A restarted replica may have lost what it had
-        (a damaged segment cut on open) and must not be elected on the strength of its old ISR membership
-        while another member is live; the ISR's last one leads again, in a new epoch. A controller that took
-        over after the restart knows no earlier session: the one each leader was elected under, in its
-        partition's state, tells it (elections.after_brokers_changed)."""
+        (a damaged segment cut on open) and must not be elected on the strength of its old ISR membership."""
         if not self.active:
             return
         bounced = {b for b, session in sessions.items() if self.view.sessions.get(b, session) != session}
@@ -192,19 +186,14 @@ class Controller:
         if bounced:
             log.info("controller %d: broker(s) %s restarted; out of every ISR until caught up", self.broker_id,
                      sorted(bounced))
-        self._elect(bounced)
+        self._elect(self.view.live - bounced)
 
-    def _elect(self, bounced: set[int]) -> None:
-        writes: list[tuple[str, int, PartitionState, int]] = []
+    def _elect(self, live: frozenset[int]) -> None:
         for (topic, partition), (state, version) in sorted(self.view.states.items()):
             replicas = self.view.assignments[topic][partition]
-            new = after_brokers_changed(replicas, state, self.view.live, self.epoch,
-                                        unclean=self.unclean_leader_election, restarted=bounced,
-                                        sessions=self.view.sessions)
+            new = after_brokers_changed(replicas, state, live, self.epoch, unclean=self.unclean_leader_election)
             if new is not None:
-                writes.append((topic, partition, new, version))
-        for start in range(0, len(writes), STATES_PER_COMMIT):
-            self._write_states(writes[start:start + STATES_PER_COMMIT])
+                self._write_state(topic, partition, new, version)
 
     def _watch_topics(self) -> None:
         self._store.children(TOPICS, self._answered(self._topics), watch=lambda: self._serial(self._watch_topics))
@@ -235,7 +224,7 @@ class Controller:
             state = PartitionState.decode(outcome.data)
             self.view.states[(topic, partition)] = (state, outcome.version)
             new = after_brokers_changed(replicas, state, self.view.live, self.epoch,
-                                        unclean=self.unclean_leader_election, sessions=self.view.sessions)
+                                        unclean=self.unclean_leader_election)
             if new is not None:
                 self._write_state(topic, partition, new, outcome.version)
 
@@ -264,12 +253,7 @@ class Controller:
 
     # ------------------------------------------------------------ writes, fenced by the controller epoch
 
-    def _stamped(self, state: PartitionState) -> PartitionState:
-        """`state` with the session its leader is registered under now (0 if none or not known)."""
-        return dataclasses.replace(state, leader_session=self.view.sessions.get(state.leader, 0))
-
     def _create_state(self, topic: str, partition: int, state: PartitionState) -> None:
-        state = self._stamped(state)
         path = partition_state_path(topic, partition)
         parent = path.rsplit("/", 1)[0]
 
@@ -283,8 +267,6 @@ class Controller:
             self._answered(created))))
 
     def _write_state(self, topic: str, partition: int, state: PartitionState, version: int) -> None:
-        state = self._stamped(state)
-
         def written(outcome: object) -> None:
             if isinstance(outcome, list):
                 self.view.states[(topic, partition)] = (state, int(outcome[1]))
@@ -294,31 +276,6 @@ class Controller:
                 self._write_refused(topic, partition, outcome)
         self._store.commit([Check(CONTROLLER_EPOCH, self._epoch_version),
                             SetData(partition_state_path(topic, partition), state.encode(), version)],
-                           self._answered(written))
-
-    def _write_states(self, writes: list[tuple[str, int, PartitionState, int]]) -> None:
-        """Several partitions' new states in one commit, fenced once by the controller epoch: one round trip
-        to the store for all of a dead broker's partitions instead of one each (Kafka's controller batches
-        its leader and ISR updates too), so the last of them, often a data partition after ~150 internal
-        ones, moves as soon as the first. If the commit is refused (a leader changed its ISR meanwhile, or
-        a newer controller wrote), each state is written alone, and those refused are decided afresh."""
-        if len(writes) == 1:
-            self._write_state(*writes[0])
-            return
-        stamped = [(topic, partition, self._stamped(state), version) for topic, partition, state, version in writes]
-
-        def written(outcome: object) -> None:
-            if isinstance(outcome, list):
-                for (topic, partition, state, _version), new_version in zip(stamped, outcome[1:]):
-                    self.view.states[(topic, partition)] = (state, int(new_version))
-                    log.info("controller %d: %s-%d leader %d epoch %d isr %s", self.broker_id, topic, partition,
-                             state.leader, state.leader_epoch, list(state.isr))
-            elif isinstance(outcome, BadVersionError):
-                for write in writes:
-                    self._write_state(*write)
-        self._store.commit([Check(CONTROLLER_EPOCH, self._epoch_version),
-                            *(SetData(partition_state_path(topic, partition), state.encode(), version)
-                              for topic, partition, state, version in stamped)],
                            self._answered(written))
 
     def _write_refused(self, topic: str, partition: int, outcome: object) -> None:

@@ -9,7 +9,7 @@ leader epoch, so a broker still acting on the old state is fenced.
 """
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 
 from coordinator.controller.znodes import NO_LEADER, PartitionState
 from proto.errors import InvalidPartitionsError, InvalidReplicationFactorError
@@ -63,26 +63,15 @@ def preferred_leader(replicas: Sequence[int], state: PartitionState, live: Colle
 
 
 def after_brokers_changed(replicas: Sequence[int], state: PartitionState, live: Collection[int],
-                          controller_epoch: int, *, unclean: bool = False, restarted: Collection[int] = (),
-                          sessions: Mapping[int, int] | None = None) -> PartitionState | None:
+                          controller_epoch: int, *, unclean: bool = False) -> PartitionState | None:
     """A partition's new state once the live brokers are `live`, or None if nothing changes.
 
     Dead replicas leave the ISR, except its last member (Kafka's ReplicaStateMachine); a dead or missing
     leader is replaced by the first replica in assignment order that is live and in the ISR
     (OfflinePartitionLeaderElectionStrategy); with none, the partition has no leader, unless `unclean`
-    lets the first live replica lead with an ISR of itself alone.
-
-    A broker that restarted (in `restarted`, or a leader registered under another session in `sessions` than
-    the one it was elected under) may have lost what it had: it leaves the ISR and any leadership as a dead
-    one does (Kafka's handling of bounced brokers), unless the ISR has no other live member; then it stays,
-    and leads again, in a new leader epoch."""
-    bounced = {r for r in restarted if r in live}
-    if (sessions is not None and state.leader_session != 0 and state.leader in live
-            and sessions.get(state.leader, state.leader_session) != state.leader_session):
-        bounced.add(state.leader)
+    lets the first live replica lead with an ISR of itself alone."""
     isr = tuple(r for r in state.isr if r in live) or state.isr[-1:]
-    isr = tuple(r for r in isr if r not in bounced) or isr
-    leader = state.leader if state.leader in live and state.leader not in bounced else NO_LEADER
+    leader = state.leader if state.leader in live else NO_LEADER
     if leader == NO_LEADER:
         candidates = [r for r in replicas if r in live and r in isr]
         if candidates:
@@ -91,6 +80,6 @@ def after_brokers_changed(replicas: Sequence[int], state: PartitionState, live: 
             leader = next((r for r in replicas if r in live), NO_LEADER)
             if leader != NO_LEADER:
                 isr = (leader,)
-    if leader == state.leader and isr == state.isr and state.leader not in bounced:
+    if leader == state.leader and isr == state.isr:
         return None
     return PartitionState(leader, state.leader_epoch + 1, isr, controller_epoch)

@@ -71,27 +71,19 @@ def decode_assignment(data: bytes) -> dict[int, tuple[int, ...]]:
 
 @dataclass(frozen=True, slots=True)
 class PartitionState:
-    """A partition's leadership as the controller last wrote it (Kafka's LeaderIsrAndControllerEpoch), and the
-    coordination session the leader was registered under when it was elected: a leader's later life (a
-    restart) must not take that election up, since a crash may have cost it writes its followers already
-    copied, and writing other batches at those offsets in the same leader epoch would hide the difference
-    from every divergence check. The role of Kafka's broker epoch in LeaderAndIsr; 0: not known."""
+    """A partition's leadership as the controller last wrote it (Kafka's LeaderIsrAndControllerEpoch)."""
 
     leader: int
     leader_epoch: int
     isr: tuple[int, ...]
     controller_epoch: int
-    leader_session: int = 0
 
     def encode(self) -> bytes:
-        fields: dict[str, object] = {"controller_epoch": self.controller_epoch, "leader": self.leader, "version": 1,
-                                     "leader_epoch": self.leader_epoch, "isr": list(self.isr)}
-        if self.leader_session:
-            fields["leader_session"] = self.leader_session
-        return json.dumps(fields).encode()
+        return json.dumps({"controller_epoch": self.controller_epoch, "leader": self.leader, "version": 1,
+                           "leader_epoch": self.leader_epoch, "isr": list(self.isr)}).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> PartitionState:
         fields = json.loads(data)
         return cls(int(fields["leader"]), int(fields["leader_epoch"]), tuple(int(b) for b in fields["isr"]),
-                   int(fields["controller_epoch"]), int(fields.get("leader_session", 0)))
+                   int(fields["controller_epoch"]))

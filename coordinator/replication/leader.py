@@ -14,7 +14,6 @@ one readers see and acks=all waits for.
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 from collections.abc import Callable
@@ -300,7 +299,8 @@ class LeaderPartition:
             return None
         log.info("%s: leader %d proposes the ISR %s (was %s)", self.tp, self._io.node_id, sorted(isr),
                  sorted(self._core.isr))
-        return dataclasses.replace(self.state, isr=tuple(sorted(isr)))
+        return PartitionState(self.state.leader, self.state.leader_epoch, tuple(sorted(isr)),
+                              self.state.controller_epoch)
 
     def _isr_answered(self, outcome: IsrOutcome) -> None:
         with self._lock:

@@ -8,13 +8,12 @@ local append or the fetch's deadline wakes, so an idle follower costs one call p
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from coordinator.controller.znodes import NO_LEADER, PartitionState
+from coordinator.controller.znodes import PartitionState
 from coordinator.replication.follower import FetchSession, FetchSettings
 from coordinator.replication.isr_writes import IsrWriter
 from coordinator.replication.leader import LeaderPartition, partition_error
@@ -59,11 +58,8 @@ class _Replica:
 
 
 class ReplicaManager:
-    def __init__(self, io: NodeIO, isr_writer: IsrWriter, settings: ReplicationSettings = ReplicationSettings(),
-                 own_session: Callable[[], int] = lambda: 0) -> None:
-        """`own_session`: the coordination session this node is registered under now (0: not known)."""
+    def __init__(self, io: NodeIO, isr_writer: IsrWriter, settings: ReplicationSettings = ReplicationSettings()) -> None:
         self._io = io
-        self._own_session = own_session
         self._isr_writer = isr_writer
         self.settings = settings
         self._lock = threading.Lock()
@@ -108,15 +104,6 @@ class ReplicaManager:
         epoch for an ISR the controller changed, or the store's ISR at the same epoch), so waiting writes
         go on waiting; a follower of the same leader at the same epoch goes on as it is."""
         required = self.settings.min_insync_replicas if min_insync_replicas is None else min_insync_replicas
-        own_session = self._own_session()
-        if state.leader == self.node_id and state.leader_session and own_session and \
-                state.leader_session != own_session:
-            # elected in an earlier life of this node: a crash since may have cost it writes a follower copied,
-            # and leading that epoch again could write other batches at their offsets. The controller sees the
-            # new registration and elects anew; until then this replica neither leads nor follows.
-            log.warning("%s: node %d was elected leader at epoch %d under an earlier session (%x); waiting for "
-                        "the controller to elect anew", tp, self.node_id, state.leader_epoch, state.leader_session)
-            state = dataclasses.replace(state, leader=NO_LEADER)
         with self._lock:
             current = self._replicas.get(tp)
             if current is not None and state.leader_epoch < current.state.leader_epoch:

@@ -38,8 +38,7 @@ def test_the_simulated_brokers_run_the_shipping_replication_code() -> None:
 def test_clean_seeds_keep_every_invariant_under_every_fault_kind(seed: int) -> None:
     result = simulate(SimConfig(seed=seed, model="replication"))
     assert result.failure is None, f"seed {seed}: {result.failure}"
-    # progress, not a rate: a cluster that stalls acknowledges a few dozen writes, then nothing
-    assert result.faults_applied > 0 and result.counters["acknowledged"] > 80
+    assert result.faults_applied > 0 and result.counters["acknowledged"] > 100
 
 
 @pytest.mark.parametrize(("bug", "seed", "faults", "invariant"), [

@@ -97,8 +97,7 @@ class ReplicaNode:
         life = self._life = object()
         self.store = SimStore(model.tree, timeout_ms=model.session_ms, now_ms=lambda: model.world.now_ms,
                               deliver=lambda work: self._from_store(life, work), reachable=self._reaches_store)
-        self.manager = ReplicaManager(self.io, IsrWriter(self.store), model.replication_settings,
-                                      own_session=lambda: self.store.session_id)
+        self.manager = ReplicaManager(self.io, IsrWriter(self.store), model.replication_settings)
         self.server = PartitionServer(
             io=self.io, logs=ReplicatedLeaderLogs(self.manager, LOG_CONFIG), membership=Leadership(self.manager),
             topics=Topics(model.topic, model.partitions), offsets_shards=1, txn_shards=1, verify=no_transactions,

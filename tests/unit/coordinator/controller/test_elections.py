@@ -70,18 +70,3 @@ def test_znodes_round_trip_in_kafkas_json() -> None:
     assert PartitionState.decode(state.encode()) == state
     broker = BrokerInfo(1, "10.0.0.2:7001", "10.0.0.2:9092")
     assert BrokerInfo.decode(1, broker.encode()) == broker
-
-
-def test_a_leader_registered_under_a_new_session_is_replaced_or_leads_in_a_new_epoch() -> None:
-    """A leader that restarted (registered under another session than it was elected under) is replaced as
-    a dead one is and leaves the ISR; as the ISR's last member it leads again, in a new epoch."""
-    state = PartitionState(1, 4, (1, 2, 3), 1, leader_session=0x51)
-    moved = after_brokers_changed((1, 2, 3), state, {1, 2, 3}, 2, sessions={1: 0x77, 2: 0x52, 3: 0x53})
-    assert moved == PartitionState(2, 5, (2, 3), 2)
-    alone = PartitionState(1, 4, (1,), 1, leader_session=0x51)
-    again = after_brokers_changed((1, 2, 3), alone, {1, 2, 3}, 2, sessions={1: 0x77, 2: 0x52, 3: 0x53})
-    assert again == PartitionState(1, 5, (1,), 2)
-    same = after_brokers_changed((1, 2, 3), state, {1, 2, 3}, 2, sessions={1: 0x51, 2: 0x52, 3: 0x53})
-    assert same is None
-    unknown = after_brokers_changed((1, 2, 3), state, {1, 2, 3}, 2, sessions={})
-    assert unknown is None  # a controller that has not read the registrations yet changes nothing
