@@ -69,11 +69,41 @@ class TopicCatalog(Protocol):
     def remove_logs_if_deleted(self, name: str) -> list[str]: ...
 
 
-def check_changeable(names: set[str]) -> None:
+def _check_changeable(names: set[str]) -> None:
     fixed = sorted(name for name in names if name in TOPIC_CONFIGS and TOPIC_CONFIGS[name].fixed_after_create)
     if fixed:
         raise InvalidConfigError(f"[INVALID_CONFIG] {', '.join(fixed)} is chosen when a topic is created and cannot "
                                  "change (undecided messages wait where they were sent)")
+
+
+def check_alterable(name: str) -> None:
+    """INVALID_TOPIC_EXCEPTION for the cluster's own topics, which clients may not change."""
+    if name in INTERNAL_TOPICS or name.startswith("__"):
+        raise InvalidTopicError(f"[INVALID_TOPIC_EXCEPTION] internal topic {name!r} cannot be altered")
+
+
+def check_changes(set_configs: dict[str, str], delete_configs: list[str]) -> dict[str, str]:
+    """IncrementalAlterConfigs' SET and DELETE, checked (settings fixed at creation, unknown names, bad values):
+    the settings to set."""
+    _check_changeable(set(set_configs) | set(delete_configs))
+    for key in delete_configs:
+        if key not in TOPIC_CONFIGS:
+            raise InvalidConfigError(f"[INVALID_CONFIG] unknown topic config name: {key}")
+    return check_configs(set_configs)
+
+
+def with_changes(current: Mapping[str, str], set_configs: dict[str, str],
+                 delete_configs: list[str]) -> dict[str, str]:
+    """`current` with `set_configs` set and `delete_configs` removed."""
+    changed = {**current, **set_configs}
+    for key in delete_configs:
+        changed.pop(key, None)
+    return changed
+
+
+def check_replacement(old: Mapping[str, str], new: Mapping[str, str]) -> None:
+    """AlterConfigs replacing `old` with `new`: every setting fixed at creation keeps its value."""
+    _check_changeable({key for key in set(old) | set(new) if old.get(key) != new.get(key)})
 
 
 def check_new_topic(name: str, partitions: int, configs: dict[str, str] | None = None) -> dict[str, str]:
@@ -233,13 +263,8 @@ class TopicStore:
         Existing partitions keep their place and their logs (placement is per partition), so adding some
         moves nothing. half.message.storage stays as created: undecided messages wait where they were sent.
         """
-        if name in INTERNAL_TOPICS or name.startswith("__"):
-            raise InvalidTopicError(f"[INVALID_TOPIC_EXCEPTION] internal topic {name!r} cannot be altered")
-        check_changeable(set(set_configs) | set(delete_configs))
-        for key in delete_configs:
-            if key not in TOPIC_CONFIGS:
-                raise InvalidConfigError(f"[INVALID_CONFIG] unknown topic config name: {key}")
-        set_configs = check_configs(set_configs)
+        check_alterable(name)
+        set_configs = check_changes(set_configs, delete_configs)
         with self._locked() as current:
             entry = current.get(name)
             if entry is None:
@@ -251,9 +276,7 @@ class TopicStore:
                     f"[INVALID_PARTITIONS] topic {name!r} has {count} partitions; it can only grow, to at most "
                     f"{MAX_PARTITIONS_PER_TOPIC}, not to {partitions}")
             count = partitions or count
-            configs.update(set_configs)
-            for key in delete_configs:
-                configs.pop(key, None)
+            configs = with_changes(configs, set_configs, delete_configs)
             current[name] = {"partitions": count, "configs": configs} if configs else count
             write_atomically(self._path, json.dumps(current, indent=1, sort_keys=True).encode())
         return count, configs
@@ -261,8 +284,7 @@ class TopicStore:
     def replace_configs(self, name: str, configs: dict[str, str], *, validate_only: bool = False) -> dict[str, str]:
         """Kafka's AlterConfigs: the topic's settings become exactly `configs` (those not named return to their
         defaults), durably; returns them. Settings fixed at creation must keep their values."""
-        if name in INTERNAL_TOPICS or name.startswith("__"):
-            raise InvalidTopicError(f"[INVALID_TOPIC_EXCEPTION] internal topic {name!r} cannot be altered")
+        check_alterable(name)
         settings = check_configs(configs)
         with self._locked() as current:
             entry = current.get(name)
@@ -270,7 +292,7 @@ class TopicStore:
                 raise UnknownTopicOrPartitionError(f"[UNKNOWN_TOPIC_OR_PARTITION] topic {name!r} does not exist")
             count = int(entry["partitions"]) if isinstance(entry, dict) else int(entry)
             old = dict(entry.get("configs", {})) if isinstance(entry, dict) else {}
-            check_changeable({key for key in set(old) | set(settings) if old.get(key) != settings.get(key)})
+            check_replacement(old, settings)
             if not validate_only:
                 current[name] = {"partitions": count, "configs": settings} if settings else count
                 write_atomically(self._path, json.dumps(current, indent=1, sort_keys=True).encode())

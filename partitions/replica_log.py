@@ -133,10 +133,7 @@ class ReplicaLog(PartitionLog):
             self._check_open()
             self._check_epoch_grows(leader_epoch)
             self.leader_epoch, self._role = leader_epoch, ReplicaRole.FOLLOWER
-            epochs = self._files.epochs
-            if epochs.entries() and epochs.entries()[-1][1] >= self._log_end_offset:
-                epochs.truncate_from(self._log_end_offset)
-                epoch_checkpoint.write(self.directory, epochs, self.storage)
+            epoch_checkpoint.truncate_from(self.directory, self._files.epochs, self._log_end_offset, self.storage)
 
     def _check_epoch_grows(self, leader_epoch: int) -> None:
         if leader_epoch < self.leader_epoch:

@@ -16,12 +16,10 @@ from coordinator.controller.cluster_view import ClusterView
 from coordinator.controller.elections import check_replication_factor
 from coordinator.controller.topic_admin import TopicAdmin
 from coordinator.runtime.io import wait_for
-from coordinator.topic_configs import TOPIC_CONFIGS, check_configs
-from coordinator.topics import check_changeable, check_new_topic
+from coordinator.topic_configs import check_configs
+from coordinator.topics import check_alterable, check_changes, check_new_topic, check_replacement, with_changes
 from proto.errors import (
-    InvalidConfigError,
     InvalidRequestError,
-    InvalidTopicError,
     RequestTimedOutError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
@@ -88,18 +86,8 @@ class StoreTopics:
         count = self._existing(name)
         if partitions and partitions != count:
             raise _not_yet("adding partitions")
-        check_changeable(set(set_configs) | set(delete_configs))
-        for key in delete_configs:
-            if key not in TOPIC_CONFIGS:
-                raise InvalidConfigError(f"[INVALID_CONFIG] unknown topic config name: {key}")
-        set_configs = check_configs(set_configs)
-
-        def change(current: dict[str, str]) -> dict[str, str]:
-            new = {**current, **set_configs}
-            for key in delete_configs:
-                new.pop(key, None)
-            return new
-        return count, self._change(name, change)
+        set_configs = check_changes(set_configs, delete_configs)
+        return count, self._change(name, lambda current: with_changes(current, set_configs, delete_configs))
 
     def replace_configs(self, name: str, configs: dict[str, str], *, validate_only: bool = False) -> dict[str, str]:
         """Kafka's AlterConfigs: the topic's settings become exactly `configs` (those not named return to their
@@ -108,7 +96,7 @@ class StoreTopics:
         settings = check_configs(configs)
 
         def change(current: dict[str, str]) -> dict[str, str]:
-            check_changeable({key for key in set(current) | set(settings) if current.get(key) != settings.get(key)})
+            check_replacement(current, settings)
             return dict(settings)
         if validate_only:
             change(dict(self._view.configs(name)))
@@ -118,8 +106,7 @@ class StoreTopics:
     def _existing(self, name: str) -> int:
         """The partition count of `name`, a topic clients may change: INVALID_TOPIC_EXCEPTION for an internal
         one, UNKNOWN_TOPIC_OR_PARTITION for one that does not exist."""
-        if name in INTERNAL_TOPICS or name.startswith("__"):
-            raise InvalidTopicError(f"[INVALID_TOPIC_EXCEPTION] internal topic {name!r} cannot be altered")
+        check_alterable(name)
         count = self._view.partitions(name)
         if count is None:
             raise UnknownTopicOrPartitionError(f"[UNKNOWN_TOPIC_OR_PARTITION] topic {name!r} does not exist")

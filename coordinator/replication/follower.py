@@ -158,8 +158,7 @@ class FetchSession:
                 if later and not self._closed:
                     self._io.after(min(later) - now, self._kick, f"fetch from node {self.leader_id} after a backoff")
                 return
-        wanted = {f.tp: r for f, r in asked.items()}
-        with self._lock:
+            wanted = {f.tp: r for f, r in asked.items()}
             incremental = self._session_id != 0
             listed = [(tp, r) for tp, r in wanted.items() if not incremental or self._session_sent.get(tp) != r]
             forgotten = [tp for tp in self._session_sent if tp not in wanted] if incremental else []

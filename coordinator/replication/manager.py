@@ -214,8 +214,7 @@ class ReplicaManager:
             return
         # answered at once even when parked: the fetch tells each leader how far the follower has fsynced
         response, sent = self._answer(session, request, first=True)
-        if request.max_wait_ms <= 0 or any(data.records or data.error_code or data.diverging_end_offset >= 0
-                                           for data in response.partitions):
+        if request.max_wait_ms <= 0 or any(_urgent(data) for data in response.partitions):
             done(_sent(response, sent))
             return
         with session.lock:
@@ -284,20 +283,22 @@ class ReplicaManager:
                     f"[NOT_LEADER_OR_FOLLOWER] node {self.node_id} does not lead {tp}"))
             elif tp in listed or not leader.settled_for(session.replica_id, asked):
                 data = leader.fetch(session.replica_id, asked, request.max_bytes)
-            else:
-                high_watermark, log_start = leader.log.high_watermark, leader.log.log_start_offset
-                if not full and (high_watermark, log_start) == (cached.sent_high_watermark, cached.sent_log_start):
-                    continue
+            else:  # nothing to fetch: at most a new high watermark or log start to tell
                 data = pb.ReplicaFetchPartitionData(
                     topic=tp.topic, partition=tp.partition, records_end=asked.fetch_offset,
-                    high_watermark=high_watermark, log_start_offset=log_start, diverging_epoch=UNDEFINED_EPOCH,
-                    diverging_end_offset=-1)
-            if not full and not (data.records or data.error_code or data.diverging_end_offset >= 0) and (
+                    high_watermark=leader.log.high_watermark, log_start_offset=leader.log.log_start_offset,
+                    diverging_epoch=UNDEFINED_EPOCH, diverging_end_offset=-1)
+            if not full and not _urgent(data) and (
                     data.high_watermark, data.log_start_offset) == (cached.sent_high_watermark, cached.sent_log_start):
                 continue
             response.partitions.append(data)
             sent.append((cached, data.high_watermark, data.log_start_offset))
         return response, sent
+
+
+def _urgent(data: pb.ReplicaFetchPartitionData) -> bool:
+    """Whether a partition's answer must go out now rather than wait: batches, an error, or a divergence."""
+    return bool(data.records or data.error_code or data.diverging_end_offset >= 0)
 
 
 def _sent(response: pb.ReplicaFetchResponse,

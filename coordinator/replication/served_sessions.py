@@ -98,7 +98,3 @@ class ServedSessions:
             session.full = False
             session.listed = frozenset(listed)
         return session
-
-    def forget(self, replica_id: int) -> None:
-        with self._lock:
-            self._by_replica.pop(replica_id, None)
