@@ -158,3 +158,36 @@ def test_a_request_out_of_turn_is_refused_and_forgets_the_session() -> None:
     sessions.take(pb.ReplicaFetchRequest(replica_id=2, session_id=forgotten.session_id, session_epoch=1,
                                          forgotten=[pb.TopicPartitionRef(topic="orders", partition=0)]))
     assert forgotten.partitions == {}
+
+
+@pytest.mark.parametrize("leader_hears_first", [True, False], ids=["leader-first", "followers-first"])
+def test_a_new_leader_has_its_followers_within_milliseconds_whoever_hears_of_it_first(
+        cluster: Cluster, leader_hears_first: bool) -> None:
+    """Node 2 comes to lead a partition. Its followers already have fetch sessions parked at node 2 (for a
+    partition it led before), which do not name the new one; whichever side hears of the change first,
+    an acks=all write at node 2 is answered within milliseconds of the last node hearing, not at the next
+    max wait (500 ms) or after a NOT_LEADER_OR_FOLLOWER backoff."""
+    def move(tp: TopicPartition, epoch: int, nodes: list[int]) -> None:
+        state = PartitionState(2, epoch, (2, 1, 3), controller_epoch=1)
+        for node in nodes:
+            cluster.managers[node].apply(tp, cluster.logs[node, tp], state, epoch, (2, 1, 3))
+    earlier, moved = PARTITIONS[0], PARTITIONS[3]
+    move(earlier, 1, [2, 1, 3])
+    cluster.run_for(2_000)  # the followers' sessions with node 2 stand, parked
+    first, second = ([2], [1, 3]) if leader_hears_first else ([1, 3], [2])
+    move(moved, 1, first)
+    cluster.run_for(50)  # the controller's word reaches the other nodes later
+    move(moved, 1, second)
+    heard_at = cluster.world.now_ms
+    leader = cluster.managers[2].leader(moved)
+    assert leader is not None
+    end = cluster.logs[2, moved].append(records.encode_batch([(0, None, b"v", ())]), wait_durable=False).last_offset + 1
+    acked: list[KafkaError | None] = []
+
+    def durable(_failures: Failures) -> None:
+        cluster.managers[2].appended(moved)
+        leader.wait_for_isr(end, 5_000, acked.append)
+    WorldIO(cluster.world, cluster.net, 2).durable({cluster.logs[2, moved]: end}, durable)
+    cluster.run_until(lambda: bool(acked), within_ms=1_000)
+    assert acked == [None]
+    assert cluster.world.now_ms - heard_at <= 60
