@@ -80,6 +80,9 @@ class ReplicaLog(PartitionLog):
         #: the high watermark replication last set; the log's is the lower of it and the fsynced end
         self._replicated_hw = files.high_watermark
         self._high_watermark_file_failed = False
+        #: the epoch cache holds an epoch this replica leads that its file does not yet (written before the
+        #: first batch of that epoch)
+        self._epoch_unsaved = False
         super().__init__(directory, topic, partition, leader_epoch, config, recovered, None, storage, now_ms,
                          high_watermark=files.high_watermark)
 
@@ -114,14 +117,25 @@ class ReplicaLog(PartitionLog):
 
     def become_leader(self, leader_epoch: int) -> None:
         """This replica leads from `leader_epoch` on: its client writes are stamped with it, and the epoch
-        starts at the log end (Kafka's maybeAssignEpochStartOffset), durably before anything is written."""
+        starts at the log end (Kafka's maybeAssignEpochStartOffset). The file takes the epoch before the
+        epoch's first batch is written, not here: a failover makes a node lead dozens of partitions at once,
+        and two fsyncs each, one after the other, kept the last of them unserved for hundreds of
+        milliseconds. An epoch a crash takes from the file before anything was written in it is one this
+        replica led without writes, which becoming a follower drops anyway (become_follower); offsets for
+        leader epoch answer the same with or without it, its start being the log end."""
         with self._lock:
             self._check_open()
             self._check_epoch_grows(leader_epoch)
             self.leader_epoch, self._role = leader_epoch, ReplicaRole.LEADER
             if leader_epoch > self._files.epochs.latest_epoch:
                 self._files.epochs.assign(leader_epoch, self._log_end_offset)
-                epoch_checkpoint.write(self.directory, self._files.epochs, self.storage)
+                self._epoch_unsaved = True
+
+    def _write(self, chunks: list[bytes], offsets: list[tuple[int, int]]) -> None:
+        if self._epoch_unsaved:  # the epoch these batches start, durably first (see epoch_checkpoint.py)
+            epoch_checkpoint.write(self.directory, self._files.epochs, self.storage)
+            self._epoch_unsaved = False
+        super()._write(chunks, offsets)
 
     def become_follower(self, leader_epoch: int) -> None:
         """This replica follows the leader of `leader_epoch`: client writes are refused from now on. What it

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from partitions import LogConfig, ReplicaLog, ReplicaRole
 from partitions.epoch_checkpoint import FILE_NAME as EPOCH_FILE
+from partitions.memory_storage import MemoryStorage
 from partitions.storage import Storage
 from proto import records
 from proto.errors import (
@@ -141,13 +142,37 @@ def test_a_leader_that_wrote_nothing_in_its_epoch_follows_a_leader_of_an_older_e
     a.become_leader(2)
     a.append(data(b"e2-0"))
     replicate(a, b)
-    b.become_leader(3)  # the epoch starts at b's log end, durably, before any write
+    b.become_leader(3)  # the epoch starts at b's log end
     a.append(data(b"e2-1"))  # a, not yet told of epoch 3, still writes at epoch 2
     b.become_follower(4)
     assert b.epoch_cache().latest_epoch == 2
     replicate(a, b)
     assert [r.value for batch in records.iter_batches(b.read_for_follower(0, 1 << 20).records)
             for r in batch.records()] == [b"e2-0", b"e2-1"]
+
+
+def test_a_new_epoch_reaches_the_file_with_its_first_batch_and_before_it(open_replica, storage, tmp_path):
+    """Becoming leader writes no file (a failover makes a node lead dozens of partitions at once); the first
+    batch of the epoch writes the epoch first, so a power loss never leaves a batch whose epoch the file
+    lacks, and one before any write loses only an epoch that held nothing."""
+    if not isinstance(storage, MemoryStorage):
+        pytest.skip("a power loss needs the simulated disk")
+    leader = open_replica("a")
+    leader.become_leader(2)
+    leader.append(data(b"e2"))
+    leader.become_leader(5)
+    assert storage.read_bytes(tmp_path / "a" / EPOCH_FILE) == b"0\n1\n2 0\n"
+    assert leader.end_offset_for_epoch(2).end_offset == 1  # the cache has it all along
+    storage.crash()
+    again = open_replica("a", leader_epoch=5)
+    assert again.epoch_cache().entries() == ((2, 0),)
+    assert again.end_offset_for_epoch(2).end_offset == 1  # the same answer the cache gave before the crash
+    again.become_leader(5)
+    again.append(data(b"e5"), wait_durable=False)  # not fsynced yet: the epoch is
+    assert storage.read_bytes(tmp_path / "a" / EPOCH_FILE) == b"0\n2\n2 0\n5 1\n"
+    again.append(data(b"e5-more"))
+    storage.crash()
+    assert open_replica("a", leader_epoch=5).epoch_cache().entries() == ((2, 0), (5, 1))
 
 
 def test_roles_are_kept_apart(open_replica):
