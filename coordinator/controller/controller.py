@@ -45,6 +45,13 @@ log = logging.getLogger(__name__)
 
 Serial = Callable[[Callable[[], None]], None]
 
+#: a partition's new state and the version of the znode it replaces
+Change = tuple[str, int, PartitionState, int]
+
+#: the most partition states one multi-op writes (ZooKeeper refuses a request over jute.maxbuffer, 1 MB;
+#: a state's path and data are some 150 bytes)
+MAX_STATES_PER_COMMIT = 500
+
 
 @dataclass
 class ControllerView:
@@ -57,6 +64,8 @@ class ControllerView:
     sessions: dict[int, int] = field(default_factory=dict)
     assignments: dict[str, dict[int, tuple[int, ...]]] = field(default_factory=dict)
     states: dict[tuple[str, int], tuple[PartitionState, int]] = field(default_factory=dict)
+    #: the brokers the latest election could choose from: the live ones but those that just restarted
+    electable: frozenset[int] = frozenset()
 
 
 class Controller:
@@ -188,12 +197,15 @@ class Controller:
                      sorted(bounced))
         self._elect(self.view.live - bounced)
 
-    def _elect(self, live: frozenset[int]) -> None:
+    def _elect(self, electable: frozenset[int]) -> None:
+        self.view.electable = electable
+        changes = []
         for (topic, partition), (state, version) in sorted(self.view.states.items()):
-            replicas = self.view.assignments[topic][partition]
-            new = after_brokers_changed(replicas, state, live, self.epoch, unclean=self.unclean_leader_election)
+            new = after_brokers_changed(self.view.assignments[topic][partition], state, electable, self.epoch,
+                                        unclean=self.unclean_leader_election)
             if new is not None:
-                self._write_state(topic, partition, new, version)
+                changes.append((topic, partition, new, version))
+        self._write_states(changes)
 
     def _watch_topics(self) -> None:
         self._store.children(TOPICS, self._answered(self._topics), watch=lambda: self._serial(self._watch_topics))
@@ -210,23 +222,31 @@ class Controller:
             return
         assignment = decode_assignment(outcome.data)
         self.view.assignments[topic] = assignment
+        # the topic's states are read together and their changes written in one multi-op (a new controller
+        # reads every topic this way, in the middle of a failover)
+        unread, changes = set(assignment), []
+
+        def loaded(partition: int, read: object) -> None:
+            change = self._loaded_state(topic, partition, read)
+            if change is not None:
+                changes.append(change)
+            unread.discard(partition)
+            if not unread and changes and self.active:
+                self._write_states(sorted(changes, key=lambda change: change[1]))
         for partition in sorted(assignment):
             self._store.get(partition_state_path(topic, partition),
-                            self._answered(functools.partial(self._loaded_state, topic, partition)))
+                            self._answered(functools.partial(loaded, partition)))
 
-    def _loaded_state(self, topic: str, partition: int, outcome: object) -> None:
+    def _loaded_state(self, topic: str, partition: int, outcome: object) -> Change | None:
+        """A partition's state as read: its first one created, or the change the live brokers call for
+        returned, for the caller to write (with others)."""
         if not self.active:
-            return
+            return None
         replicas = self.view.assignments[topic][partition]
         if isinstance(outcome, NoNodeError):  # a new partition: its first state
             self._create_state(topic, partition, initial_state(replicas, self.view.live, self.epoch))
-        elif isinstance(outcome, Znode):
-            state = PartitionState.decode(outcome.data)
-            self.view.states[(topic, partition)] = (state, outcome.version)
-            new = after_brokers_changed(replicas, state, self.view.live, self.epoch,
-                                        unclean=self.unclean_leader_election)
-            if new is not None:
-                self._write_state(topic, partition, new, outcome.version)
+            return None
+        return self._elected(topic, partition, outcome)
 
     # ------------------------------------------------------------ preferred leaders
 
@@ -267,16 +287,97 @@ class Controller:
             self._answered(created))))
 
     def _write_state(self, topic: str, partition: int, state: PartitionState, version: int) -> None:
+        before = self._expect((topic, partition, state, version))
+
         def written(outcome: object) -> None:
             if isinstance(outcome, list):
                 self.view.states[(topic, partition)] = (state, int(outcome[1]))
                 log.info("controller %d: %s-%d leader %d epoch %d isr %s", self.broker_id, topic, partition,
                          state.leader, state.leader_epoch, list(state.isr))
             else:
+                self._unexpect((topic, partition, state, version), before)
                 self._write_refused(topic, partition, outcome)
         self._store.commit([Check(CONTROLLER_EPOCH, self._epoch_version),
                             SetData(partition_state_path(topic, partition), state.encode(), version)],
                            self._answered(written))
+
+    def _write_states(self, changes: list[Change], *, tries: int = 2) -> None:
+        """Every partition an election moves, in multi-ops of up to MAX_STATES_PER_COMMIT: one round trip and
+        one ZooKeeper commit instead of one per partition, which kept the last partitions of a failover
+        waiting hundreds of milliseconds. A multi-op is all or nothing, and refused if any state changed
+        since this controller read or wrote it (leaders write their ISR changes themselves, so after a
+        broker rejoins nearly every version this controller holds is old): then those states are read
+        again, together, and the changes they still call for written again, as Kafka's controller retries
+        an election; after `tries`, each partition is written on its own."""
+        if len(changes) > MAX_STATES_PER_COMMIT:
+            for start in range(0, len(changes), MAX_STATES_PER_COMMIT):
+                self._write_states(changes[start:start + MAX_STATES_PER_COMMIT], tries=tries)
+            return
+        if len(changes) <= 1 or tries == 0:
+            for change in changes:
+                self._write_state(*change)
+            return
+        before = [self._expect(change) for change in changes]
+
+        def written(outcome: object) -> None:
+            if isinstance(outcome, list):
+                for (topic, partition, state, _version), new_version in zip(changes, outcome[1:]):
+                    self.view.states[(topic, partition)] = (state, int(new_version))
+                # one line, not one per partition: the serial executor this shares with the broker's own
+                # state watch is held up by every log call while the node's other threads contend
+                log.info("controller %d: %d partition states (leader/epoch/isr): %s", self.broker_id, len(changes),
+                         ", ".join(f"{topic}-{partition} {state.leader}/{state.leader_epoch}/"
+                                   f"{','.join(map(str, state.isr))}" for topic, partition, state, _v in changes))
+                return
+            for change, old in zip(changes, before):
+                self._unexpect(change, old)
+            if isinstance(outcome, BadVersionError) and self.active:
+                self._reread_states([(topic, partition) for topic, partition, _s, _v in changes], tries - 1)
+        self._store.commit([Check(CONTROLLER_EPOCH, self._epoch_version)]
+                           + [SetData(partition_state_path(topic, partition), state.encode(), version)
+                              for topic, partition, state, version in changes],
+                           self._answered(written))
+
+    def _expect(self, change: Change) -> tuple[PartitionState, int] | None:
+        """Take a state being written as the partition's own until the store answers (ZooKeeper adds one to
+        a znode's version per write): an election meanwhile decides from it, not from the state it
+        replaces, which would let a later broker change go unanswered (a partition whose only live replica
+        registered again while it was being made leaderless stayed leaderless). Returns what it replaces."""
+        topic, partition, state, version = change
+        before = self.view.states.get((topic, partition))
+        self.view.states[(topic, partition)] = (state, version + 1)
+        return before
+
+    def _unexpect(self, change: Change, before: tuple[PartitionState, int] | None) -> None:
+        """A write not taken: the partition's state is what it was, unless a later write expects another."""
+        topic, partition, state, version = change
+        if self.view.states.get((topic, partition)) == (state, version + 1) and before is not None:
+            self.view.states[(topic, partition)] = before
+
+    def _reread_states(self, partitions: list[tuple[str, int]], tries: int) -> None:
+        unread, changes = set(partitions), []
+
+        def read(topic: str, partition: int, outcome: object) -> None:
+            change = self._elected(topic, partition, outcome)
+            if change is not None:
+                changes.append(change)
+            unread.discard((topic, partition))
+            if not unread and changes and self.active:
+                self._write_states(changes, tries=tries)
+        for topic, partition in partitions:
+            self._store.get(partition_state_path(topic, partition),
+                            self._answered(functools.partial(read, topic, partition)))
+
+    def _elected(self, topic: str, partition: int, outcome: object) -> Change | None:
+        """The change a state as read calls for with the brokers the latest election may choose from (None:
+        it needs none)."""
+        if not self.active or not isinstance(outcome, Znode):
+            return None
+        state = PartitionState.decode(outcome.data)
+        self.view.states[(topic, partition)] = (state, outcome.version)
+        new = after_brokers_changed(self.view.assignments[topic][partition], state, self.view.electable, self.epoch,
+                                    unclean=self.unclean_leader_election)
+        return None if new is None else (topic, partition, new, outcome.version)
 
     def _write_refused(self, topic: str, partition: int, outcome: object) -> None:
         """A fenced write: either a newer controller exists (resign) or the state changed under us (a leader
@@ -290,8 +391,12 @@ class Controller:
                             read.data.decode())
                 self._resign()
             elif self.active:
-                self._store.get(partition_state_path(topic, partition),
-                                self._answered(lambda o: self._loaded_state(topic, partition, o)))
+                self._store.get(partition_state_path(topic, partition), self._answered(reread))
+
+        def reread(outcome: object) -> None:
+            change = self._loaded_state(topic, partition, outcome)
+            if change is not None:
+                self._write_state(*change)
         self._store.get(CONTROLLER_EPOCH, self._answered(epoch_now))
 
     def _answered(self, handler: Callable[[object], None]) -> Callable[[object], None]:
