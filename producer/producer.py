@@ -180,9 +180,11 @@ class Producer:
             else:
                 partition = self._partitioner.partition(topic, key_bytes, num_partitions)
         elif partition >= num_partitions:
-            raise UnknownTopicOrPartitionError(
-                f"[UNKNOWN_TOPIC_OR_PARTITION] partition {partition} of topic {topic!r} does not exist "
-                f"(it has {num_partitions})")
+            num_partitions = self._num_partitions(topic, Deadline(max_block_s), refresh=True)
+            if partition >= num_partitions:
+                raise UnknownTopicOrPartitionError(
+                    f"[UNKNOWN_TOPIC_OR_PARTITION] partition {partition} of topic {topic!r} does not exist "
+                    f"(it has {num_partitions})")
         tp = self._topic_partitions.get((topic, partition)) or self._topic_partition(topic, partition)
         if tm.transactional_id is not None and tm.maybe_add_partition(tp):
             accumulator.wakeup()  # register it now, while its first batch lingers
@@ -241,11 +243,15 @@ class Producer:
         """Block until the cluster can reach this producer for check-backs (True), or `timeout` passed."""
         return self._half is not None and self._half.wait_registered(timeout)
 
-    def _num_partitions(self, topic: str, deadline: Deadline) -> int:
+    def _num_partitions(self, topic: str, deadline: Deadline, *, refresh: bool = False) -> int:
+        """The topic's partition count, from the metadata cached here unless `refresh` (a partition past it was
+        asked for: partitions may have been added since, as Kafka's producer asks again in waitOnMetadata)."""
         count = self._partition_counts.get(topic)
-        if count is not None:
+        if count is not None and not refresh:
             return count
         try:
+            if refresh:
+                self._cluster.refresh_metadata([topic], deadline)
             count = self._cluster.partitions_for(topic, deadline)
         except KafkaConnectionError as exc:
             raise KafkaTimeoutError(f"no metadata for topic {topic!r} within max_block_ms="

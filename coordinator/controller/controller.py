@@ -215,16 +215,31 @@ class Controller:
             return
         for topic in outcome:
             if topic not in self.view.assignments:
-                self._store.get(topic_path(topic), self._answered(functools.partial(self._assignment, topic)))
+                self.view.assignments[topic] = {}
+                self._watch_assignment(topic)
+
+    def _watch_assignment(self, topic: str) -> None:
+        """The topic's replica assignment, read again whenever it changes (partitions added; Kafka's
+        controller keeps a PartitionModificationsHandler on each topic's znode)."""
+        view = self.view  # a watch set for a view since replaced (resigned, reconnected) sets no new one
+
+        def changed() -> None:
+            if self.active and self.view is view:
+                self._watch_assignment(topic)
+        self._store.get(topic_path(topic), self._answered(functools.partial(self._assignment, topic)),
+                        watch=lambda: self._serial(changed))
 
     def _assignment(self, topic: str, outcome: object) -> None:
         if not self.active or not isinstance(outcome, Znode):
             return
+        known = self.view.assignments.get(topic, {})
         assignment = decode_assignment(outcome.data)
         self.view.assignments[topic] = assignment
-        # the topic's states are read together and their changes written in one multi-op (a new controller
-        # reads every topic this way, in the middle of a failover)
-        unread, changes = set(assignment), []
+        # the new partitions' states (every one, for a controller reading the cluster) are read together and
+        # their changes written in one multi-op (a new controller reads every topic so, mid-failover)
+        unread, changes = {p for p in assignment if p not in known or (topic, p) not in self.view.states}, []
+        if not unread:
+            return
 
         def loaded(partition: int, read: object) -> None:
             change = self._loaded_state(topic, partition, read)
@@ -233,7 +248,7 @@ class Controller:
             unread.discard(partition)
             if not unread and changes and self.active:
                 self._write_states(sorted(changes, key=lambda change: change[1]))
-        for partition in sorted(assignment):
+        for partition in sorted(unread):
             self._store.get(partition_state_path(topic, partition),
                             self._answered(functools.partial(loaded, partition)))
 

@@ -5,8 +5,9 @@ creates a topic and then produces to it finds a leader.
 
 A topic's settings change in the store (its /config/topics znode, conditionally on its version); the call
 returns once this broker's view has them, so the next describe shows them and the next write obeys them.
-Deleting topics and adding partitions are not offered on a replicated cluster yet: each is refused with
-INVALID_REQUEST, saying so, and nothing changes.
+Partitions are added in the store too, and the call returns once this broker has seen each new one led.
+Deleting topics is not offered on a replicated cluster yet: it is refused with INVALID_REQUEST, saying so,
+and nothing changes.
 """
 from __future__ import annotations
 
@@ -17,14 +18,21 @@ from coordinator.controller.elections import check_replication_factor
 from coordinator.controller.topic_admin import TopicAdmin
 from coordinator.runtime.io import wait_for
 from coordinator.topic_configs import check_configs
-from coordinator.topics import check_alterable, check_changes, check_new_topic, check_replacement, with_changes
+from coordinator.topics import (
+    check_alterable,
+    check_changes,
+    check_new_topic,
+    check_replacement,
+    with_changes,
+)
 from proto.errors import (
+    InvalidPartitionsError,
     InvalidRequestError,
     RequestTimedOutError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from proto.structs import INTERNAL_TOPICS
+from proto.structs import INTERNAL_TOPICS, MAX_PARTITIONS_PER_TOPIC
 
 #: how long a creation waits for the controller to give every new partition its first leader
 FIRST_LEADERS_TIMEOUT_S = 10.0
@@ -81,12 +89,25 @@ class StoreTopics:
 
     def alter(self, name: str, partitions: int, set_configs: dict[str, str], delete_configs: list[str]
               ) -> tuple[int, dict[str, str]]:
-        """Changed settings (IncrementalAlterConfigs' SET and DELETE), durably; returns (partitions, settings).
-        More partitions are refused with INVALID_REQUEST, before anything changes."""
+        """More partitions (0: as many as now) and changed settings (IncrementalAlterConfigs' SET and DELETE),
+        durably; returns (partitions, settings). New partitions are placed in the store and given their first
+        leaders by the controller; the call returns once this broker has seen every one led. Existing
+        partitions keep their replicas and their logs."""
         count = self._existing(name)
-        if partitions and partitions != count:
-            raise _not_yet("adding partitions")
+        if partitions and not count < partitions <= MAX_PARTITIONS_PER_TOPIC:
+            raise InvalidPartitionsError(
+                f"[INVALID_PARTITIONS] topic {name!r} has {count} partitions; it can only grow, to at most "
+                f"{MAX_PARTITIONS_PER_TOPIC}, not to {partitions}")
         set_configs = check_changes(set_configs, delete_configs)
+        if partitions:
+            wait_for(lambda done: self._admin.add_partitions(name, partitions, done))
+            if not self.wait_for_leaders(name, partitions, FIRST_LEADERS_TIMEOUT_S):
+                raise RequestTimedOutError(f"[REQUEST_TIMED_OUT] topic {name!r} has {partitions} partitions now, "
+                                           f"but not every new one had a leader within "
+                                           f"{FIRST_LEADERS_TIMEOUT_S:.0f} s; it will have soon")
+            count = partitions
+        if not set_configs and not delete_configs:
+            return count, dict(self._view.configs(name))
         return count, self._change(name, lambda current: with_changes(current, set_configs, delete_configs))
 
     def replace_configs(self, name: str, configs: dict[str, str], *, validate_only: bool = False) -> dict[str, str]:

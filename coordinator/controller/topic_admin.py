@@ -5,6 +5,10 @@ partition its first leader and ISR (controller.py). Describing a topic reads the
 partition's state and the live brokers, and says what kafka-topics --describe says: leader, replicas, ISR,
 and which replicas are offline.
 
+Partitions are added by rewriting the assignment znode (conditionally on its version), as Kafka's
+AdminZkClient.createPartitions does; the controller watches each topic's assignment and gives the new
+partitions their first leaders.
+
 Calls take a `done` callback as the store does; errors are Kafka's: TOPIC_ALREADY_EXISTS,
 INVALID_REPLICATION_FACTOR (more replicas than live brokers), INVALID_PARTITIONS, INVALID_CONFIG,
 UNKNOWN_TOPIC_OR_PARTITION, and REQUEST_TIMED_OUT while the store cannot be reached.
@@ -39,6 +43,7 @@ from coordinator.controller.znodes import (
 )
 from coordinator.topics import check_new_topic
 from proto.errors import (
+    InvalidPartitionsError,
     KafkaError,
     RequestTimedOutError,
     TopicAlreadyExistsError,
@@ -139,6 +144,52 @@ class TopicAdmin:
             else:
                 done(_kafka_error(outcome, f"cannot create topic {name!r}"))
         self._store.children(BROKER_IDS, brokers)
+
+    def add_partitions(self, name: str, total: int, done: Done) -> None:
+        """Grow `name` to `total` partitions: the new ones spread over the live brokers as Kafka's
+        CreatePartitions spreads them (the assignment continued from the topic's first partition's leader,
+        the replication factor kept), the assignment written conditionally on its znode's version (a
+        concurrent change makes this one start over). The controller gives each new partition its first
+        leader. done(the whole assignment) or done(UNKNOWN_TOPIC_OR_PARTITION, INVALID_PARTITIONS,
+        INVALID_REPLICATION_FACTOR, or a store error)."""
+        def read(outcome: object) -> None:
+            if isinstance(outcome, NoNodeError):
+                done(UnknownTopicOrPartitionError(f"[UNKNOWN_TOPIC_OR_PARTITION] topic {name!r} does not exist"))
+            elif not isinstance(outcome, Znode):
+                done(_kafka_error(outcome, f"cannot add partitions to topic {name!r}"))
+            else:
+                current = decode_assignment(outcome.data)
+                if total <= len(current):
+                    done(InvalidPartitionsError(
+                        f"[INVALID_PARTITIONS] topic {name!r} has {len(current)} partitions; {total} would not be "
+                        "an increase"))
+                    return
+                self._store.children(BROKER_IDS, lambda brokers: spread(brokers, current, outcome.version))
+
+        def spread(outcome: object, current: dict[int, tuple[int, ...]], version: int) -> None:
+            if not isinstance(outcome, list):
+                done(_kafka_error(outcome, f"cannot add partitions to topic {name!r}"))
+                return
+            live = sorted(int(broker) for broker in outcome)
+            first = current[0][0] if current else -1
+            try:
+                whole = assign_replicas(total, len(current[0]), live,
+                                        start_index=live.index(first) if first in live else _start(name, live))
+            except KafkaError as error:
+                done(error)
+                return
+            assignment = {**current, **{p: whole[p] for p in range(len(current), total)}}
+            self._store.set(topic_path(name), encode_assignment(assignment),
+                            lambda result: written(result, assignment), version=version)
+
+        def written(outcome: object, assignment: dict[int, tuple[int, ...]]) -> None:
+            if isinstance(outcome, BadVersionError):
+                self._store.get(topic_path(name), read)
+            elif isinstance(outcome, StoreError):
+                done(_kafka_error(outcome, f"cannot add partitions to topic {name!r}"))
+            else:
+                done(assignment)
+        self._store.get(topic_path(name), read)
 
     def change_configs(self, name: str, change: Callable[[dict[str, str]], dict[str, str]], done: Done) -> None:
         """The topic's settings become `change(current)`, written conditionally on the settings znode's version

@@ -94,7 +94,7 @@ class AdminApis:
                     raise InvalidRequestError("[INVALID_REQUEST] Duplicate topic name.")
                 if topic.assignments:
                     raise InvalidReplicaAssignmentError(
-                        "[INVALID_REPLICA_ASSIGNMENT] txnsim places partitions itself (each on one live node); leave "
+                        "[INVALID_REPLICA_ASSIGNMENT] txnsim places partitions itself; leave "
                         "assignments empty")
                 current = self._topics.partitions(topic.name)
                 if current is None:

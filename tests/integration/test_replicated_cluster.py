@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from kafka.admin import KafkaAdminClient, NewPartitions
+from kafka.errors import InvalidPartitionsError
 
 from client.transport import call
 from proto import txnsim_pb2 as pb
@@ -87,6 +89,38 @@ def test_a_transaction_commits_on_replicated_logs(cluster: LocalCluster) -> None
     finally:
         producer.close()
     assert values(cluster, "replicated-txn", 5) == [b"committed-%d" % i for i in range(5)]
+
+
+def test_partitions_added_over_the_kafka_port_get_three_replicas_a_leader_and_take_acks_all_writes(
+        cluster: LocalCluster) -> None:
+    cluster.create_topic("replicated-grown", partitions=2)
+    producer = Producer(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        producer.send("replicated-grown", value=b"before", partition=1)
+        producer.flush()
+        admin = KafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap_servers, client_id="grow")
+        try:
+            admin.create_partitions({"replicated-grown": NewPartitions(total_count=5)})
+            with pytest.raises(InvalidPartitionsError):
+                admin.create_partitions({"replicated-grown": NewPartitions(total_count=4)})
+        finally:
+            admin.close()
+        parts = partition_metadata(cluster, "replicated-grown")
+        assert [p.partition for p in parts] == [0, 1, 2, 3, 4]
+        assert all(sorted(p.replicas) == [0, 1, 2] and p.leader in p.replicas for p in parts)
+        # the new partitions' leaders are spread as the first two's were, one after another
+        assert len({p.replicas[0] for p in parts[:3]}) == 3
+        wait_until(lambda: all(sorted(p.isr) == [0, 1, 2] for p in partition_metadata(cluster, "replicated-grown")),
+                   10, "every new replica in sync")
+        for partition in (1, 4):
+            producer.send("replicated-grown", value=b"after-%d" % partition, partition=partition)
+        producer.flush()
+    finally:
+        producer.close()
+    assert sorted(values(cluster, "replicated-grown", 3, partitions=5)) == [b"after-1", b"after-4", b"before"]
+    with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin_:
+        count, _configs = admin_.alter_topic("replicated-grown", partitions=6)
+    assert count == 6 and len(partition_metadata(cluster, "replicated-grown")) == 6
 
 
 def test_a_killed_leaders_acknowledged_records_are_served_by_the_next(cluster: LocalCluster) -> None:

@@ -13,6 +13,7 @@ from coordinator.controller.znodes import BrokerInfo
 from coordinator.runtime.io import wait_for
 from proto.errors import (
     InvalidConfigError,
+    InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidTopicError,
     RequestTimedOutError,
@@ -122,3 +123,20 @@ def test_a_topics_settings_change_in_the_store_and_a_concurrent_change_is_not_lo
     assert wait_for(lambda done: cluster.admin.change_configs("orders", meanwhile, done)) == {"retention.ms": "1000"}
     with pytest.raises(UnknownTopicOrPartitionError):
         wait_for(lambda done: cluster.admin.change_configs("missing", dict, done))
+
+
+def test_added_partitions_continue_the_spread_and_the_controller_gives_each_its_first_leader() -> None:
+    cluster = Cluster(3)
+    before = cluster.create("orders", 2, 3)
+    grown: dict[int, tuple[int, ...]] = wait_for(lambda done: cluster.admin.add_partitions("orders", 5, done))
+    assert {p: grown[p] for p in before} == before  # existing partitions keep their replicas
+    assert sorted(grown) == [0, 1, 2, 3, 4] and all(len(set(grown[p])) == 3 for p in grown)
+    assert all(grown[p + 1][0] % 3 == (grown[p][0] + 1) % 3 for p in range(4))  # leaders go round, continued
+    described = cluster.describe("orders")
+    assert [(p.partition, p.leader, p.isr) for p in described.partitions][2:] == [
+        (p, grown[p][0], grown[p]) for p in (2, 3, 4)]
+    for total in (5, 3):
+        with pytest.raises(InvalidPartitionsError):
+            wait_for(lambda done, total=total: cluster.admin.add_partitions("orders", total, done))
+    with pytest.raises(UnknownTopicOrPartitionError):
+        wait_for(lambda done: cluster.admin.add_partitions("nowhere", 4, done))
