@@ -152,6 +152,13 @@ class Node:
             snapshot_interval_records=self.config.offsets_snapshot_interval_records,
             initial_rebalance_delay_ms=self.config.group_initial_rebalance_delay_ms, observer=self.metrics,
             add_to_transaction=self.verifier.verify)
+        if isinstance(cluster, ZooKeeperCluster):  # a deleted topic's committed offsets go with it, where led here
+            # (off the store's thread: the tombstones wait for the ISR, whose changes are answered there)
+            def forget_offsets(topic: str) -> None:
+                def forget() -> None:
+                    self.groups.delete_topic_offsets(topic)
+                self.io.soon(forget, f"offsets of deleted topic {topic}")
+            cluster.view.on_topic_gone(forget_offsets)
         self.metrics.watch(NodeState(open_transactions=self.txn.open_transactions, open_logs=self.logs.open_logs,
                                      undecided_half_messages=self.half.undecided_count,
                                      follower_lags=self.cluster.follower_lags,

@@ -32,6 +32,7 @@ from coordinator.controller.registration import BrokerRegistration
 from coordinator.controller.store import Create, NodeExistsError, Znode
 from coordinator.controller.store_topics import StoreTopics
 from coordinator.controller.topic_admin import TopicAdmin
+from coordinator.controller.topic_deletion import ReplicaDeletions
 from coordinator.controller.znodes import BrokerInfo, PartitionState
 from coordinator.controller.zookeeper_store import ZooKeeperStore
 from coordinator.layout import ClusterLayout
@@ -40,6 +41,7 @@ from coordinator.replication.isr_writes import IsrWriter
 from coordinator.replication.leader_logs import IsrReplication, ReplicatedLeaderLogs
 from coordinator.replication.manager import ReplicaManager, ReplicationSettings
 from coordinator.runtime.io import Cancellable, Failures, NodeIO, Outcome, wait_for
+from coordinator.topics import remove_log_dirs
 from partitions import LogConfig, PartitionLog, ReplicaLog
 from proto import txnsim_pb2 as pb
 from proto.errors import (
@@ -118,6 +120,16 @@ class ReplicaLogs:
         with self._lock:
             logs = list(self._logs.items())
         return [(tp, replica_log.log_end_offset) for tp, replica_log in logs]
+
+    def delete_topic(self, topic: str) -> list[str]:
+        """Close this node's logs of `topic` and remove their directories, those never opened in this life
+        too; returns the directories removed."""
+        with self._lock:
+            doomed = [tp for tp in self._logs if tp.topic == topic]
+            closing = [self._logs.pop(tp) for tp in doomed]
+        for replica_log in closing:
+            replica_log.close()
+        return remove_log_dirs(self._dir, topic)
 
     def close_all(self) -> None:
         with self._lock:
@@ -264,6 +276,7 @@ class ZooKeeperCluster:
                       message_max_bytes=self.config.message_max_bytes))
         self.manager: ReplicaManager | None = None
         self._internal = InternalTopics(self.config, self.admin, self.view, self._serial)
+        self.deletions = ReplicaDeletions(node_id, self.store, self._serial, delete=self._delete_replicas)
         #: states that came before attach(), applied by it
         self._early: list[tuple[TopicPartition, tuple[int, ...], PartitionState, int]] = []
         self._state_listeners: list[Callable[[TopicPartition], None]] = []
@@ -324,6 +337,7 @@ class ZooKeeperCluster:
         self.controller.start()
         threading.Thread(target=self._ticks, name="reconcile-retry", daemon=True).start()
         self.view.start()
+        self.deletions.start()
         self._serial(self._internal.create_missing)
 
     def _ticks(self) -> None:
@@ -341,6 +355,8 @@ class ZooKeeperCluster:
     def _on_state(self, tp: TopicPartition, replicas: tuple[int, ...], state: PartitionState, version: int) -> None:
         manager = self.manager
         assert manager is not None, "the view starts after attach()"
+        if tp.topic in self.deletions.marked:
+            return  # being deleted: its replica here is gone or about to go, and must not come back
         default, view = self.config.min_insync_replicas, self.view
 
         def required() -> int:  # the topic's setting as it is now: a change applies to writes after it
@@ -348,6 +364,16 @@ class ZooKeeperCluster:
         manager.apply(tp, self.replicas.log(tp), state, version, replicas, min_insync_replicas=required)
         for listener in self._state_listeners:
             listener(tp)
+
+    def _delete_replicas(self, topic: str) -> None:
+        """Topic deletion, this node's part: stop every replica of `topic` here and remove its logs."""
+        manager = self.manager
+        assert manager is not None, "deletions start after attach()"
+        for tp, _end in self.replicas.log_ends():
+            if tp.topic == topic:
+                manager.stop(tp)
+        removed = self.replicas.delete_topic(topic)
+        log.info("node %d: deleted its replicas of topic %s (%s)", self.node_id, topic, ", ".join(removed) or "none")
 
     def _session_expired(self) -> None:
         if self.manager is not None:

@@ -43,9 +43,12 @@ class ClusterView:
         self._configs: dict[str, MappingProxyType[str, str]] = {}
         self._live_listeners: list[LiveChange] = []
         self._topic_listeners: list[Callable[[str], None]] = []
+        self._gone_listeners: list[Callable[[str], object]] = []
         self._watch = PartitionStateWatch(broker_id, store, serial, on_state=self._state,
                                           on_session_expired=on_session_expired, every_partition=True,
-                                          on_topic=self._new_topic)
+                                          on_topic=self._new_topic, on_topic_gone=self._topic_gone)
+        #: topics whose settings znode is watched (once each: the watch outlives a deletion)
+        self._configs_watched: set[str] = set()
         store.on_session(lambda event: serial(lambda: self._session(event)))
 
     def start(self) -> None:
@@ -59,6 +62,10 @@ class ClusterView:
     def on_topic(self, listener: Callable[[str], None]) -> None:
         """Told the name of each topic the first time this view reads it."""
         self._topic_listeners.append(listener)
+
+    def on_topic_gone(self, listener: Callable[[str], object]) -> None:
+        """Told the name of each topic whose assignment this view sees deleted (the topic's deletion is done)."""
+        self._gone_listeners.append(listener)
 
     # ------------------------------------------------------------ what readers ask
 
@@ -117,6 +124,7 @@ class ClusterView:
 
     def _session(self, event: SessionEvent) -> None:
         if event is SessionEvent.CONNECTED:
+            self._configs_watched.clear()  # the topics are read afresh (state_watch.py): their settings too
             self._watch_brokers()
 
     def _state(self, tp: TopicPartition, replicas: tuple[int, ...], state: PartitionState, version: int) -> None:
@@ -127,8 +135,19 @@ class ClusterView:
             self._on_state(tp, replicas, state, version)
 
     def _new_topic(self, topic: str) -> None:
-        self._watch_config(topic)
+        if topic not in self._configs_watched:
+            self._configs_watched.add(topic)
+            self._watch_config(topic)
         for listener in self._topic_listeners:
+            listener(topic)
+
+    def _topic_gone(self, topic: str) -> None:
+        with self._lock:
+            for tp in [tp for tp in self._states if tp.topic == topic]:
+                del self._states[tp]
+            self._configs.pop(topic, None)
+            self._changed.notify_all()
+        for listener in self._gone_listeners:
             listener(topic)
 
     def _watch_config(self, topic: str) -> None:

@@ -27,15 +27,19 @@ from coordinator.controller.store import (
     StoreError,
     Znode,
 )
+from coordinator.controller.topic_admin import config_path
 from coordinator.controller.znodes import (
     BROKER_IDS,
     CONTROLLER,
     CONTROLLER_EPOCH,
+    DELETE_TOPICS,
     TOPICS,
     PartitionState,
     broker_path,
     decode_assignment,
     decode_controller,
+    deleted_by_path,
+    deletion_path,
     encode_controller,
     partition_state_path,
     topic_path,
@@ -66,6 +70,8 @@ class ControllerView:
     states: dict[tuple[str, int], tuple[PartitionState, int]] = field(default_factory=dict)
     #: the brokers the latest election could choose from: the live ones but those that just restarted
     electable: frozenset[int] = frozenset()
+    #: topics marked for deletion: no election touches them
+    deleting: set[str] = field(default_factory=set)
 
 
 class Controller:
@@ -150,6 +156,7 @@ class Controller:
     def _watch_all(self) -> None:
         self._watch_brokers()
         self._watch_topics()
+        self._store.ensure_path(DELETE_TOPICS, self._answered(lambda _o: self._watch_deletions()))
 
     def _resign(self) -> None:
         self.active = False
@@ -230,7 +237,9 @@ class Controller:
                         watch=lambda: self._serial(changed))
 
     def _assignment(self, topic: str, outcome: object) -> None:
-        if not self.active or not isinstance(outcome, Znode):
+        if isinstance(outcome, NoNodeError):  # deleted
+            self._forget(topic)
+        if not self.active or not isinstance(outcome, Znode) or topic in self.view.deleting:
             return
         known = self.view.assignments.get(topic, {})
         assignment = decode_assignment(outcome.data)
@@ -262,6 +271,84 @@ class Controller:
             self._create_state(topic, partition, initial_state(replicas, self.view.live, self.epoch))
             return None
         return self._elected(topic, partition, outcome)
+
+    # ------------------------------------------------------------ deleting topics (topic_deletion.py)
+
+    def _watch_deletions(self) -> None:
+        view = self.view
+
+        def changed() -> None:
+            if self.active and self.view is view:
+                self._watch_deletions()
+        self._store.children(DELETE_TOPICS, self._answered(self._deletions), watch=lambda: self._serial(changed))
+
+    def _deletions(self, outcome: object) -> None:
+        if not self.active or not isinstance(outcome, list):
+            return
+        for topic in sorted(set(outcome) - self.view.deleting):
+            log.info("controller %d: topic %s is marked for deletion", self.broker_id, topic)
+            self.view.deleting.add(topic)
+            for key in [key for key in self.view.states if key[0] == topic]:
+                del self.view.states[key]
+            self._watch_deleted_by(topic)
+
+    def _watch_deleted_by(self, topic: str) -> None:
+        view = self.view
+
+        def changed() -> None:
+            if self.active and self.view is view and topic in view.deleting:
+                self._watch_deleted_by(topic)
+        self._store.children(deletion_path(topic), self._answered(functools.partial(self._deleted_by, topic)),
+                             watch=lambda: self._serial(changed))
+
+    def _deleted_by(self, topic: str, outcome: object) -> None:
+        """The brokers that have deleted their replicas of `topic`: once every replica's broker is among them,
+        the topic's znodes go (read afresh: the assignment is what says which brokers hold replicas)."""
+        if not self.active or not isinstance(outcome, list):
+            return
+        done = {int(broker) for broker in outcome}
+
+        def assignment(read: object) -> None:
+            if isinstance(read, Znode):
+                replicas = decode_assignment(read.data)
+                waiting = sorted({b for rs in replicas.values() for b in rs} - done)
+                if waiting:
+                    log.info("controller %d: deleting topic %s waits for broker(s) %s", self.broker_id, topic,
+                             waiting)
+                    return
+                paths = [partition_state_path(topic, p) for p in sorted(replicas)]
+                paths += [path.rsplit("/", 1)[0] for path in paths] + [f"{topic_path(topic)}/partitions"]
+            elif isinstance(read, NoNodeError):  # an earlier controller got this far
+                paths = []
+            else:
+                return
+            paths += [topic_path(topic), config_path(topic)]
+            paths += [deleted_by_path(topic, broker) for broker in sorted(done)] + [deletion_path(topic)]
+            self._delete_all(topic, paths)
+        self._store.get(topic_path(topic), self._answered(assignment))
+
+    def _delete_all(self, topic: str, paths: list[str]) -> None:
+        """Delete `paths` one after another, each child before its parent; one already gone is fine (a
+        controller before this one began). A store error stops it: the marker stays, and the next controller
+        or the next broker's word starts over."""
+        if not paths:
+            log.info("controller %d: deleted topic %s", self.broker_id, topic)
+            self._forget(topic)
+            return
+
+        def deleted(outcome: object) -> None:
+            if isinstance(outcome, StoreError) and not isinstance(outcome, NoNodeError):
+                log.info("controller %d: deleting topic %s stopped at %s (%s)", self.broker_id, topic, paths[0],
+                         outcome)
+            elif self.active:
+                self._delete_all(topic, paths[1:])
+        self._store.delete(paths[0], self._answered(deleted))
+
+    def _forget(self, topic: str) -> None:
+        self.view.assignments.pop(topic, None)
+        self.view.deleting.discard(topic)
+        for key in [key for key in self.view.states if key[0] == topic]:
+            del self.view.states[key]
 
     # ------------------------------------------------------------ preferred leaders
 

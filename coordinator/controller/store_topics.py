@@ -5,9 +5,9 @@ creates a topic and then produces to it finds a leader.
 
 A topic's settings change in the store (its /config/topics znode, conditionally on its version); the call
 returns once this broker's view has them, so the next describe shows them and the next write obeys them.
-Partitions are added in the store too, and the call returns once this broker has seen each new one led.
-Deleting topics is not offered on a replicated cluster yet: it is refused with INVALID_REQUEST, saying so,
-and nothing changes.
+Partitions are added in the store too, and the call returns once this broker has seen each new one led. A
+topic is deleted through the store's deletion marker (topic_deletion.py); the call returns once this
+broker's view no longer has it.
 """
 from __future__ import annotations
 
@@ -27,7 +27,6 @@ from coordinator.topics import (
 )
 from proto.errors import (
     InvalidPartitionsError,
-    InvalidRequestError,
     RequestTimedOutError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
@@ -38,6 +37,8 @@ from proto.structs import INTERNAL_TOPICS, MAX_PARTITIONS_PER_TOPIC
 FIRST_LEADERS_TIMEOUT_S = 10.0
 #: how long a settings change waits for this node's view of the store to show it
 CONFIGS_SEEN_TIMEOUT_S = 10.0
+#: how long a deletion waits for every replica's broker to delete its log and the controller to finish
+DELETION_TIMEOUT_S = 10.0
 
 
 class StoreTopics:
@@ -85,7 +86,17 @@ class StoreTopics:
             view.owner(name, p) >= 0 for p in range(partitions)), timeout_s)
 
     def delete(self, name: str) -> int:
-        raise _not_yet("deleting a topic")
+        """Delete the topic (topic_deletion.py) and wait until this broker's view no longer has it; returns its
+        partition count. REQUEST_TIMED_OUT if a replica's broker has not deleted its log in time (one that is
+        down does when it is back): the deletion goes on, and the name stays taken until it is done."""
+        count = self._existing(name)
+        wait_for(lambda done: self._admin.delete(name, done))
+        if not self._view.wait_for(lambda: self._view.partitions(name) is None, DELETION_TIMEOUT_S):
+            raise RequestTimedOutError(
+                f"[REQUEST_TIMED_OUT] topic {name!r} is marked for deletion, but not every broker holding a "
+                f"replica of it had deleted its log within {DELETION_TIMEOUT_S:.0f} s (one that is down does once "
+                "it is back); it is deleted then")
+        return count
 
     def alter(self, name: str, partitions: int, set_configs: dict[str, str], delete_configs: list[str]
               ) -> tuple[int, dict[str, str]]:
@@ -143,7 +154,3 @@ class StoreTopics:
     def remove_logs_if_deleted(self, name: str) -> list[str]:
         return []
 
-
-def _not_yet(what: str) -> InvalidRequestError:
-    return InvalidRequestError(f"[INVALID_REQUEST] {what} is not offered on a replicated cluster yet; nothing "
-                               "was changed")

@@ -33,10 +33,12 @@ from coordinator.controller.store import (
 )
 from coordinator.controller.znodes import (
     BROKER_IDS,
+    DELETE_TOPICS,
     NO_LEADER,
     TOPICS,
     PartitionState,
     decode_assignment,
+    deletion_path,
     encode_assignment,
     partition_state_path,
     topic_path,
@@ -190,6 +192,24 @@ class TopicAdmin:
             else:
                 done(assignment)
         self._store.get(topic_path(name), read)
+
+    def delete(self, name: str, done: Done) -> None:
+        """Mark `name` for deletion (topic_deletion.py): done(None) once marked (or already marked), or
+        done(UNKNOWN_TOPIC_OR_PARTITION / a store error)."""
+        def exists(outcome: object) -> None:
+            if isinstance(outcome, NoNodeError):
+                done(UnknownTopicOrPartitionError(f"[UNKNOWN_TOPIC_OR_PARTITION] topic {name!r} does not exist"))
+            elif not isinstance(outcome, Znode):
+                done(_kafka_error(outcome, f"cannot delete topic {name!r}"))
+            else:
+                self._store.ensure_path(DELETE_TOPICS, lambda _o: self._store.create(deletion_path(name), b"", marked))
+
+        def marked(outcome: object) -> None:
+            if isinstance(outcome, StoreError) and not isinstance(outcome, NodeExistsError):
+                done(_kafka_error(outcome, f"cannot delete topic {name!r}"))
+            else:
+                done(None)
+        self._store.get(topic_path(name), exists)
 
     def change_configs(self, name: str, change: Callable[[dict[str, str]], dict[str, str]], done: Done) -> None:
         """The topic's settings become `change(current)`, written conditionally on the settings znode's version

@@ -7,6 +7,8 @@ txnsim's tree.
   /controller_epoch                          bumped by each newly elected controller
   /brokers/topics/<topic>                    the replica assignment of each partition
   /brokers/topics/<topic>/partitions/<p>/state   leader, leader_epoch, isr, controller_epoch
+  /admin/delete_topics/<topic>               a topic being deleted (Kafka's deletion marker)
+  /admin/delete_topics/<topic>/<id>          txnsim's: broker <id> has deleted its replicas of it
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ BROKER_IDS = "/brokers/ids"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 TOPICS = "/brokers/topics"
+DELETE_TOPICS = "/admin/delete_topics"
 #: the leader id of a partition with no leader (Kafka's LeaderAndIsr.NoLeader)
 NO_LEADER = -1
 
@@ -31,6 +34,14 @@ def topic_path(topic: str) -> str:
 
 def partition_state_path(topic: str, partition: int) -> str:
     return f"{TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def deletion_path(topic: str) -> str:
+    return f"{DELETE_TOPICS}/{topic}"
+
+
+def deleted_by_path(topic: str, broker_id: int) -> str:
+    return f"{DELETE_TOPICS}/{topic}/{broker_id}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,13 +29,17 @@ OnState = Callable[[TopicPartition, tuple[int, ...], PartitionState, int], None]
 class PartitionStateWatch:
     def __init__(self, broker_id: int, store: CoordinationStore, serial: Serial, *, on_state: OnState,
                  on_session_expired: Callable[[], None], every_partition: bool = False,
-                 on_topic: Callable[[str], None] | None = None) -> None:
+                 on_topic: Callable[[str], None] | None = None,
+                 on_topic_gone: Callable[[str], None] | None = None) -> None:
         """`every_partition`: watch the state of every partition, not only those this broker holds a replica of
         (a node answers Metadata for all of them); `on_topic(name)` hears of each topic the first time its
-        assignment is read."""
+        assignment is read, `on_topic_gone(name)` of each whose assignment is deleted."""
         self.broker_id = broker_id
         self._every_partition = every_partition
         self._on_topic = on_topic
+        self._on_topic_gone = on_topic_gone
+        #: topics whose assignment znode is watched (the watch outlives a deletion: it fires at a re-creation)
+        self._watching: set[str] = set()
         self._store = store
         self._serial = serial
         self._on_state = on_state
@@ -58,6 +62,7 @@ class PartitionStateWatch:
         elif event is SessionEvent.CONNECTED:
             self._generation += 1
             self.assignments.clear()
+            self._watching.clear()
             self._seen.clear()  # every state is handed on again: an unchanged one may name this node leader
             self._watch_topics()
 
@@ -74,6 +79,8 @@ class PartitionStateWatch:
         for topic in outcome:
             if topic not in self.assignments:
                 self.assignments[topic] = {}
+            if topic not in self._watching:
+                self._watching.add(topic)
                 self._watch_assignment(topic)
 
     def _watch_assignment(self, topic: str) -> None:
@@ -82,6 +89,13 @@ class PartitionStateWatch:
                         watch=self._fired(functools.partial(self._watch_assignment, topic), generation))
 
     def _assignment(self, topic: str, generation: int, outcome: object) -> None:
+        if generation == self._generation and isinstance(outcome, NoNodeError):  # the topic was deleted
+            if self.assignments.pop(topic, None):
+                for tp in [tp for tp in self._seen if tp.topic == topic]:
+                    del self._seen[tp]
+                if self._on_topic_gone is not None:
+                    self._on_topic_gone(topic)
+            return
         if generation != self._generation or not isinstance(outcome, Znode):
             return
         before = self.assignments.get(topic, {})

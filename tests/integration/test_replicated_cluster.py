@@ -11,13 +11,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as CkTopicPartition
+from confluent_kafka.admin import AdminClient
 from kafka.admin import KafkaAdminClient, NewPartitions
 from kafka.errors import InvalidPartitionsError
 
 from client.transport import call
 from proto import txnsim_pb2 as pb
 from tests.helpers import read_all, wait_until
-from txnsim import Admin, LocalCluster, Producer
+from txnsim import Admin, LocalCluster, Producer, errors
 from txnsim.ui.server import BackgroundUI
 from txnsim.zookeeper import zookeeper_available
 
@@ -121,6 +124,51 @@ def test_partitions_added_over_the_kafka_port_get_three_replicas_a_leader_and_ta
     with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin_:
         count, _configs = admin_.alter_topic("replicated-grown", partitions=6)
     assert count == 6 and len(partition_metadata(cluster, "replicated-grown")) == 6
+
+
+def test_a_deleted_topic_goes_from_every_node_with_its_logs_and_its_committed_offsets(cluster: LocalCluster) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap_servers})
+    cluster.create_topic("replicated-doomed", partitions=2)
+    with Producer(bootstrap_servers=cluster.bootstrap_servers, acks="all") as producer:
+        for p in (0, 1):
+            producer.send("replicated-doomed", value=b"old", partition=p).get(timeout=10)
+    consumer = Consumer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "group.id": "doomed-readers",
+                         "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[CkTopicPartition("replicated-doomed", p, 1) for p in (0, 1)], asynchronous=False)
+        dirs = [cluster.node_layout(n).logs / f"replicated-doomed-{p}" for n in cluster.node_ids for p in (0, 1)]
+        assert all(d.is_dir() for d in dirs)
+        admin.delete_topics(["replicated-doomed"])["replicated-doomed"].result(timeout=30)
+        assert not any(d.exists() for d in dirs)  # every replica's log, on every node
+        response: pb.MetadataResponse = cluster.client.any_node(
+            lambda s: call(s.cluster.Metadata, pb.MetadataRequest(topics=["replicated-doomed"]), 5.0))
+        assert errors.name_of(response.topics[0].error_code) == "UNKNOWN_TOPIC_OR_PARTITION"
+        cluster.create_topic("replicated-doomed", partitions=2)  # the name again: empty, no committed offsets
+        wait_until(lambda: [tp.offset for tp in consumer.committed(
+            [CkTopicPartition("replicated-doomed", p) for p in (0, 1)], timeout=10)] == [-1001, -1001], 20,
+            "the old topic's committed offsets gone")
+    finally:
+        consumer.close()
+    with Producer(bootstrap_servers=cluster.bootstrap_servers, acks="all") as producer:
+        assert producer.send("replicated-doomed", value=b"new", partition=0).get(timeout=10).offset == 0
+
+
+def test_a_deletion_waits_for_a_replica_whose_node_is_down_and_ends_once_it_is_back(tmp_path: Path) -> None:
+    with LocalCluster(nodes=3, data_dir=tmp_path, replicated=True, txn_shards=2, half_shards=1,
+                      zookeeper_session_timeout_ms=2000) as cluster:
+        cluster.create_topic("replicated-waiting", partitions=1)
+        cluster.kill(2)
+        with Admin(cluster.bootstrap_servers) as admin, pytest.raises(errors.RequestTimedOutError):
+            admin.delete_topic("replicated-waiting")
+        left = cluster.node_layout(2).logs / "replicated-waiting-0"
+        assert left.is_dir() and not (cluster.node_layout(0).logs / "replicated-waiting-0").exists()
+        with Admin(cluster.bootstrap_servers) as admin, pytest.raises(errors.TopicAlreadyExistsError):
+            admin.create_topic("replicated-waiting", partitions=1, replication_factor=2)
+        cluster.restart(2)
+        wait_until(lambda: not left.exists(), 30, "node 2 deleting its replica once back")
+        with Admin(cluster.bootstrap_servers) as admin:
+            wait_until(lambda: "replicated-waiting" not in admin.list_topics(), 30, "the deletion done")
+            assert admin.create_topic("replicated-waiting", partitions=1) == 3
 
 
 def test_a_killed_leaders_acknowledged_records_are_served_by_the_next(cluster: LocalCluster) -> None:
