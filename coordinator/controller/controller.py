@@ -72,6 +72,10 @@ class ControllerView:
     electable: frozenset[int] = frozenset()
     #: topics marked for deletion: no election touches them
     deleting: set[str] = field(default_factory=set)
+    #: partitions with a state write in flight, and those an election passed over meanwhile (decided again
+    #: once the write is answered, from what it left)
+    writing: set[tuple[str, int]] = field(default_factory=set)
+    recheck: set[tuple[str, int]] = field(default_factory=set)
 
 
 class Controller:
@@ -205,9 +209,16 @@ class Controller:
         self._elect(self.view.live - bounced)
 
     def _elect(self, electable: frozenset[int]) -> None:
+        """Decide every partition afresh for the brokers `electable`. One whose state is being written is
+        decided once that write is answered, from the state it leaves: decided now from the state the write
+        replaces, it might need no change and go unanswered (a partition whose only in-sync replica
+        registered again while it was being made leaderless stayed leaderless)."""
         self.view.electable = electable
         changes = []
         for (topic, partition), (state, version) in sorted(self.view.states.items()):
+            if (topic, partition) in self.view.writing:
+                self.view.recheck.add((topic, partition))
+                continue
             new = after_brokers_changed(self.view.assignments[topic][partition], state, electable, self.epoch,
                                         unclean=self.unclean_leader_election)
             if new is not None:
@@ -389,16 +400,21 @@ class Controller:
             self._answered(created))))
 
     def _write_state(self, topic: str, partition: int, state: PartitionState, version: int) -> None:
-        before = self._expect((topic, partition, state, version))
+        view = self.view
+        view.writing.add((topic, partition))
 
         def written(outcome: object) -> None:
+            view.writing.discard((topic, partition))
             if isinstance(outcome, list):
                 self.view.states[(topic, partition)] = (state, int(outcome[1]))
                 log.info("controller %d: %s-%d leader %d epoch %d isr %s", self.broker_id, topic, partition,
                          state.leader, state.leader_epoch, list(state.isr))
-            else:
-                self._unexpect((topic, partition, state, version), before)
+                self._decide_again([(topic, partition)])
+            elif isinstance(outcome, BadVersionError):
+                view.recheck.discard((topic, partition))  # read again and decided afresh
                 self._write_refused(topic, partition, outcome)
+            else:
+                self._decide_again([(topic, partition)])
         self._store.commit([Check(CONTROLLER_EPOCH, self._epoch_version),
                             SetData(partition_state_path(topic, partition), state.encode(), version)],
                            self._answered(written))
@@ -419,9 +435,11 @@ class Controller:
             for change in changes:
                 self._write_state(*change)
             return
-        before = [self._expect(change) for change in changes]
+        view, keys = self.view, [(topic, partition) for topic, partition, _s, _v in changes]
+        view.writing.update(keys)
 
         def written(outcome: object) -> None:
+            view.writing.difference_update(keys)
             if isinstance(outcome, list):
                 for (topic, partition, state, _version), new_version in zip(changes, outcome[1:]):
                     self.view.states[(topic, partition)] = (state, int(new_version))
@@ -430,31 +448,33 @@ class Controller:
                 log.info("controller %d: %d partition states (leader/epoch/isr): %s", self.broker_id, len(changes),
                          ", ".join(f"{topic}-{partition} {state.leader}/{state.leader_epoch}/"
                                    f"{','.join(map(str, state.isr))}" for topic, partition, state, _v in changes))
-                return
-            for change, old in zip(changes, before):
-                self._unexpect(change, old)
-            if isinstance(outcome, BadVersionError) and self.active:
-                self._reread_states([(topic, partition) for topic, partition, _s, _v in changes], tries - 1)
+                self._decide_again(keys)
+            elif isinstance(outcome, BadVersionError) and self.active:
+                view.recheck.difference_update(keys)  # read again and decided afresh
+                self._reread_states(keys, tries - 1)
+            else:
+                self._decide_again(keys)
         self._store.commit([Check(CONTROLLER_EPOCH, self._epoch_version)]
                            + [SetData(partition_state_path(topic, partition), state.encode(), version)
                               for topic, partition, state, version in changes],
                            self._answered(written))
 
-    def _expect(self, change: Change) -> tuple[PartitionState, int] | None:
-        """Take a state being written as the partition's own until the store answers (ZooKeeper adds one to
-        a znode's version per write): an election meanwhile decides from it, not from the state it
-        replaces, which would let a later broker change go unanswered (a partition whose only live replica
-        registered again while it was being made leaderless stayed leaderless). Returns what it replaces."""
-        topic, partition, state, version = change
-        before = self.view.states.get((topic, partition))
-        self.view.states[(topic, partition)] = (state, version + 1)
-        return before
-
-    def _unexpect(self, change: Change, before: tuple[PartitionState, int] | None) -> None:
-        """A write not taken: the partition's state is what it was, unless a later write expects another."""
-        topic, partition, state, version = change
-        if self.view.states.get((topic, partition)) == (state, version + 1) and before is not None:
-            self.view.states[(topic, partition)] = before
+    def _decide_again(self, keys: list[tuple[str, int]]) -> None:
+        """The partitions of `keys` an election passed over while they were being written, decided now."""
+        changes = []
+        for topic, partition in keys:
+            if (topic, partition) not in self.view.recheck:
+                continue
+            self.view.recheck.discard((topic, partition))
+            entry = self.view.states.get((topic, partition))
+            if entry is None or not self.active:
+                continue
+            state, version = entry
+            new = after_brokers_changed(self.view.assignments[topic][partition], state, self.view.electable,
+                                        self.epoch, unclean=self.unclean_leader_election)
+            if new is not None:
+                changes.append((topic, partition, new, version))
+        self._write_states(changes)
 
     def _reread_states(self, partitions: list[tuple[str, int]], tries: int) -> None:
         unread, changes = set(partitions), []

@@ -121,3 +121,20 @@ def test_an_election_while_an_earlier_write_is_unanswered_decides_from_that_writ
     setup.pump()
     setup.release()
     assert setup.state(0) == PartitionState(3, 7, (3,), 1)
+
+
+def test_an_election_never_builds_on_a_write_the_store_may_still_refuse() -> None:
+    """Leader 2 shrank its ISR to itself behind the controller's back; the controller, not knowing, writes
+    broker 3's removal from the old state, a write ZooKeeper will refuse. Broker 2 dies before that answer:
+    deciding from the refused write's state (ISR 2 and 1) would elect broker 1, out of sync, at the version
+    the leader's own write left; the controller must wait for the answer and decide from the real state,
+    which leaves the partition leaderless (its only in-sync replica is dead), not unclean."""
+    setup = Setup({0: PartitionState(2, 4, (2, 3, 1), 1)}, (2, 3, 1), brokers=(1, 2, 3))
+    setup.tree.set(partition_state_path("orders", 0), PartitionState(2, 4, (2,), 1).encode(), 0)
+    setup.store.holding = True
+    setup.kill(3)
+    setup.pump()
+    setup.kill(2)
+    setup.pump()
+    setup.release()
+    assert setup.state(0) == PartitionState(-1, 5, (2,), 1)
