@@ -164,10 +164,13 @@ class Node:
                                      follower_lags=self.cluster.follower_lags,
                                      replica_log_ends=self.cluster.replica_log_ends))
         #: which coordinator shards this node serves, kept in line with the placement
+        replicated = isinstance(cluster, ZooKeeperCluster)
         self.shards = ShardReconciler(
             node_id=node_id, logs=self.logs, owner_of=self.membership.owner,
             counts=ShardCounts(self.config.txn_shards, self.config.offsets_shards, self.config.half_shards),
-            txn=self.txn, groups=self.groups, half=self.half, acquire=self._acquire, released=self._released)
+            txn=self.txn, groups=self.groups, half=self.half, acquire=self._acquire, released=self._released,
+            loaded=self._led_shard_loaded if replicated else None,
+            unloaded=self._led_shard_unloaded if replicated else None)
         self._server: NodeGrpcServer | None = None
         self._kafka: KafkaListener | None = None
 
@@ -290,6 +293,16 @@ class Node:
         self.metrics.ownership_changed(action, topic, partition, shard_log.leader_epoch)
         log.log(logging.WARNING if action == "fenced" else logging.INFO, "%s %s-%d (%s)", action, topic, partition,
                 reason)
+
+    def _led_shard_loaded(self, topic: str, shard: int, what: str, leader_epoch: int) -> None:
+        """A replicated cluster's shard loaded here because this node leads its log (the history
+        `txnsim cluster status` shows, as acquire records it on one data directory)."""
+        self.ownership_log.record(self.node_id, "acquired", topic, shard, leader_epoch, f"leads it: {what}")
+        self.metrics.ownership_changed("acquired", topic, shard, leader_epoch)
+
+    def _led_shard_unloaded(self, topic: str, shard: int, leader_epoch: int) -> None:
+        self.ownership_log.record(self.node_id, "released", topic, shard, leader_epoch, "no longer leads it")
+        self.metrics.ownership_changed("released", topic, shard, leader_epoch)
 
     def _acquire(self, topic: str, partition: int, reason: str) -> PartitionLog | None:
         try:

@@ -93,9 +93,12 @@ class ShardReconciler:
                  txn: TxnShards, groups: GroupShards, half: HalfShards,
                  acquire: Callable[[str, int, str], PartitionLog | None],
                  released: Callable[[PartitionLog, str, str], None],
-                 loaded: Callable[[str, int, str], None] | None = None) -> None:
+                 loaded: Callable[[str, int, str, int], None] | None = None,
+                 unloaded: Callable[[str, int, int], None] | None = None) -> None:
         """`acquire(topic, partition, reason)` opens a log as its leader; `released(log, "fenced" or "released",
-        reason)` hears of each log let go; `loaded(topic, shard, what)` of each shard loaded."""
+        reason)` hears of each log let go; `loaded(topic, shard, what, leader_epoch)` of each shard loaded, and
+        `unloaded(topic, shard, leader_epoch)` of each given up because its log is no longer led here (a
+        replicated cluster's leaderships come and go with the controller, not through acquire and release)."""
         self._node_id = node_id
         self._logs = logs
         self._owner_of = owner_of
@@ -105,6 +108,7 @@ class ShardReconciler:
         self._acquire = acquire
         self._released = released
         self._loaded = loaded
+        self._unloaded = unloaded
         #: (kind, shard) -> the logs it was loaded from
         self._held: dict[tuple[str, int], tuple[PartitionLog, ...]] = {}
         #: the leader epoch of each log when its shard was loaded: a replica's log stays the same object when its
@@ -125,6 +129,8 @@ class ShardReconciler:
                     plog.leader_epoch != epoch for plog, epoch in zip(held, self._epochs[(kind, shard)])):
                 del self._held[(kind, shard)]
                 self._holder(kind).unload_shard(shard)
+                if self._unloaded is not None:
+                    self._unloaded(kind, shard, held[0].leader_epoch)
         missing = 0
         for kind, count in self._counts.items():
             for shard in range(count):
@@ -148,7 +154,7 @@ class ShardReconciler:
                     self._half.load_shard(shard, *logs)
                     what = "its half, OP and discard logs replayed"
                 if self._loaded is not None:
-                    self._loaded(kind, shard, what)
+                    self._loaded(kind, shard, what, logs[0].leader_epoch)
         return missing
 
     def held(self, kind: str) -> list[int]:

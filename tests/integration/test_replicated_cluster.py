@@ -6,6 +6,8 @@ to it once it is restarted and in sync again."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -219,6 +221,13 @@ def test_a_transaction_open_when_its_coordinator_is_killed_commits_on_the_next(c
         if victim >= 0:
             cluster.restart(victim)
     assert sorted(values(cluster, "replicated-survivor", 60, partitions=3)) == sorted(b"s-%d" % i for i in range(60))
+    # the history of who took which shard, from every node's own ownership log
+    shown = subprocess.run([sys.executable, "-m", "txnsim.cli.main", "cluster", "status", "--json", "--changes", "500",
+                            "--bootstrap-servers", cluster.bootstrap_servers], capture_output=True, text=True,
+                           timeout=60, check=True)
+    changes = json.loads(shown.stdout)["ownership_changes"]
+    assert len({c["node"] for c in changes if c["action"] == "acquired"}) >= 2, changes
+    assert [c["time_ms"] for c in changes] == sorted(c["time_ms"] for c in changes)
 
 
 def test_a_flipped_byte_in_a_replicas_sealed_segment_is_fetched_again_and_nothing_is_lost(tmp_path: Path) -> None:

@@ -152,7 +152,7 @@ def cluster_status(args: argparse.Namespace) -> int:
             for p in topic.partitions:
                 led.setdefault(p.leader, set()).add((topic.name, p.partition))
         nodes: list[NodeRow] = []
-        any_status: pb.ClusterStatusResponse | None = None
+        statuses: list[pb.ClusterStatusResponse] = []
         for node in metadata.nodes:
             row: NodeRow = {"node": node.node_id, "address": node.address, "alive": node.alive, "txn_shards": 0,
                             "group_shards": 0, "data_partitions": 0, "not_yet_opened": [], "error": None}
@@ -160,7 +160,7 @@ def cluster_status(args: argparse.Namespace) -> int:
                 try:
                     status: pb.ClusterStatusResponse = call(client.stubs(node.address).cluster.Status,
                                                             pb.ClusterStatusRequest(), 5.0)
-                    any_status = any_status or status
+                    statuses.append(status)
                     opened = {(owned.topic, owned.partition) for owned in status.logs}
                     for owned_topic, _partition in opened:
                         row[_KINDS.get(owned_topic, "data_partitions")] += 1
@@ -170,7 +170,7 @@ def cluster_status(args: argparse.Namespace) -> int:
                 except KafkaError as exc:
                     row["error"] = str(exc)
             nodes.append(row)
-        changes = _ownership_changes(any_status, args.changes)
+        changes = _ownership_changes(statuses, args.changes)
         urls = metrics_urls(args, metadata.nodes)
         if args.json:
             print_json({"nodes": nodes, "ownership_changes": changes,
@@ -241,11 +241,15 @@ LogKind = Literal["txn_shards", "group_shards", "data_partitions"]
 _KINDS: dict[str, LogKind] = {TRANSACTION_STATE_TOPIC: "txn_shards", CONSUMER_OFFSETS_TOPIC: "group_shards"}
 
 
-def _ownership_changes(status: pb.ClusterStatusResponse | None, limit: int) -> list[dict[str, object]]:
-    """Who took or gave up which log, and why (DATA/metadata/ownership.log, read through any live node)."""
-    if status is None:
-        return []
-    changes = [c for c in status.recent_changes if not c.topic.startswith(CONSUMER_OFFSETS_TOPIC)]
+def _ownership_changes(statuses: list[pb.ClusterStatusResponse], limit: int) -> list[dict[str, object]]:
+    """Who took or gave up which log, and why, in time order: every live node's ownership.log (one file the
+    nodes share on one data directory, one per node on a replicated cluster), each change once."""
+    seen: dict[tuple[object, ...], pb.OwnershipChange] = {}
+    for status in statuses:
+        for c in status.recent_changes:
+            if not c.topic.startswith(CONSUMER_OFFSETS_TOPIC):
+                seen.setdefault((c.time_ms, c.node_id, c.action, c.topic, c.partition, c.leader_epoch, c.reason), c)
+    changes = sorted(seen.values(), key=lambda c: (c.time_ms, c.node_id))
     return [{"time": time.strftime("%H:%M:%S", time.localtime(c.time_ms / 1000)) + f".{c.time_ms % 1000:03d}",
              "time_ms": c.time_ms, "node": c.node_id, "action": c.action, "log": _log_name(c.topic, c.partition),
              "leader_epoch": c.leader_epoch, "why": c.reason} for c in changes[-limit:] if limit]

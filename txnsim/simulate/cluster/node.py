@@ -137,7 +137,7 @@ class SimNode:
             node_id=self.node_id, logs=self.logs, owner_of=self.owner,
             counts=ShardCounts(m.control.txn_shards, OFFSETS_SHARDS, HALF_SHARDS), txn=self.txn, groups=self.groups,
             half=self.half, acquire=self._acquire, released=self._released,
-            loaded=lambda topic, shard, what: m.recorder.note(self.name, f"{topic}-{shard} loaded: {what}"))
+            loaded=lambda topic, shard, what, _epoch: m.recorder.note(self.name, f"{topic}-{shard} loaded: {what}"))
         self.retrying = False
         self.reconcile()
         self.net.set_timer(self.name, ABORT_CHECK_INTERVAL_MS, self._abort_timed_out, label="abort-check")
