@@ -38,8 +38,11 @@ class PartitionStateWatch:
         self._every_partition = every_partition
         self._on_topic = on_topic
         self._on_topic_gone = on_topic_gone
-        #: topics whose assignment znode is watched (the watch outlives a deletion: it fires at a re-creation)
+        #: in this generation: topics whose assignment znode is watched (the watch outlives a deletion: it fires
+        #: at a re-creation), topics whose assignment was read, partitions whose state is watched
         self._watching: set[str] = set()
+        self._read: set[str] = set()
+        self._state_watched: set[TopicPartition] = set()
         self._store = store
         self._serial = serial
         self._on_state = on_state
@@ -60,9 +63,14 @@ class PartitionStateWatch:
                         self.broker_id)
             self._on_session_expired()
         elif event is SessionEvent.CONNECTED:
+            # everything is read and watched again, but what this broker knows stays until then: a topic that
+            # vanished from the assignments for the length of a round trip was one whose markers its leader
+            # took for those of a deleted topic, answered done and never wrote (an aborted transaction's
+            # records were then committed by the next transaction's marker)
             self._generation += 1
-            self.assignments.clear()
             self._watching.clear()
+            self._read.clear()
+            self._state_watched.clear()
             self._seen.clear()  # every state is handed on again: an unchanged one may name this node leader
             self._watch_topics()
 
@@ -76,6 +84,8 @@ class PartitionStateWatch:
     def _topics(self, outcome: object, generation: int) -> None:
         if generation != self._generation or not isinstance(outcome, list):
             return
+        for topic in sorted(set(self.assignments) - set(outcome)):  # deleted while this broker was away
+            self._gone(topic)
         for topic in outcome:
             if topic not in self.assignments:
                 self.assignments[topic] = {}
@@ -90,22 +100,30 @@ class PartitionStateWatch:
 
     def _assignment(self, topic: str, generation: int, outcome: object) -> None:
         if generation == self._generation and isinstance(outcome, NoNodeError):  # the topic was deleted
-            if self.assignments.pop(topic, None):
-                for tp in [tp for tp in self._seen if tp.topic == topic]:
-                    del self._seen[tp]
-                if self._on_topic_gone is not None:
-                    self._on_topic_gone(topic)
+            self._gone(topic)
             return
         if generation != self._generation or not isinstance(outcome, Znode):
             return
-        before = self.assignments.get(topic, {})
-        assignment = decode_assignment(outcome.data)
-        self.assignments[topic] = assignment
-        if not before and self._on_topic is not None:
+        first = topic not in self._read
+        self._read.add(topic)
+        self.assignments[topic] = decode_assignment(outcome.data)
+        if first and self._on_topic is not None:
             self._on_topic(topic)
-        for partition, replicas in sorted(assignment.items()):
-            if (self._every_partition or self.broker_id in replicas) and partition not in before:
-                self._watch_state(TopicPartition(topic, partition))
+        for partition, replicas in sorted(self.assignments[topic].items()):
+            tp = TopicPartition(topic, partition)
+            if (self._every_partition or self.broker_id in replicas) and tp not in self._state_watched:
+                self._state_watched.add(tp)
+                self._watch_state(tp)
+
+    def _gone(self, topic: str) -> None:
+        self._read.discard(topic)
+        if self.assignments.pop(topic, None) is None:
+            return
+        for tp in [tp for tp in self._seen if tp.topic == topic]:
+            del self._seen[tp]
+        self._state_watched = {tp for tp in self._state_watched if tp.topic != topic}
+        if self._on_topic_gone is not None:
+            self._on_topic_gone(topic)
 
     def _watch_state(self, tp: TopicPartition) -> None:
         generation = self._generation
