@@ -154,90 +154,70 @@ class TopicAdmin:
         concurrent change makes this one start over). The controller gives each new partition its first
         leader. done(the whole assignment) or done(UNKNOWN_TOPIC_OR_PARTITION, INVALID_PARTITIONS,
         INVALID_REPLICATION_FACTOR, or a store error)."""
-        def read(outcome: object) -> None:
-            if isinstance(outcome, NoNodeError):
-                done(UnknownTopicOrPartitionError(f"[UNKNOWN_TOPIC_OR_PARTITION] topic {name!r} does not exist"))
-            elif not isinstance(outcome, Znode):
-                done(_kafka_error(outcome, f"cannot add partitions to topic {name!r}"))
-            else:
-                current = decode_assignment(outcome.data)
-                if total <= len(current):
-                    done(InvalidPartitionsError(
-                        f"[INVALID_PARTITIONS] topic {name!r} has {len(current)} partitions; {total} would not be "
-                        "an increase"))
-                    return
-                self._store.children(BROKER_IDS, lambda brokers: spread(brokers, current, outcome.version))
-
-        def spread(outcome: object, current: dict[int, tuple[int, ...]], version: int) -> None:
+        def brokers(outcome: object) -> None:
             if not isinstance(outcome, list):
                 done(_kafka_error(outcome, f"cannot add partitions to topic {name!r}"))
                 return
             live = sorted(int(broker) for broker in outcome)
-            first = current[0][0] if current else -1
-            try:
+
+            def grown(znode: Znode) -> tuple[bytes, object]:
+                current = decode_assignment(znode.data)
+                if total <= len(current):
+                    raise InvalidPartitionsError(
+                        f"[INVALID_PARTITIONS] topic {name!r} has {len(current)} partitions; {total} would not be "
+                        "an increase")
+                first = current[0][0] if current else -1
                 whole = assign_replicas(total, len(current[0]), live,
                                         start_index=live.index(first) if first in live else _start(name, live))
-            except KafkaError as error:
-                done(error)
-                return
-            assignment = {**current, **{p: whole[p] for p in range(len(current), total)}}
-            self._store.set(topic_path(name), encode_assignment(assignment),
-                            lambda result: written(result, assignment), version=version)
-
-        def written(outcome: object, assignment: dict[int, tuple[int, ...]]) -> None:
-            if isinstance(outcome, BadVersionError):
-                self._store.get(topic_path(name), read)
-            elif isinstance(outcome, StoreError):
-                done(_kafka_error(outcome, f"cannot add partitions to topic {name!r}"))
-            else:
-                done(assignment)
-        self._store.get(topic_path(name), read)
+                assignment = {**current, **{p: whole[p] for p in range(len(current), total)}}
+                return encode_assignment(assignment), assignment
+            self._update(topic_path(name), name, "add partitions to", grown, done)
+        self._store.children(BROKER_IDS, brokers)
 
     def delete(self, name: str, done: Done) -> None:
         """Mark `name` for deletion (topic_deletion.py): done(None) once marked (or already marked), or
         done(UNKNOWN_TOPIC_OR_PARTITION / a store error)."""
-        def exists(outcome: object) -> None:
-            if isinstance(outcome, NoNodeError):
-                done(UnknownTopicOrPartitionError(f"[UNKNOWN_TOPIC_OR_PARTITION] topic {name!r} does not exist"))
-            elif not isinstance(outcome, Znode):
-                done(_kafka_error(outcome, f"cannot delete topic {name!r}"))
-            else:
-                self._store.ensure_path(DELETE_TOPICS, lambda _o: self._store.create(deletion_path(name), b"", marked))
+        def exists(_znode: Znode) -> None:
+            self._store.ensure_path(DELETE_TOPICS, lambda _o: self._store.create(deletion_path(name), b"", marked))
 
         def marked(outcome: object) -> None:
             if isinstance(outcome, StoreError) and not isinstance(outcome, NodeExistsError):
                 done(_kafka_error(outcome, f"cannot delete topic {name!r}"))
             else:
                 done(None)
-        self._store.get(topic_path(name), exists)
+        self._store.get(topic_path(name), functools.partial(_read, name, "delete", exists, done))
 
     def change_configs(self, name: str, change: Callable[[dict[str, str]], dict[str, str]], done: Done) -> None:
         """The topic's settings become `change(current)`, written conditionally on the settings znode's version
         (a concurrent change makes this one read again and reapply, as Kafka's AdminZkClient retries):
         done(new settings) or done(UNKNOWN_TOPIC_OR_PARTITION, a KafkaError `change` raised, or a store error)."""
-        def read(outcome: object) -> None:
-            if isinstance(outcome, NoNodeError):
-                done(UnknownTopicOrPartitionError(f"[UNKNOWN_TOPIC_OR_PARTITION] topic {name!r} does not exist"))
-                return
-            if not isinstance(outcome, Znode):
-                done(_kafka_error(outcome, f"cannot change the settings of topic {name!r}"))
-                return
+        def changed(znode: Znode) -> tuple[bytes, object]:
+            new = change(decode_topic_config(znode.data))
+            return encode_topic_config(new), new
+        self._update(config_path(name), name, "change the settings of", changed, done)
+
+    def _update(self, path: str, name: str, what: str, change: Callable[[Znode], tuple[bytes, object]],
+                done: Done) -> None:
+        """Read `path`, write `change(znode)`'s bytes conditionally on the version read, and done(its result);
+        a concurrent write makes it read and change again. UNKNOWN_TOPIC_OR_PARTITION if the znode is
+        missing; a KafkaError `change` raises goes to done as it is."""
+        def changed(znode: Znode) -> None:
             try:
-                new = change(decode_topic_config(outcome.data))
+                data, result = change(znode)
             except KafkaError as error:
                 done(error)
                 return
-            self._store.set(config_path(name), encode_topic_config(new),
-                            lambda result: written(result, new), version=outcome.version)
+            self._store.set(path, data, lambda outcome: written(outcome, result), version=znode.version)
 
-        def written(outcome: object, new: dict[str, str]) -> None:
+        def written(outcome: object, result: object) -> None:
             if isinstance(outcome, BadVersionError):
-                self._store.get(config_path(name), read)  # changed meanwhile: apply the change to the new one
+                self._store.get(path, read)
             elif isinstance(outcome, StoreError):
-                done(_kafka_error(outcome, f"cannot change the settings of topic {name!r}"))
+                done(_kafka_error(outcome, f"cannot {what} topic {name!r}"))
             else:
-                done(new)
-        self._store.get(config_path(name), read)
+                done(result)
+        read = functools.partial(_read, name, what, changed, done)
+        self._store.get(path, read)
 
     def describe(self, name: str, done: Done) -> None:
         """done(TopicDescription) or done(UNKNOWN_TOPIC_OR_PARTITION / REQUEST_TIMED_OUT)."""
@@ -316,6 +296,16 @@ def _describe(partition: int, replicas: tuple[int, ...], state: PartitionState |
     if state is None:
         return PartitionDescription(partition, NO_LEADER, -1, replicas, (), offline)
     return PartitionDescription(partition, state.leader, state.leader_epoch, replicas, state.isr, offline)
+
+
+def _read(name: str, what: str, then: Callable[[Znode], None], done: Done, outcome: object) -> None:
+    """A topic's znode as read: `then(znode)`, or done(UNKNOWN_TOPIC_OR_PARTITION / a store error)."""
+    if isinstance(outcome, NoNodeError):
+        done(UnknownTopicOrPartitionError(f"[UNKNOWN_TOPIC_OR_PARTITION] topic {name!r} does not exist"))
+    elif isinstance(outcome, Znode):
+        then(outcome)
+    else:
+        done(_kafka_error(outcome, f"cannot {what} topic {name!r}"))
 
 
 def _start(name: str, live: list[int]) -> int:
