@@ -334,8 +334,9 @@ class ReplicaManager:
             if leader is None:
                 data = partition_error(tp, NotLeaderOrFollowerError(
                     f"[NOT_LEADER_OR_FOLLOWER] node {self.node_id} does not lead {tp}"))
-            elif tp in listed or not leader.settled_for(session.replica_id, asked):
+            elif tp in listed or not cached.taken or not leader.settled_for(session.replica_id, asked):
                 data = leader.fetch(session.replica_id, asked, request.max_bytes)
+                cached.taken = not data.error_code
             else:  # nothing to fetch: at most a new high watermark or log start to tell
                 data = pb.ReplicaFetchPartitionData(
                     topic=tp.topic, partition=tp.partition, records_end=asked.fetch_offset,
