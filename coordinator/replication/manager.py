@@ -5,11 +5,6 @@ The controller's word for a partition (its leader, leader epoch, ISR and the sta
 through `apply`: this node leads it, follows its leader, or holds no replica of it. A follower's fetch names
 every partition it follows here; when none has anything new the fetch is parked, a registered waiter that a
 local append or the fetch's deadline wakes, so an idle follower costs one call per max_wait, not a spin.
-
-A new leadership is the exception: until each in-sync follower has fetched the partition here, that follower's
-fetches are parked briefly (FIRST_FETCH_WAIT_MS), and becoming leader answers the fetches it holds parked at
-once, so a follower that hears of the change before or after this node does lists the partition within
-milliseconds, not at its next max wait. An acks=all write to a new leader waits on exactly that first fetch.
 """
 from __future__ import annotations
 
@@ -33,9 +28,6 @@ from proto.planted_bugs import PlantedBug
 from proto.structs import TopicPartition
 
 log = logging.getLogger(__name__)
-
-#: how long a follower's fetch is parked while it owes a first fetch of a partition newly led here
-FIRST_FETCH_WAIT_MS = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +67,6 @@ class ReplicaManager:
         self._sessions: dict[int, FetchSession] = {}
         self._parked: list[_Parked] = []
         self._served = ServedSessions()
-        #: replica -> the partitions newly led here it has not fetched yet, each with when to stop waiting for it
-        self._owed: dict[int, dict[TopicPartition, int]] = {}
         self._closed = False
         self._lost_listeners: list[Callable[[str, int], None]] = []
 
@@ -90,9 +80,6 @@ class ReplicaManager:
         self._lost_listeners.append(listener)
 
     def _resign(self, tp: TopicPartition, leader: LeaderPartition) -> None:
-        with self._lock:
-            for owed in self._owed.values():
-                owed.pop(tp, None)
         leader.resign()
         for listener in self._lost_listeners:
             listener(tp.topic, tp.partition)
@@ -146,26 +133,21 @@ class ReplicaManager:
             self._resign(tp, old_leader)
         if old_session is not None:
             old_session.unfollow(tp)
+        self._wake_parked(tp)  # a follower's parked fetch hears of the change now, not at its max wait
         if state.leader == self.node_id:
             leader = LeaderPartition(tp, replica.log, io=self._io, state=state, version=version,
                                      replicas=replicas, isr_writer=self._isr_writer,
                                      min_insync_replicas=required, max_lag_ms=self.settings.max_lag_ms,
                                      planted_bug=self.settings.planted_bug)
-            until = self._io.now_ms() + self.settings.max_lag_ms
-            followers = [r for r in state.isr if r != self.node_id]
             with self._lock:
                 replica.leader = leader
-                for follower in followers:
-                    self._owed.setdefault(follower, {})[tp] = until
             log.info("node %d leads %s at epoch %d, ISR %s", self.node_id, tp, state.leader_epoch, list(state.isr))
-            self._wake_parked_from(frozenset(followers))
         elif state.leader >= 0 and self.node_id in replicas:
             session = self._session_for(state.leader)
             with self._lock:
                 replica.followed_from = state.leader
             session.follow(tp, replica.log, state.leader_epoch)
             log.info("node %d follows %s on node %d at epoch %d", self.node_id, tp, state.leader, state.leader_epoch)
-        self._wake_parked(tp)  # a follower's parked fetch hears of the change now, not at its max wait
 
     def resign_all(self) -> None:
         """Give up every leadership (the store session expired: the controller moves them, and this node may
@@ -224,19 +206,15 @@ class ReplicaManager:
     def handle_fetch(self, request: pb.ReplicaFetchRequest, done: Callable[[Outcome], None]) -> None:
         """A follower's ReplicaFetch in its fetch session: answered now if any partition has news, else parked
         up to max_wait_ms. A session the leader lost (it restarted) or a request out of turn is refused, and
-        the follower starts over with a full fetch. A partition asked at a leader epoch this node has not
-        heard of yet is left out of every answer until it has: the controller's word is on its way here too,
-        and applying it answers the parked fetch (Kafka answers UNKNOWN_LEADER_EPOCH and the follower backs
-        off for replica.fetch.backoff.ms, a second, in the middle of a failover)."""
+        the follower starts over with a full fetch."""
         try:
             session = self._served.take(request)
         except KafkaError as error:
             done(pb.ReplicaFetchResponse(error_code=code_of(error), error_message=error.message))
             return
-        max_wait_ms = self._max_wait_ms(session, request.max_wait_ms)
         # answered at once even when parked: the fetch tells each leader how far the follower has fsynced
         response, sent = self._answer(session, request, first=True)
-        if max_wait_ms <= 0 or any(_urgent(data) for data in response.partitions):
+        if request.max_wait_ms <= 0 or any(_urgent(data) for data in response.partitions):
             done(_sent(response, sent))
             return
         with session.lock:
@@ -251,29 +229,11 @@ class ReplicaManager:
         if parked.answered:
             done(_sent(*self._answer(session, request, first=False)))
             return
-        parked.timer = self._io.after(max_wait_ms, lambda: self._unpark(parked), "parked replica fetch")
+        parked.timer = self._io.after(request.max_wait_ms, lambda: self._unpark(parked), "parked replica fetch")
         # an append between the check above and the parking would have found nothing to wake: look again
         leaders = self._leaders_of([TopicPartition(c.asked.topic, c.asked.partition) for c in cached])
         if any(leader is not None and leader.has_news_for(c.asked) for c, leader in zip(cached, leaders)):
             self._unpark(parked)
-
-    def _max_wait_ms(self, session: ServedSession, asked_ms: int) -> int:
-        """How long this fetch may be parked: briefly while its follower owes a first fetch of a partition this
-        node newly leads (a partition it lists now is no longer owed; one it never lists stops being waited
-        for after replica.lag.time.max.ms, when the follower leaves the ISR anyway)."""
-        now = self._io.now_ms()
-        with self._lock:
-            owed = self._owed.get(session.replica_id)
-            if not owed:
-                return asked_ms
-            for tp in session.listed:
-                owed.pop(tp, None)
-            for tp in [tp for tp, until in owed.items() if until <= now]:
-                del owed[tp]
-            if not owed:
-                del self._owed[session.replica_id]
-                return asked_ms
-        return min(asked_ms, FIRST_FETCH_WAIT_MS)
 
     def appended(self, tp: TopicPartition) -> None:
         """A local write to `tp` is durable: the leader's high watermark may move (an ISR of one), and fetches
@@ -289,12 +249,6 @@ class ReplicaManager:
         for fetch in woken:
             self._unpark(fetch)
 
-    def _wake_parked_from(self, replicas: frozenset[int]) -> None:
-        with self._lock:
-            woken = [fetch for fetch in self._parked if fetch.session.replica_id in replicas]
-        for fetch in woken:
-            self._unpark(fetch)
-
     def _unpark(self, fetch: _Parked) -> None:
         with self._lock:
             if fetch.answered:
@@ -305,11 +259,6 @@ class ReplicaManager:
         if fetch.timer is not None:
             fetch.timer.cancel()
         fetch.done(_sent(*self._answer(fetch.session, fetch.request, first=False)))
-
-    def _known_epoch(self, tp: TopicPartition) -> int:
-        with self._lock:
-            replica = self._replicas.get(tp)
-            return replica.state.leader_epoch if replica is not None else UNDEFINED_EPOCH
 
     def _leaders_of(self, tps: list[TopicPartition]) -> list[LeaderPartition | None]:
         with self._lock:
@@ -329,14 +278,11 @@ class ReplicaManager:
         sent: list[tuple[CachedPartition, int, int]] = []
         for (tp, cached), leader in zip(items, self._leaders_of([tp for tp, _cached in items])):
             asked = cached.asked
-            if asked.current_leader_epoch > self._known_epoch(tp):
-                continue  # the follower heard of a newer epoch first: left out until this node hears of it
             if leader is None:
                 data = partition_error(tp, NotLeaderOrFollowerError(
                     f"[NOT_LEADER_OR_FOLLOWER] node {self.node_id} does not lead {tp}"))
-            elif tp in listed or not cached.taken or not leader.settled_for(session.replica_id, asked):
+            elif tp in listed or not leader.settled_for(session.replica_id, asked):
                 data = leader.fetch(session.replica_id, asked, request.max_bytes)
-                cached.taken = not data.error_code
             else:  # nothing to fetch: at most a new high watermark or log start to tell
                 data = pb.ReplicaFetchPartitionData(
                     topic=tp.topic, partition=tp.partition, records_end=asked.fetch_offset,

@@ -29,10 +29,6 @@ class CachedPartition:
     asked: pb.ReplicaFetchPartition
     sent_high_watermark: int = -1
     sent_log_start: int = -1
-    #: the leader has fetched `asked` (taken the follower's offset into its follower progress); until then
-    #: the partition is fetched in full, never skipped as settled (a listing left out for an epoch the
-    #: leader had not heard of yet would otherwise never be taken, and an idle follower left the ISR)
-    taken: bool = False
 
 
 @dataclass(eq=False)
@@ -98,7 +94,7 @@ class ServedSessions:
                 if cached is None:
                     session.partitions[tp] = CachedPartition(asked)
                 else:
-                    cached.asked, cached.taken = asked, False
+                    cached.asked = asked
             session.full = False
             session.listed = frozenset(listed)
         return session
