@@ -219,11 +219,16 @@ class Controller:
             if (topic, partition) in self.view.writing:
                 self.view.recheck.add((topic, partition))
                 continue
-            new = after_brokers_changed(self.view.assignments[topic][partition], state, electable, self.epoch,
-                                        unclean=self.unclean_leader_election)
-            if new is not None:
-                changes.append((topic, partition, new, version))
+            change = self._change_for(topic, partition, state, version)
+            if change is not None:
+                changes.append(change)
         self._write_states(changes)
+
+    def _change_for(self, topic: str, partition: int, state: PartitionState, version: int) -> Change | None:
+        """The write the latest election's brokers call for on a partition in `state` (None: it needs none)."""
+        new = after_brokers_changed(self.view.assignments[topic][partition], state, self.view.electable,
+                                    self.epoch, unclean=self.unclean_leader_election)
+        return None if new is None else (topic, partition, new, version)
 
     def _watch_topics(self) -> None:
         self._store.children(TOPICS, self._answered(self._topics), watch=lambda: self._serial(self._watch_topics))
@@ -239,13 +244,8 @@ class Controller:
     def _watch_assignment(self, topic: str) -> None:
         """The topic's replica assignment, read again whenever it changes (partitions added; Kafka's
         controller keeps a PartitionModificationsHandler on each topic's znode)."""
-        view = self.view  # a watch set for a view since replaced (resigned, reconnected) sets no new one
-
-        def changed() -> None:
-            if self.active and self.view is view:
-                self._watch_assignment(topic)
         self._store.get(topic_path(topic), self._answered(functools.partial(self._assignment, topic)),
-                        watch=lambda: self._serial(changed))
+                        watch=self._again(lambda: self._watch_assignment(topic)))
 
     def _assignment(self, topic: str, outcome: object) -> None:
         if isinstance(outcome, NoNodeError):  # deleted
@@ -286,12 +286,7 @@ class Controller:
     # ------------------------------------------------------------ deleting topics (topic_deletion.py)
 
     def _watch_deletions(self) -> None:
-        view = self.view
-
-        def changed() -> None:
-            if self.active and self.view is view:
-                self._watch_deletions()
-        self._store.children(DELETE_TOPICS, self._answered(self._deletions), watch=lambda: self._serial(changed))
+        self._store.children(DELETE_TOPICS, self._answered(self._deletions), watch=self._again(self._watch_deletions))
 
     def _deletions(self, outcome: object) -> None:
         if not self.active or not isinstance(outcome, list):
@@ -299,18 +294,13 @@ class Controller:
         for topic in sorted(set(outcome) - self.view.deleting):
             log.info("controller %d: topic %s is marked for deletion", self.broker_id, topic)
             self.view.deleting.add(topic)
-            for key in [key for key in self.view.states if key[0] == topic]:
-                del self.view.states[key]
+            self._drop_states(topic)
             self._watch_deleted_by(topic)
 
     def _watch_deleted_by(self, topic: str) -> None:
-        view = self.view
-
-        def changed() -> None:
-            if self.active and self.view is view and topic in view.deleting:
-                self._watch_deleted_by(topic)
         self._store.children(deletion_path(topic), self._answered(functools.partial(self._deleted_by, topic)),
-                             watch=lambda: self._serial(changed))
+                             watch=self._again(lambda: self._watch_deleted_by(topic)
+                                               if topic in self.view.deleting else None))
 
     def _deleted_by(self, topic: str, outcome: object) -> None:
         """The brokers that have deleted their replicas of `topic`: once every replica's broker is among them,
@@ -358,6 +348,9 @@ class Controller:
     def _forget(self, topic: str) -> None:
         self.view.assignments.pop(topic, None)
         self.view.deleting.discard(topic)
+        self._drop_states(topic)
+
+    def _drop_states(self, topic: str) -> None:
         for key in [key for key in self.view.states if key[0] == topic]:
             del self.view.states[key]
 
@@ -469,11 +462,9 @@ class Controller:
             entry = self.view.states.get((topic, partition))
             if entry is None or not self.active:
                 continue
-            state, version = entry
-            new = after_brokers_changed(self.view.assignments[topic][partition], state, self.view.electable,
-                                        self.epoch, unclean=self.unclean_leader_election)
-            if new is not None:
-                changes.append((topic, partition, new, version))
+            change = self._change_for(topic, partition, *entry)
+            if change is not None:
+                changes.append(change)
         self._write_states(changes)
 
     def _reread_states(self, partitions: list[tuple[str, int]], tries: int) -> None:
@@ -497,9 +488,7 @@ class Controller:
             return None
         state = PartitionState.decode(outcome.data)
         self.view.states[(topic, partition)] = (state, outcome.version)
-        new = after_brokers_changed(self.view.assignments[topic][partition], state, self.view.electable, self.epoch,
-                                    unclean=self.unclean_leader_election)
-        return None if new is None else (topic, partition, new, outcome.version)
+        return self._change_for(topic, partition, state, outcome.version)
 
     def _write_refused(self, topic: str, partition: int, outcome: object) -> None:
         """A fenced write: either a newer controller exists (resign) or the state changed under us (a leader
@@ -520,6 +509,12 @@ class Controller:
             if change is not None:
                 self._write_state(*change)
         self._store.get(CONTROLLER_EPOCH, self._answered(epoch_now))
+
+    def _again(self, watch: Callable[[], None]) -> Callable[[], None]:
+        """A watch callback that runs `watch` again on the serial executor, unless the view it was set for has
+        since been replaced (resigned, reconnected: the new view sets watches of its own)."""
+        view = self.view
+        return lambda: self._serial(lambda: watch() if self.active and self.view is view else None)
 
     def _answered(self, handler: Callable[[object], None]) -> Callable[[object], None]:
         """A store callback that runs `handler` on the serial executor."""
