@@ -110,9 +110,12 @@ def test_partitions_added_over_the_kafka_port_get_three_replicas_a_leader_and_ta
                 admin.create_partitions({"replicated-grown": NewPartitions(total_count=4)})
         finally:
             admin.close()
-        parts = partition_metadata(cluster, "replicated-grown")
-        assert [p.partition for p in parts] == [0, 1, 2, 3, 4]
-        assert all(sorted(p.replicas) == [0, 1, 2] and p.leader in p.replicas for p in parts)
+        # the node answering Metadata may be a step behind the one that answered CreatePartitions
+        parts = wait_until(lambda: next((ps for ps in [partition_metadata(cluster, "replicated-grown")]
+                                         if [p.partition for p in ps] == [0, 1, 2, 3, 4]
+                                         and all(p.leader in p.replicas for p in ps)), None),
+                           10, "every new partition led, on every node")
+        assert all(sorted(p.replicas) == [0, 1, 2] for p in parts)
         # the new partitions' leaders are spread as the first two's were, one after another
         assert len({p.replicas[0] for p in parts[:3]}) == 3
         wait_until(lambda: all(sorted(p.isr) == [0, 1, 2] for p in partition_metadata(cluster, "replicated-grown")),
